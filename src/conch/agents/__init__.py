@@ -1,0 +1,1 @@
+"""conch.agents"""

@@ -1,0 +1,295 @@
+"""The builtin registry: one declaration per builtin, checked calls, documentation that runs.
+
+A builtin is a Python function decorated with :func:`builtin`. Its parameters and return
+type are read from the annotations, which name conch types (see :mod:`conch.lang.builtins.types`);
+the decorator generates a thin wrapper with the same signature that checks every argument's
+type and the effect policy, so a wrong call is a ``TypeError`` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conch.lang import values
+from conch.lang.context import EFFECTS, current
+from conch.lang.errors import ConchError
+
+CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Example:
+    """A program and what it must produce. ``result`` is compared as JSON; when the result
+    cannot be known in advance (``uuid``, ``now``) give ``type`` instead."""
+
+    code: str
+    result: Any = _MISSING
+    type: str | None = None
+
+    @property
+    def has_result(self) -> bool:
+        return self.result is not _MISSING
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code}
+        if self.has_result:
+            out["result"] = values.to_json_value(self.result)
+        if self.type is not None:
+            out["type"] = self.type
+        return out
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    required: bool
+    default: Any = None
+    variadic: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "required": self.required,
+            "default": values.to_json_value(self.default) if not self.required else None,
+            "variadic": self.variadic,
+        }
+
+
+@dataclass
+class Builtin:
+    name: str
+    category: str
+    description: str
+    params: list[Param]
+    returns: str
+    effect: str
+    examples: list[Example]
+    aliases: tuple[str, ...]
+    impl: Callable[..., Any]
+    fn: Callable[..., Any] = field(repr=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def signature(self) -> str:
+        parts = []
+        for p in self.params:
+            text = f"{'...' if p.variadic else ''}{p.name}: {p.type}"
+            if not p.required and not p.variadic:
+                text += f" = {values.render(p.default) if p.default is not None else 'null'}"
+            parts.append(text)
+        return f"{self.name}({', '.join(parts)}) -> {self.returns}"
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "category": self.category}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "category": self.category,
+            "signature": self.signature,
+            "examples": [e.code for e in self.examples],
+            "example_results": [e.to_dict() for e in self.examples],
+            "parameters": [p.to_dict() for p in self.params],
+            "returns": self.returns,
+            "effect": self.effect,
+            "aliases": list(self.aliases),
+        }
+
+
+REGISTRY: dict[str, Builtin] = {}
+"""Every builtin by name, aliases included (an alias maps to the same Builtin)."""
+
+
+def all_builtins() -> list[Builtin]:
+    """Each builtin once, sorted by category then name."""
+    load_all()
+    unique = {id(b): b for b in REGISTRY.values()}
+    return sorted(unique.values(), key=lambda b: (b.category, b.name))
+
+
+def lookup(name: str) -> Builtin | None:
+    load_all()
+    return REGISTRY.get(name)
+
+
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every category module so that their builtins register."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+
+    for module in CATEGORIES:
+        try:
+            importlib.import_module(f"conch.lang.builtins.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"conch.lang.builtins.{module}":
+                raise
+
+
+# -- type checks -------------------------------------------------------------------------
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "Any": lambda v: True,
+    "Null": lambda v: v is None,
+    "None": lambda v: v is None,
+    "Bool": lambda v: type(v) is bool,
+    "Int": lambda v: type(v) is int,
+    "Float": lambda v: type(v) is float,
+    "Number": lambda v: type(v) is int or type(v) is float,
+    "String": lambda v: type(v) is str,
+    "Array": values.is_array,
+    "Table": values.is_array,
+    "Record": lambda v: isinstance(v, dict),
+    "Range": lambda v: type(v) is range,
+    "Function": callable,
+    "Error": lambda v: type(v) is values.ErrorValue,
+}
+
+
+def _checker(type_name: str) -> Callable[[Any], bool] | None:
+    """A predicate for a declared type (``String | Array``, ``Int?``), or None for Any."""
+    names = [t.strip() for t in type_name.replace("?", " | Null").split("|")]
+    if "Any" in names:
+        return None
+    preds = [_CHECKS[n] for n in names]
+    if len(preds) == 1:
+        return preds[0]
+    return lambda v: any(p(v) for p in preds)
+
+
+def _type_error(builtin: str, param: str, expected: str, got: Any) -> ConchError:
+    return ConchError(
+        "TypeError",
+        f"{builtin}: parameter '{param}' expects {expected}, got {values.type_of(got)}",
+    )
+
+
+def _make_wrapper(b: Builtin, sig: inspect.Signature) -> Callable[..., Any]:
+    """Generate a wrapper with the implementation's exact signature that checks types."""
+    checks: dict[str, Any] = {}
+    lines: list[str] = []
+    params_src: list[str] = []
+    call_args: list[str] = []
+    seen_kwonly = False
+    for p in sig.parameters.values():
+        pname = p.name
+        if p.kind is p.VAR_POSITIONAL:
+            params_src.append(f"*{pname}")
+            call_args.append(f"*{pname}")
+            seen_kwonly = True
+        elif p.kind is p.VAR_KEYWORD:
+            params_src.append(f"**{pname}")
+            call_args.append(f"**{pname}")
+        else:
+            if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+                params_src.append("*")
+                seen_kwonly = True
+            if p.default is inspect.Parameter.empty:
+                params_src.append(pname)
+            else:
+                checks[f"_d_{pname}"] = p.default
+                params_src.append(f"{pname}=_d_{pname}")
+            call_args.append(f"{pname}={pname}" if p.kind is p.KEYWORD_ONLY else pname)
+    for param in b.params:
+        pred = _checker(param.type)
+        if pred is None:
+            continue
+        checks[f"_c_{param.name}"] = pred
+        if param.variadic:
+            lines.append(f"    for _v in {param.name}:")
+            lines.append(f"        if not _c_{param.name}(_v):")
+            lines.append(f"            raise _terr({b.name!r}, {param.name!r}, {param.type!r}, _v)")
+            continue
+        cond = f"not _c_{param.name}({param.name})"
+        if not param.required:
+            cond = f"{param.name} is not _d_{param.name} and {cond}"
+        lines.append(f"    if {cond}:")
+        lines.append(f"        raise _terr({b.name!r}, {param.name!r}, {param.type!r}, {param.name})")
+    if b.effect not in ("pure",):
+        lines.insert(0, f"    _current().check_effect({b.effect!r}, {b.name!r})")
+    fname = b.name if b.name.isidentifier() and not keyword.iskeyword(b.name) else "builtin"
+    src = f"def {fname}({', '.join(params_src)}):\n"
+    src += "\n".join(lines) + ("\n" if lines else "")
+    src += f"    return _impl({', '.join(call_args)})\n"
+    namespace: dict[str, Any] = {"_impl": b.impl, "_terr": _type_error, "_current": current, **checks}
+    exec(compile(src, f"<builtin {b.name}>", "exec"), namespace)
+    wrapper: Callable[..., Any] = namespace[fname]
+    wrapper.__doc__ = b.description
+    wrapper.conch_name = b.name  # type: ignore[attr-defined]
+    wrapper.conch_builtin = b  # type: ignore[attr-defined]
+    return wrapper
+
+
+def builtin(
+    name: str,
+    *,
+    category: str,
+    description: str,
+    examples: Sequence[Example | tuple[str, Any]],
+    effect: str = "pure",
+    aliases: Sequence[str] = (),
+    params: dict[str, str] | None = None,
+    returns: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a builtin.
+
+    Parameter types come from the annotations (conch type names such as ``Array``,
+    ``String``, ``Int | Float``); ``params`` overrides them by name. Every builtin needs at
+    least one example; the test suite runs them all.
+    """
+
+    def decorate(impl: Callable[..., Any]) -> Callable[..., Any]:
+        if category not in CATEGORIES:
+            raise AssertionError(f"{name}: unknown category {category!r}")
+        if effect not in EFFECTS:
+            raise AssertionError(f"{name}: unknown effect {effect!r}")
+        if not examples:
+            raise AssertionError(f"{name}: at least one example is required")
+        sig = inspect.signature(impl)
+        declared = params or {}
+        plist: list[Param] = []
+        for p in sig.parameters.values():
+            if p.kind is p.VAR_KEYWORD:
+                continue
+            ann = declared.get(p.name, p.annotation)
+            type_name = ann if isinstance(ann, str) and ann else "Any"
+            if p.kind is p.VAR_POSITIONAL:
+                plist.append(Param(p.name, type_name, False, None, variadic=True))
+            elif p.default is inspect.Parameter.empty:
+                plist.append(Param(p.name, type_name, True))
+            else:
+                plist.append(Param(p.name, type_name, False, p.default))
+        ret = returns or (sig.return_annotation if isinstance(sig.return_annotation, str) else "Any")
+        exs = [e if isinstance(e, Example) else Example(e[0], e[1]) for e in examples]
+        b = Builtin(
+            name=name,
+            category=category,
+            description=description,
+            params=plist,
+            returns=ret,
+            effect=effect,
+            examples=exs,
+            aliases=tuple(aliases),
+            impl=impl,
+        )
+        b.fn = _make_wrapper(b, sig)
+        for key in (name, *aliases):
+            if key in REGISTRY:
+                raise AssertionError(f"builtin {key!r} registered twice")
+            REGISTRY[key] = b
+        return impl
+
+    return decorate

@@ -1,0 +1,164 @@
+"""Conch errors: one exception class with a closed set of kinds.
+
+Every failure a conch program can meet is a :class:`ConchError`. Python exceptions raised
+while running compiled code are translated into one by :func:`from_python` so that callers
+(the shell, the servers) only ever see conch kinds.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = (
+    "SyntaxError",
+    "NameError",
+    "TypeError",
+    "ValueError",
+    "IndexError",
+    "KeyError",
+    "ZeroDivisionError",
+    "FileNotFoundError",
+    "PermissionError",
+    "IOError",
+    "TimeoutError",
+    "LimitError",
+    "CancelledError",
+    "UserError",
+    "ProviderError",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A position in the submitted source: 1-based line and column, plus end offsets."""
+
+    line: int
+    column: int
+    end_line: int | None = None
+    end_column: int | None = None
+
+
+class ConchError(Exception):
+    """A conch error. ``kind`` is one of :data:`KINDS`."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        hint: str | None = None,
+        value: Any = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise AssertionError(f"unknown error kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.line = line
+        self.column = column
+        self.hint = hint
+        # The thrown value for UserError (``throw {code: 3}`` keeps the record).
+        self.value = value
+
+    def at(self, line: int | None, column: int | None) -> ConchError:
+        """Attach a position unless one is already known (the innermost position wins)."""
+        if self.line is None and line is not None:
+            self.line = line
+            self.column = column
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "line": self.line,
+            "column": self.column,
+            "hint": self.hint,
+        }
+
+    def render(self, source: str | None = None) -> str:
+        """The text rendering with a caret under the offending column (SPEC §1.4)."""
+        head = f"{self.kind}: {self.message}"
+        if self.line is not None and f"line {self.line}" not in self.message:
+            head += f" at line {self.line}, column {self.column}"
+        out = [head]
+        if source is not None and self.line is not None:
+            lines = source.splitlines()
+            if 1 <= self.line <= len(lines):
+                text = lines[self.line - 1]
+                gutter = str(self.line)
+                out.append(f"  {gutter} | {text}")
+                col = max(1, self.column or 1)
+                out.append(f"  {' ' * len(gutter)} | {' ' * (col - 1)}^")
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return f"ConchError({self.kind!r}, {self.message!r}, line={self.line}, column={self.column})"
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """A ``did you mean "x"?`` hint for the closest candidate, or None."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f'did you mean "{close[0]}"?' if close else None
+
+
+def type_error(message: str, hint: str | None = None) -> ConchError:
+    return ConchError("TypeError", message, hint=hint)
+
+
+def value_error(message: str, hint: str | None = None) -> ConchError:
+    return ConchError("ValueError", message, hint=hint)
+
+
+_PY_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (ZeroDivisionError, "ZeroDivisionError"),
+    (RecursionError, "LimitError"),
+    (MemoryError, "LimitError"),
+    (KeyError, "KeyError"),
+    (IndexError, "IndexError"),
+    (TypeError, "TypeError"),
+    (OverflowError, "ValueError"),
+    (ValueError, "ValueError"),
+    (FileNotFoundError, "FileNotFoundError"),
+    (NotADirectoryError, "FileNotFoundError"),
+    (IsADirectoryError, "IOError"),
+    (PermissionError, "PermissionError"),
+    (TimeoutError, "TimeoutError"),
+    (OSError, "IOError"),
+)
+
+
+def from_python(exc: BaseException) -> ConchError:
+    """Translate a Python exception raised by compiled code or a builtin into a ConchError."""
+    if isinstance(exc, ConchError):
+        return exc
+    for py_type, kind in _PY_KINDS:
+        if isinstance(exc, py_type):
+            return ConchError(kind, _python_message(exc, kind))
+    return ConchError("ValueError", f"{type(exc).__name__}: {exc}")
+
+
+def _python_message(exc: BaseException, kind: str) -> str:
+    if kind == "ZeroDivisionError":
+        return "division by zero"
+    if isinstance(exc, RecursionError):
+        return "maximum recursion depth exceeded"
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, KeyError):
+        key = exc.args[0] if exc.args else ""
+        return f"no field {key!r}" if isinstance(key, str) else f"no key {key!r}"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = exc.strerror or str(exc)
+        return f"{reason}: {exc.filename}"
+    text = str(exc)
+    return text or type(exc).__name__

@@ -1,0 +1,260 @@
+"""Runtime values of conch and their type names.
+
+Conch values are plain Python objects so that compiled code and builtins run at Python speed:
+
+=========  ==========================================================
+conch      Python
+=========  ==========================================================
+Null       ``None``
+Bool       ``bool``
+Int        ``int``
+Float      ``float``
+String     ``str``
+Array      ``list`` (also :class:`LazyList`, produced lazily by pipelines)
+Table      ``list`` of ``dict`` that all share the same keys in the same order
+Record     ``dict`` with ``str`` keys
+Range      ``range`` (lazy; behaves as an Array of Int)
+Function   any Python callable (compiled lambdas, named functions, builtins)
+Error      :class:`ErrorValue`
+=========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from conch.lang.errors import ConchError
+
+TYPE_NAMES = (
+    "Null",
+    "Bool",
+    "Int",
+    "Float",
+    "String",
+    "Array",
+    "Table",
+    "Record",
+    "Range",
+    "Function",
+    "Error",
+)
+
+
+class LazyList:
+    """An Array whose elements are produced on demand and remembered.
+
+    Pipelines over ranges and other lazy inputs return these, so that
+    ``range(0, 10**9) | map(f) | take(5)`` computes five elements, and a server can stream
+    elements as they are produced. Iterating twice replays the cache and continues the source,
+    so a LazyList bound to a variable behaves like an ordinary Array.
+    """
+
+    __slots__ = ("_cache", "_source")
+
+    def __init__(self, source: Iterable[Any]) -> None:
+        self._source: Iterator[Any] | None = iter(source)
+        self._cache: list[Any] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        cache = self._cache
+        i = 0
+        while True:
+            if i < len(cache):
+                yield cache[i]
+                i += 1
+                continue
+            source = self._source
+            if source is None:
+                return
+            try:
+                item = next(source)
+            except StopIteration:
+                self._source = None
+                return
+            cache.append(item)
+            i += 1
+            yield item
+
+    def materialize(self) -> list[Any]:
+        """All elements as a list (consumes the source)."""
+        if self._source is not None:
+            self._cache.extend(self._source)
+            self._source = None
+        return self._cache
+
+    def __len__(self) -> int:
+        return len(self.materialize())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.materialize()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyList):
+            other = other.materialize()
+        if isinstance(other, list | range):
+            return self.materialize() == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:  # pragma: no cover - lists are unhashable too
+        raise TypeError("unhashable type: 'Array'")
+
+    def __repr__(self) -> str:
+        return f"LazyList({self._cache!r}{', ...' if self._source is not None else ''})"
+
+
+class ErrorValue(dict):  # type: ignore[type-arg]
+    """A caught error: a Record with ``kind``, ``message``, ``line``, ``column``, ``hint``.
+
+    It is a dict so that field access, ``keys`` and JSON rendering work as for Records;
+    ``type_of`` tells it apart.
+    """
+
+    @classmethod
+    def from_error(cls, err: ConchError) -> ErrorValue:
+        value = cls(err.to_dict())
+        if err.value is not None:
+            value["value"] = err.value
+        return value
+
+
+ARRAY_TYPES = (list, range, LazyList, tuple)
+
+
+def as_list(value: Any) -> list[Any]:
+    """The elements of an Array-like value as a list (no copy for lists)."""
+    if type(value) is list:
+        return value
+    if isinstance(value, LazyList):
+        return value.materialize()
+    return list(value)
+
+
+def is_array(value: Any) -> bool:
+    return isinstance(value, ARRAY_TYPES)
+
+
+def is_table(value: Any) -> bool:
+    """A non-empty list of Records that all have the same keys in the same order."""
+    if isinstance(value, LazyList):
+        value = value.materialize()
+    if type(value) is not list or not value:
+        return False
+    first = value[0]
+    if type(first) is not dict:
+        return False
+    keys = list(first)
+    for row in value:
+        if type(row) is not dict or len(row) != len(keys) or list(row) != keys:
+            return False
+    return True
+
+
+def type_of(value: Any) -> str:
+    """The conch type name of a value (SPEC §1.2)."""
+    if value is None:
+        return "Null"
+    t = type(value)
+    if t is bool:
+        return "Bool"
+    if t is int:
+        return "Int"
+    if t is float:
+        return "Float"
+    if t is str:
+        return "String"
+    if t is dict:
+        return "Record"
+    if t is ErrorValue:
+        return "Error"
+    if t is range:
+        return "Range"
+    if t is list or t is LazyList or t is tuple:
+        return "Table" if is_table(value) else "Array"
+    if callable(value):
+        return "Function"
+    if isinstance(value, int):
+        return "Int"
+    if isinstance(value, float):
+        return "Float"
+    if isinstance(value, str):
+        return "String"
+    if isinstance(value, dict):
+        return "Record"
+    return "String"  # unreachable for values produced by conch itself
+
+
+def describe(value: Any) -> str:
+    """The full type of a value, e.g. ``Table<name: String, size: Int>`` or ``Array<Int>``."""
+    name = type_of(value)
+    if name == "Table":
+        rows = as_list(value)
+        cols = ", ".join(f"{k}: {_column_type(rows, k)}" for k in rows[0])
+        return f"Table<{cols}>"
+    if name == "Array":
+        items = as_list(value)
+        if not items:
+            return "Array"
+        kinds = {describe(v) for v in items}
+        return f"Array<{kinds.pop()}>" if len(kinds) == 1 else "Array<Any>"
+    if name == "Range":
+        return "Range<Int>"
+    if name == "Record":
+        fields = ", ".join(f"{k}: {describe(v)}" for k, v in value.items())
+        return f"Record<{fields}>"
+    return name
+
+
+def _column_type(rows: list[dict[str, Any]], key: str) -> str:
+    kinds = {describe(row[key]) for row in rows}
+    return kinds.pop() if len(kinds) == 1 else "Any"
+
+
+def to_json_value(value: Any) -> Any:
+    """The value as plain JSON data (lists, dicts, str, numbers, bool, None).
+
+    Ranges and lazy arrays are materialised; functions become their name; non-finite floats
+    become the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` (SPEC §1.2).
+    """
+    if value is None or value is True or value is False:
+        return value
+    t = type(value)
+    if t is int or t is str:
+        return value
+    if t is float:
+        if math.isfinite(value):
+            return value
+        if math.isnan(value):
+            return "NaN"
+        return "Infinity" if value > 0 else "-Infinity"
+    if t is dict or t is ErrorValue:
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if t is list or t is tuple or t is range or t is LazyList:
+        return [to_json_value(v) for v in value]
+    if callable(value):
+        return f"<function {function_name(value)}>"
+    if isinstance(value, dict):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, int | str | float):
+        return to_json_value(t.__mro__[1](value) if not isinstance(value, bool) else value)
+    return str(value)
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "conch_name", None) or getattr(fn, "__name__", "lambda"))
+
+
+def render(value: Any) -> str:
+    """The string rendering of a value: a String as its raw text, anything else compact JSON."""
+    if type(value) is str:
+        return value
+    return json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def render_pretty(value: Any) -> str:
+    """A readable multi-line rendering for people (the REPL uses rich tables for Tables)."""
+    if type(value) is str:
+        return value
+    return json.dumps(to_json_value(value), ensure_ascii=False, indent=2)
