@@ -75,6 +75,9 @@ class Builtin:
     aliases: tuple[str, ...]
     impl: Callable[..., Any]
     fn: Callable[..., Any] = field(repr=False, default=None)  # type: ignore[assignment]
+    # Builtins of different categories sharing a name (``append``, ``find``): the entry in
+    # REGISTRY dispatches on the type of the first argument to one of these.
+    overloads: list[Builtin] = field(default_factory=list, repr=False)
 
     @property
     def signature(self) -> str:
@@ -101,6 +104,7 @@ class Builtin:
             "returns": self.returns,
             "effect": self.effect,
             "aliases": list(self.aliases),
+            **({"overloads": [o.to_dict() for o in self.overloads]} if self.overloads else {}),
         }
 
 
@@ -287,9 +291,59 @@ def builtin(
         )
         b.fn = _make_wrapper(b, sig)
         for key in (name, *aliases):
-            if key in REGISTRY:
-                raise AssertionError(f"builtin {key!r} registered twice")
-            REGISTRY[key] = b
+            existing = REGISTRY.get(key)
+            REGISTRY[key] = b if existing is None else _overload(key, existing, b)
         return impl
 
     return decorate
+
+
+def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
+    """One entry for builtins of different categories that share a name (SPEC lists
+    ``append`` and ``find`` under both filesystem and collections), chosen per call by the
+    type of the first argument."""
+    members = [*(existing.overloads or [existing]), new]
+    firsts: list[tuple[Callable[[Any], bool], Builtin]] = []
+    for m in members:
+        if m is not new and m.category == new.category:
+            raise AssertionError(f"builtin {key!r} registered twice")
+        pred = _checker(m.params[0].type) if m.params and not m.params[0].variadic else None
+        if pred is None:
+            raise AssertionError(f"{key}: an overloaded builtin must type its first parameter")
+        firsts.append((pred, m))
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            for pred, m in firsts:
+                if pred(args[0]):
+                    return m.fn(*args, **kwargs)
+            expected = " or ".join(m.params[0].type for m in members)
+            raise _type_error(key, members[0].params[0].name, expected, args[0])
+        for pred, m in firsts:
+            first = m.params[0]
+            if first.name in kwargs and pred(kwargs[first.name]):
+                return m.fn(**kwargs)
+        for _, m in firsts:
+            if not m.params[0].required:
+                return m.fn(**kwargs)
+        raise ConchError("TypeError", f"{key}: missing argument '{members[0].params[0].name}'")
+
+    head = members[0]
+    combined = Builtin(
+        name=key,
+        category=head.category,
+        description=" / ".join(m.description for m in members),
+        params=head.params,
+        returns=head.returns if all(m.returns == head.returns for m in members) else "Any",
+        effect=head.effect,
+        examples=[e for m in members for e in m.examples],
+        aliases=(),
+        impl=head.impl,
+        overloads=members,
+    )
+    dispatch.__doc__ = combined.description
+    dispatch.__name__ = key if key.isidentifier() else "builtin"
+    dispatch.conch_name = key  # type: ignore[attr-defined]
+    dispatch.conch_builtin = combined  # type: ignore[attr-defined]
+    combined.fn = dispatch
+    return combined
