@@ -85,7 +85,8 @@ class Builtin:
         for p in self.params:
             text = f"{'...' if p.variadic else ''}{p.name}: {p.type}"
             if not p.required and not p.variadic:
-                text += f" = {values.render(p.default) if p.default is not None else 'null'}"
+                # to_json-style, so that a String default shows quoted: sep: String = ","
+                text += f" = {values.render([p.default])[1:-1]}"
             parts.append(text)
         return f"{self.name}({', '.join(parts)}) -> {self.returns}"
 
