@@ -492,6 +492,7 @@ _HASHES = (
     "blake2b",
     "blake2s",
 )
+_HASH_KEYS = {h.replace("_", ""): h for h in _HASHES}
 
 
 @builtin(
@@ -507,7 +508,8 @@ _HASHES = (
     ],
 )
 def hash_(value: Any, algorithm: String = "sha256") -> String:
-    name = algorithm.lower().replace("-", "_")
+    # "SHA-256", "sha_256" and "sha256" all name the same algorithm.
+    name = _HASH_KEYS.get(algorithm.lower().replace("-", "").replace("_", ""), algorithm)
     if name not in _HASHES:
         raise _value_error(
             f"hash: unknown algorithm {algorithm!r}",
