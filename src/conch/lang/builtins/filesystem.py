@@ -1050,7 +1050,8 @@ def _is_binary(path: str) -> bool:
 )
 @_fs
 def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool = False) -> Table:
-    if values.is_array(pattern) or _is_text(pattern):
+    piped = values.is_array(pattern) or _is_text(pattern)
+    if piped:
         # piped text: the subject came first
         if type(input) is not str:
             raise ConchError("TypeError", "grep: the pattern must be a String")
@@ -1062,8 +1063,12 @@ def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool
         raise ConchError(
             "ValueError", f"grep: invalid regular expression {pattern!r}: {exc}"
         ) from None
-    if _is_text(input):
-        lines = input.splitlines()
+    if piped or _is_text(input):
+        lines = (
+            [values.render(x) for x in values.as_list(input)]
+            if piped and values.is_array(input)
+            else input.splitlines()
+        )
         return [{"line": i, "text": t} for i, t in enumerate(lines, 1) if regex.search(t)]
     if values.is_array(input):
         # An Array in second position: the paths to search.
