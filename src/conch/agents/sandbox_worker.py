@@ -1,0 +1,418 @@
+"""The child side of the sandbox: one worker process that runs conch programs for the server.
+
+The server (:mod:`conch.agents.sandbox`) starts these processes and never runs untrusted
+code itself. A worker applies its OS limits once at start (``RLIMIT_AS``) and before each
+job (``RLIMIT_CPU``), scrubs secrets from its environment, then serves jobs one at a time
+over a socket: it receives a job, runs it under a sandboxed :class:`Context`, and sends
+progress, output lines and array elements back as they happen, then a final ``done`` frame.
+
+Frames are a 4-byte big-endian length followed by UTF-8 JSON in both directions. JSON
+(never pickle) is deliberate: a worker that untrusted code managed to subvert must not be
+able to make the server execute anything by what it sends back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conch.lang import values
+from conch.lang.context import Context, Limits, using
+from conch.lang.errors import ConchError, from_python
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 256 * 1024 * 1024
+
+# Environment variables a program must not be able to read back through ``env``.
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def encode(message: Any) -> bytes:
+    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return HEADER.pack(len(data)) + data
+
+
+class Channel:
+    """Blocking framed JSON over the worker's end of the socket pair."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.file = sock.makefile("rb")
+
+    def send(self, message: Any) -> None:
+        self.sock.sendall(encode(message))
+
+    def recv(self) -> Any:
+        header = self.file.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack(header)
+        body = self.file.read(size)
+        if len(body) < size:
+            return None
+        return json.loads(body)
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker needs to know, sent once when it starts (plain data: it crosses
+    a process boundary)."""
+
+    workspace: str
+    allowed_effects: list[str]
+    memory_mb: int
+    max_recursion: int
+    settings_json: str | None = None
+
+
+def _scrub_environment() -> None:
+    for name in list(os.environ):
+        upper = name.upper()
+        if upper.startswith("CONCH_") or any(m in upper for m in SECRET_MARKERS):
+            del os.environ[name]
+
+
+def _apply_memory_limit(memory_mb: int) -> None:
+    if memory_mb <= 0:
+        return
+    limit = memory_mb * 1024 * 1024
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _cpu_used() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _apply_cpu_budget(seconds: float) -> None:
+    """Let the next job use at most ``seconds`` of CPU: RLIMIT_CPU counts the process's whole
+    life, so the soft limit is moved to the time used so far plus the budget. Past it the
+    kernel sends SIGXCPU, whose default action ends the worker; the server sees that and
+    answers ``TimeoutError``."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(_cpu_used() + max(1.0, seconds))
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def worker_main(sock: socket.socket) -> None:
+    """Serve jobs on ``sock`` until the server closes it. The first frame is the
+    :class:`WorkerConfig`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
+    _scrub_environment()
+    chan = Channel(sock)
+    first = chan.recv()
+    if not (isinstance(first, list) and first and first[0] == "config"):
+        return
+    config = WorkerConfig(**first[1])
+    _preload()
+    runner = Runner(config)
+    with contextlib.suppress(OSError):
+        os.chdir(config.workspace)
+    # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
+    sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
+    signal.signal(signal.SIGXCPU, _on_cpu_limit)
+    _apply_memory_limit(config.memory_mb)
+    chan.send(["ready", os.getpid()])
+    while True:
+        job = chan.recv()
+        if job is None:
+            return
+        _apply_cpu_budget(float(job.get("cpu_s") or 60.0))
+        runner.run(job, chan)
+        if _State.cpu_exceeded:
+            return
+
+
+class _State:
+    in_job = False
+    cpu_exceeded = False
+
+
+def _on_cpu_limit(signum: int, frame: Any) -> None:
+    # Raised inside the running program; a worker stuck in native code never gets here and
+    # is killed by the server's wall-time watchdog instead. The kernel repeats SIGXCPU every
+    # second past the soft limit, so the worker is recycled after its job.
+    _State.cpu_exceeded = True
+    if _State.in_job:
+        raise ConchError("TimeoutError", "CPU time limit exceeded")
+
+
+def _preload() -> None:
+    """Import everything a program could make the worker import later, before the worker
+    moves into the workspace: nothing may be imported from a directory programs write to."""
+    from conch.lang.builtins.registry import load_all
+
+    with contextlib.suppress(ImportError):
+        import conch.lang  # noqa: F401
+    load_all()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    sock = socket.socket(fileno=int(args[0]))
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        worker_main(sock)
+
+
+# -- running a job ------------------------------------------------------------------------
+
+
+class _StreamLimit(Exception):
+    pass
+
+
+class Runner:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.workspace = Path(config.workspace)
+        self.allowed = frozenset(config.allowed_effects)
+        self.settings: Any = None
+        if config.settings_json:
+            with contextlib.suppress(Exception):
+                from conch.config import Settings
+
+                self.settings = Settings.model_validate_json(config.settings_json)
+        self._programs: dict[str, Any] = {}
+
+    def _compile(self, source: str) -> Any:
+        program = self._programs.get(source)
+        if program is None:
+            from conch.lang import compile_program
+
+            program = compile_program(source)
+            if len(self._programs) >= 512:
+                self._programs.pop(next(iter(self._programs)))
+            self._programs[source] = program
+        return program
+
+    def run(self, job: dict[str, Any], chan: Channel) -> None:
+        stream = bool(job.get("stream"))
+        limits = Limits(**job.get("limits", {}))
+        output: list[str] = []
+        emit: Callable[[str], None] = (lambda line: chan.send(["data", line])) if stream else output.append
+        ctx = Context(
+            workspace=self.workspace,
+            allowed_effects=self.allowed,
+            output=emit,
+            limits=limits,
+            settings=self.settings,
+        )
+        steps: list[dict[str, Any]] = []
+        recycle = False
+        done: dict[str, Any]
+        _State.in_job = True
+        try:
+            with using(ctx):
+                value = self._evaluate(job, ctx, chan, stream, steps)
+                if stream and _streamable(value):
+                    done = self._stream_array(value, ctx, chan)
+                else:
+                    done = _envelope(value, limits)
+        except ConchError as exc:
+            done = _failure(exc)
+            recycle = exc.kind == "LimitError"
+        except (MemoryError, RecursionError) as exc:
+            done = _failure(from_python(exc))
+            recycle = True
+        except Exception as exc:
+            done = _failure(from_python(exc))
+        finally:
+            _State.in_job = False
+        done["output"] = output
+        if job.get("mode") == "pipeline":
+            done["steps"] = steps
+        done["recycle"] = recycle or _State.cpu_exceeded
+        try:
+            chan.send(["done", done])
+        except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
+            chan.send(["done", {**_failure(from_python(exc)), "output": output, "recycle": recycle}])
+
+    def _evaluate(
+        self,
+        job: dict[str, Any],
+        ctx: Context,
+        chan: Channel,
+        stream: bool,
+        steps: list[dict[str, Any]],
+    ) -> Any:
+        mode = job.get("mode")
+        if mode == "program":
+            program = self._compile(job["source"])
+            on_statement = None
+            if stream:
+
+                def on_statement(index: int, total: int, text: str) -> None:
+                    chan.send(["progress", index + 1, total, _shorten(text)])
+
+            return program.run(context=ctx, on_statement=on_statement)
+        if mode == "pipeline":
+            return self._pipeline(job, ctx, chan, stream, steps)
+        if mode == "call":
+            return self._call(job, ctx)
+        raise ConchError("ValueError", f"unknown job mode {mode!r}")
+
+    def _pipeline(
+        self,
+        job: dict[str, Any],
+        ctx: Context,
+        chan: Channel,
+        stream: bool,
+        steps: list[dict[str, Any]],
+    ) -> Any:
+        from conch.lang import compile_stage
+
+        value = job.get("input")
+        sources: list[str] = job["steps"]
+        total = len(sources)
+        for i, source in enumerate(sources, start=1):
+            if stream:
+                chan.send(["progress", i, total, _shorten(source)])
+            started = time.perf_counter()
+            try:
+                stage = compile_stage(source)
+                value = stage(value, context=ctx)
+            except ConchError as exc:
+                exc.message = f"step {i}: {exc.message}"
+                raise
+            steps.append(
+                {
+                    "step": i,
+                    "type": _shallow_type(value),
+                    "elapsed_ms": int((time.perf_counter() - started) * 1000),
+                }
+            )
+        return value
+
+    def _call(self, job: dict[str, Any], ctx: Context) -> Any:
+        from conch.lang.builtins.registry import lookup
+
+        name = job["builtin"]
+        b = lookup(name)
+        if b is None:
+            raise ConchError("NameError", f"unknown builtin {name!r}")
+        args = list(job.get("args") or [])
+        kwargs = dict(job.get("kwargs") or {})
+        params = b.params
+        # Functions cannot travel as JSON: a String given for a Function parameter is
+        # conch source for one (``"fn(x) => x * 2"``).
+        for i, param in enumerate(params):
+            if param.variadic:
+                extra = kwargs.pop(param.name, None)
+                if extra is not None:
+                    args.extend(extra if isinstance(extra, list) else [extra])
+                continue
+            if not _wants_function(param.type):
+                continue
+            if i < len(args) and isinstance(args[i], str):
+                args[i] = self._function(args[i], ctx)
+            elif isinstance(kwargs.get(param.name), str):
+                kwargs[param.name] = self._function(kwargs[param.name], ctx)
+        return b.fn(*args, **kwargs)
+
+    def _function(self, source: str, ctx: Context) -> Any:
+        return self._compile(source).run(context=ctx)
+
+    def _stream_array(self, value: Any, ctx: Context, chan: Channel) -> dict[str, Any]:
+        limits = ctx.limits
+        count = 0
+        max_items = limits.collection_size
+        for item in value:
+            count += 1
+            if max_items is not None and count > max_items:
+                raise ConchError("LimitError", f"collection size limit of {max_items} exceeded")
+            text = values.render(item)
+            if limits.output_bytes is not None:
+                ctx.output_used += len(text.encode("utf-8", "replace")) + 1
+                if ctx.output_used > limits.output_bytes:
+                    raise ConchError(
+                        "LimitError", f"output limit of {limits.output_bytes} bytes exceeded"
+                    )
+            chan.send(["data", text])
+            ctx.check_cancelled()
+        return {
+            "success": True,
+            "result": str(count),
+            "type": "Range" if type(value) is range else "Array",
+            "value": count,
+            "count": count,
+            "error": None,
+        }
+
+
+def _wants_function(type_name: str) -> bool:
+    names = {t.strip() for t in type_name.replace("?", "|").split("|")}
+    return "Function" in names and "String" not in names and "Any" not in names
+
+
+def _streamable(value: Any) -> bool:
+    return isinstance(value, list | range | values.LazyList | tuple)
+
+
+def _shallow_type(value: Any) -> str:
+    """The type name without forcing a lazy array (a pipeline step must stay lazy)."""
+    if isinstance(value, values.LazyList):
+        return "Array"
+    return values.type_of(value)
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _materialize(value: Any, limit: int | None) -> Any:
+    if type(value) is range:
+        if limit is not None and len(value) > limit:
+            raise ConchError("LimitError", f"collection size limit of {limit} exceeded")
+        return value
+    if isinstance(value, values.LazyList):
+        items: list[Any] = []
+        for item in value:
+            items.append(item)
+            if limit is not None and len(items) > limit:
+                raise ConchError("LimitError", f"collection size limit of {limit} exceeded")
+        return items
+    if type(value) is list and limit is not None and len(value) > limit:
+        raise ConchError("LimitError", f"collection size limit of {limit} exceeded")
+    return value
+
+
+def _envelope(value: Any, limits: Limits) -> dict[str, Any]:
+    value = _materialize(value, limits.collection_size)
+    type_name = values.type_of(value)
+    data = values.to_json_value(value)
+    if type(value) is str:
+        result = value
+    else:
+        result = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    if limits.output_bytes is not None and len(result) > limits.output_bytes:
+        raise ConchError(
+            "LimitError",
+            f"the result ({len(result)} characters) exceeds the output limit of "
+            f"{limits.output_bytes} bytes",
+        )
+    return {"success": True, "result": result, "type": type_name, "value": data, "error": None}
+
+
+def _failure(exc: ConchError) -> dict[str, Any]:
+    return {"success": False, "result": None, "type": None, "value": None, "error": exc.to_dict()}
+
+
+if __name__ == "__main__":
+    main()
