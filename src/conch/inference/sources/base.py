@@ -1,0 +1,154 @@
+"""What every model source shares: the request, the result, progress reports and errors.
+
+A source only ever writes into the staging directory it is given (under ``<data_dir>/tmp``);
+moving the result into the store is the caller's job, done once the files are complete and
+verified. Errors carry the HTTP status the routes answer with, so the web layer stays thin
+and the domain code never imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+# Files that make up a Hugging Face-style model directory (besides the weights).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "generation_config.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+)
+
+
+class ModelOpError(Exception):
+    """A failure of a download or conversion, with the HTTP status that describes it."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ModelOpError):
+    status_code = 400
+    code = "invalid_request"
+
+
+class NotFound(ModelOpError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ModelOpError):
+    status_code = 409
+    code = "conflict"
+
+
+class SourceUnreachable(ModelOpError):
+    """The source could not be reached or answered with an error (the cause is in the message)."""
+
+    status_code = 502
+    code = "bad_gateway"
+
+
+class VerificationFailed(ModelOpError):
+    """Bytes arrived but do not match the digest they were promised to have."""
+
+    status_code = 502
+    code = "verification_failed"
+
+
+@dataclass
+class FetchRequest:
+    """A download request as the sources see it; the locator fields default to the model id."""
+
+    model_id: str
+    source: str
+    revision: str | None = None
+    files: list[str] | None = None  # glob patterns
+    repo: str | None = None
+    url: str | None = None
+    package: str | None = None
+    name: str | None = None
+    path: str | None = None
+    registry: str | None = None
+    sha256: str | None = None
+    endpoint: str | None = None
+    token: str | None = None
+    # Where a partial download may survive a failed attempt, so a retry resumes it.
+    resume_dir: Path | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FetchResult:
+    files: list[str]  # relative to the staging directory
+    revision: str | None
+    format: str  # gguf | safetensors | onnx
+    path: str = ""  # main file relative to the staging directory ("" = the directory)
+    sha256: str | None = None  # of the main file when it is a single file
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        buf = bytearray(chunk)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def list_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def detect_format(root: Path, files: list[str]) -> tuple[str, str]:
+    """The format of a staged model and its main file (relative), from the files it has."""
+    ggufs = sorted(f for f in files if f.endswith(".gguf"))
+    if ggufs:
+        # Several GGUF files are shards of one model; llama.cpp opens the first.
+        return "gguf", ggufs[0]
+    if any(f.endswith(".safetensors") for f in files):
+        return "safetensors", ""
+    onnx = sorted(f for f in files if f.endswith(".onnx"))
+    if onnx:
+        return "onnx", ""
+    names = ", ".join(files[:10]) or "nothing"
+    raise BadRequest(
+        f"no model weights found (expected *.gguf, *.safetensors or *.onnx); got {names}"
+    )
+
+
+def report(progress: ProgressCallback | None, status: str, completed: int = 0, total: int = 0) -> None:
+    if progress is not None:
+        progress({"status": status, "completed": int(completed), "total": int(total)})
+
+
+def place_file(src: Path, dst: Path) -> None:
+    """Put ``src`` at ``dst``: a hard link when the filesystem allows it, else a copy."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

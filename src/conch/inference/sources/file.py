@@ -1,0 +1,52 @@
+"""A file or directory on the server's machine, hard-linked (or copied) into the staging area."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conch.inference.sources.base import (
+    BadRequest,
+    FetchRequest,
+    FetchResult,
+    NotFound,
+    ProgressCallback,
+    VerificationFailed,
+    detect_format,
+    list_files,
+    place_file,
+    report,
+    sha256_file,
+)
+
+NAME = "file"
+
+
+def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback | None) -> FetchResult:
+    raw = request.path or request.model_id
+    src = Path(raw).expanduser()
+    if not src.is_absolute():
+        raise BadRequest(f"the file source needs an absolute `path`; got {raw!r}")
+    if not src.exists():
+        raise NotFound(f"no such file or directory: {src}")
+    if src.is_file():
+        sources = [(src, src.name)]
+    else:
+        sources = [(p, str(p.relative_to(src))) for p in sorted(src.rglob("*")) if p.is_file()]
+    total = sum(p.stat().st_size for p, _ in sources)
+    done = 0
+    report(progress, "copying", 0, total)
+    for p, rel in sources:
+        place_file(p, staging_dir / rel)
+        done += p.stat().st_size
+        report(progress, "copying", done, total)
+    files = list_files(staging_dir)
+    fmt, main = detect_format(staging_dir, files)
+    digest = None
+    if main:
+        digest = sha256_file(staging_dir / main)
+        if request.sha256 and digest != request.sha256.lower():
+            raise VerificationFailed(
+                f"sha256 mismatch for {src}: expected {request.sha256}, got {digest}"
+            )
+    return FetchResult(files=files, revision=request.revision, format=fmt, path=main,
+                       sha256=digest, extra={"path": str(src)})
