@@ -1,0 +1,185 @@
+"""The language benchmark: the same pipelines in conch, plain Python and Nushell, side by side.
+
+Each pipeline is timed inside its own runtime (conch and Python in this process, Nushell with its
+``timeit`` command), so process start-up is measured only by the cold-start row. The input data
+is generated once and handed to each runtime the same way (Nushell reads it from a JSON file).
+
+Run with ``make bench`` or ``python benchmarks/lang.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".bench-cache"
+NU_VERSION = "0.115"
+REPEATS = 3
+
+
+def find_nu() -> str | None:
+    """The Nushell binary from the npm package, installed into .bench-cache on first use."""
+    binary = CACHE / "nu" / "node_modules" / "@nushell" / "linux-x64" / "bin" / "nu"
+    if binary.exists():
+        return str(binary)
+    if shutil.which("npm") is None:
+        return None
+    CACHE.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["npm", "install", "--silent", "--prefix", str(CACHE / "nu"), f"@nushell/linux-x64@{NU_VERSION}"],
+        capture_output=True,
+        text=True,
+    )
+    return str(binary) if proc.returncode == 0 and binary.exists() else None
+
+
+def best_of(fn: Callable[[], Any], repeats: int = REPEATS) -> tuple[float, Any]:
+    best = float("inf")
+    result = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def nu_time(nu: str, script: str, data_file: Path | None) -> float:
+    """Best of REPEATS in-process timings reported by Nushell's timeit, in seconds."""
+    load = f"let data = (open '{data_file}')\n" if data_file else ""
+    body = f"{load}[{', '.join(['0'] * REPEATS)}] | each {{|_| timeit {{ {script} }} | into int }} | math min"
+    proc = subprocess.run([nu, "-c", body], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nu failed: {proc.stderr.strip()[:400]}")
+    return int(proc.stdout.strip()) / 1e9
+
+
+def make_data(tmp: Path) -> dict[str, Any]:
+    rows_b = [{"id": i, "key": f"k{i % 100}", "size": (i * 7919) % 100_003} for i in range(100_000)]
+    rows_c = [{"id": i, "name": f"file{i}", "size": (i * 104_729) % 1_000_003} for i in range(200_000)]
+    text_d = "\n".join(f"line {i} of some words to split and join" for i in range(100_000))
+    files = {}
+    for name, value in (("b", rows_b), ("c", rows_c), ("d", text_d)):
+        path = tmp / f"{name}.json"
+        path.write_text(json.dumps(value))
+        files[name] = path
+    return {"b": rows_b, "c": rows_c, "d": text_d, "files": files}
+
+
+def python_a() -> int:
+    return sum(y for y in (x * 2 for x in range(1_000_000)) if y % 3 == 0)
+
+
+def python_b(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row["key"]), []).append(row)
+    return [{"key": k, "count": len(v)} for k, v in groups.items()]
+
+
+def python_c(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: r["size"])
+
+
+def python_d(text: str) -> list[str]:
+    return ["-".join(line.upper().split(" ")) for line in text.splitlines()]
+
+
+CONCH = {
+    "a": "range(0, 1000000) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum",
+    "b": 'let g = data | group_by("key")\nkeys(g) | map(fn(k) => {key: k, count: len(g[k])})',
+    "c": 'data | sort_by("size")',
+    "d": 'data | lines | map(fn(l) => l | upper | split(" ") | join("-"))',
+}
+
+NU = {
+    "a": "0..<1000000 | each {|x| $x * 2} | where {|x| $x mod 3 == 0} | math sum",
+    "b": "$data | group-by key | items {|k, v| {key: $k, count: ($v | length)}}",
+    "c": "$data | sort-by size",
+    "d": "$data | lines | each {|l| $l | str upcase | split row ' ' | str join '-'}",
+}
+
+LABELS = {
+    "a": "(a) 1M Ints: map x2, where %3==0, sum",
+    "b": "(b) 100k records: group_by, count per group",
+    "c": "(c) sort_by on 200k records",
+    "d": "(d) upper/split/join on 100k lines",
+}
+
+
+def cold_start(cmd: list[str], runs: int = 20) -> float:
+    """Median wall time of a whole process run."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> list[dict[str, Any]]:
+    sys.setrecursionlimit(10_000)
+    from conch.lang import compile_program
+    from conch.lang.values import to_json_value
+
+    nu = find_nu()
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        data = make_data(Path(tmpdir))
+        py_funcs: dict[str, Callable[[], Any]] = {
+            "a": python_a,
+            "b": lambda: python_b(data["b"]),
+            "c": lambda: python_c(data["c"]),
+            "d": lambda: python_d(data["d"]),
+        }
+        for key in "abcd":
+            program = compile_program(CONCH[key])
+            variables = {"data": data[key]} if key != "a" else {}
+            t_conch, out_conch = best_of(lambda p=program, v=variables: to_json_value(p.run(variables=v)))
+            t_py, out_py = best_of(py_funcs[key])
+            if key in "ad":
+                assert out_conch == out_py, f"{key}: conch and Python disagree"
+            t_nu = nu_time(nu, NU[key], data["files"].get(key)) if nu else None
+            results.append({"bench": LABELS[key], "conch": t_conch, "python": t_py, "nu": t_nu})
+
+    conch_bin = str(Path(sys.executable).parent / "conch")
+    results.append(
+        {
+            "bench": "(e) cold start: -c '1 + 1'",
+            "conch": cold_start([conch_bin, "-c", "1 + 1"]),
+            "python": cold_start([sys.executable, "-S", "-c", "print(1 + 1)"])
+            if os.environ.get("BENCH_PY_NOSITE")
+            else cold_start(["python3", "-c", "print(1 + 1)"]),
+            "nu": cold_start([nu, "-c", "1 + 1"]) if nu else None,
+        }
+    )
+    print_table(results)
+    return results
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print(f"\nconch language benchmark (Nushell {NU_VERSION}; best of {REPEATS}, cold start median of 20)")
+    header = f"{'benchmark':46} {'conch':>9} {'python':>9} {'nushell':>9} {'conch/py':>9} {'nu/conch':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        nu_t = r["nu"]
+        nu_col = f"{nu_t * 1000:8.1f}ms" if nu_t else "      n/a"
+        ratio = f"{nu_t / r['conch']:8.2f}x" if nu_t else "      n/a"
+        print(
+            f"{r['bench']:46} {r['conch'] * 1000:8.1f}ms {r['python'] * 1000:8.1f}ms "
+            f"{nu_col} {r['conch'] / r['python']:8.2f}x {ratio}"
+        )
+
+
+if __name__ == "__main__":
+    main()
