@@ -1,0 +1,615 @@
+"""The llama.cpp engine: one model, one context, several sequences decoded together.
+
+Like llama-server's slots, every running request owns a sequence id in a single llama.cpp
+context. A worker thread builds one ``llama_batch`` per step holding the next token of every
+generating sequence plus prompt chunks of newly admitted ones, calls ``llama_decode`` once,
+and samples each sequence with its own sampler chain. Decoding several sequences in one
+call costs little more than decoding one, which is where aggregate throughput comes from.
+
+Tokens travel to the event loop one at a time (``call_soon_threadsafe`` into an asyncio
+queue), so streams are real; a cancelled request is dropped before the next batch is built,
+so a disconnect stops generation within one token. Embeddings use a second context
+(mean pooling, set explicitly) created on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import ctypes
+import logging
+import os
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conch.inference.engine import (
+    ContextLengthExceeded,
+    Engine,
+    EngineError,
+    Generation,
+    QueueFull,
+    SamplingParams,
+    TokenEvent,
+)
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend() -> Any:
+    """Import llama_cpp once, quiet its native logging, and initialise the backend."""
+    global _backend_ready
+    import llama_cpp
+
+    with _backend_lock:
+        if not _backend_ready:
+            logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+    return llama_cpp
+
+
+@dataclass
+class EngineStats:
+    """Counters the server exports as metrics (written by the worker thread only)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    decode_time_s: float = 0.0
+
+
+@dataclass
+class _Job:
+    tokens: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[TokenEvent]
+    max_tokens: int
+    cancelled: bool = False
+    seq: int = -1
+    sampler: Any = None
+    n_past: int = 0  # tokens of this sequence already in the KV cache
+    n_gen: int = 0
+    last_token: int = -1
+    text: str = ""
+    emitted: int = 0
+    submitted_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+
+    def push(self, ev: TokenEvent) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+        except RuntimeError:  # the loop is gone: nobody is listening any more
+            self.cancelled = True
+
+
+class _LlamaGeneration(Generation):
+    def __init__(self, engine: LlamaEngine, job: _Job) -> None:
+        self._engine = engine
+        self._job = job
+        self.prompt_tokens = len(job.tokens)
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:  # type: ignore[override]
+        try:
+            while not self._done:
+                ev = await self._job.queue.get()
+                if ev.finish_reason is not None:
+                    self._done = True
+                yield ev
+        finally:
+            if not self._done:
+                self.cancel()
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._job.cancelled = True
+            self._engine._wake()
+
+
+class LlamaEngine(Engine):
+    def __init__(
+        self,
+        model_id: str,
+        path: str,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        n_parallel: int = 4,
+        n_batch: int = 512,
+        max_queue: int = 64,
+        chat_template: str | None = None,
+    ) -> None:
+        self.model_id = model_id
+        self.path = path
+        self._n_ctx_req = n_ctx
+        self.n_threads = n_threads or max(os.cpu_count() or 1, 1)
+        self.n_parallel = max(1, n_parallel)
+        self.n_batch = n_batch
+        self.max_queue = max_queue
+        self._template_override = chat_template
+        self.n_ctx = n_ctx
+        self.stats = EngineStats()
+
+        self._model: Any = None
+        self._ctx: Any = None
+        self._batch: Any = None
+        self._emb_ctx: Any = None
+        self._emb_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._pending: deque[_Job] = deque()
+        self._active: list[_Job] = []
+        self._free_seqs: list[int] = []
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._template: Any = None
+        self._bos_text = ""
+        self._eos_text = ""
+        self._add_bos = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def load(self) -> None:
+        llama_cpp = _init_backend()
+        from llama_cpp._internals import LlamaModel
+
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.use_mmap = True
+        self._model = LlamaModel(path_model=self.path, params=mparams, verbose=False)
+        n_ctx_train = self._model.n_ctx_train()
+        self.n_ctx = min(self._n_ctx_req, n_ctx_train) if n_ctx_train > 0 else self._n_ctx_req
+        self.has_decoder = bool(llama_cpp.llama_model_has_decoder(self._model.model))
+        self.has_encoder = bool(llama_cpp.llama_model_has_encoder(self._model.model))
+        self.n_embd = self._model.n_embd()
+        self._add_bos = self._model.add_bos_token()
+
+        meta = self._model.metadata()
+        self._bos_text = self._token_text(self._model.token_bos())
+        self._eos_text = self._token_text(self._model.token_eos())
+        self._template = self._compile_template(
+            self._template_override or meta.get("tokenizer.chat_template") or _DEFAULT_CHATML
+        )
+
+        if self.has_decoder and not self.has_encoder:
+            cparams = llama_cpp.llama_context_default_params()
+            # Each sequence gets the full requested context: the KV cache holds n_parallel of them.
+            cparams.n_ctx = self.n_ctx * self.n_parallel
+            cparams.n_batch = self.n_batch
+            cparams.n_ubatch = self.n_batch
+            cparams.n_seq_max = self.n_parallel
+            cparams.n_threads = self.n_threads
+            cparams.n_threads_batch = self.n_threads
+            cparams.kv_unified = False
+            cparams.no_perf = True
+            from llama_cpp._internals import LlamaContext
+
+            self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
+            self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+            self._free_seqs = list(range(self.n_parallel))
+            self._stop = False
+            self._thread = threading.Thread(
+                target=self._run, name=f"conch-llama-{self.model_id}", daemon=True
+            )
+            self._thread.start()
+
+    def unload(self) -> None:
+        llama_cpp = _init_backend()
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        for job in list(self._pending) + self._active:
+            job.push(TokenEvent("", job.n_gen, "error", "the model was unloaded"))
+        self._pending.clear()
+        self._active.clear()
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        with self._emb_lock:
+            if self._emb_ctx is not None:
+                self._emb_ctx.close()
+                self._emb_ctx = None
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def active_sequences(self) -> int:
+        return len(self._active)
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._pending)
+
+    # -- text ------------------------------------------------------------------------------
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        try:
+            return self._model.token_get_text(token) or ""
+        except Exception:
+            return ""
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool | None = None) -> list[int]:
+        if self._model is None:
+            raise EngineError("model is not loaded")
+        if add_bos is None:
+            add_bos = self._add_bos
+        return list(self._model.tokenize(text.encode("utf-8"), add_bos, special))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return bytes(self._model.detokenize(tokens)).decode("utf-8", errors="replace")
+
+    def _compile_template(self, source: str) -> Any:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise EngineError(f"chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(
+            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
+            extensions=["jinja2.ext.loopcontrols"],
+        )
+        env.globals["raise_exception"] = raise_exception
+        import json
+
+        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+        return env.from_string(source)
+
+    def format_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        return str(
+            self._template.render(
+                messages=messages,
+                tools=tools,
+                add_generation_prompt=True,
+                bos_token=self._bos_text,
+                eos_token=self._eos_text,
+            )
+        )
+
+    def prompt_tokens(self, prompt: str) -> list[int]:
+        """Tokens of a rendered chat prompt (special tokens parsed, BOS not doubled)."""
+        add_bos = self._add_bos and not (self._bos_text and prompt.startswith(self._bos_text))
+        return self.tokenize(prompt, special=True, add_bos=add_bos)
+
+    # -- generation --------------------------------------------------------------------------
+    def stream(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+        if self._ctx is None:
+            raise EngineError(f"model {self.model_id} cannot generate text (it has no decoder)")
+        tokens = self.prompt_tokens(prompt) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
+            raise EngineError("the prompt is empty")
+        if len(tokens) >= self.n_ctx:
+            raise ContextLengthExceeded(len(tokens), self.n_ctx)
+        room = self.n_ctx - len(tokens)
+        max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+        loop = asyncio.get_running_loop()
+        job = _Job(tokens=tokens, params=params, loop=loop, queue=asyncio.Queue(), max_tokens=max_tokens)
+        with self._cond:
+            if len(self._pending) - len(self._free_seqs) >= self.max_queue:
+                raise QueueFull(self.max_queue)
+            self._pending.append(job)
+            self._cond.notify()
+        return _LlamaGeneration(self, job)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _make_sampler(self, params: SamplingParams) -> Any:
+        llama_cpp = _init_backend()
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = llama_cpp.llama_sampler_chain_add
+        vocab = self._model.vocab
+        if params.grammar:
+            g = params.grammar.encode("utf-8")
+            if params.grammar_triggers:
+                pats = (ctypes.c_char_p * len(params.grammar_triggers))(
+                    *[p.encode("utf-8") for p in params.grammar_triggers]
+                )
+                smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                    vocab, g, b"root", pats, len(params.grammar_triggers), None, 0
+                )
+            else:
+                smpl = llama_cpp.llama_sampler_init_grammar(vocab, g, b"root")
+            if not smpl:
+                llama_cpp.llama_sampler_free(chain)
+                raise EngineError("the grammar for this request could not be parsed")
+            add(chain, smpl)
+        if params.presence_penalty or params.frequency_penalty:
+            add(chain, llama_cpp.llama_sampler_init_penalties(64, 1.0, params.frequency_penalty, params.presence_penalty))
+        if params.temperature <= 0:
+            add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if params.seed is not None else random.getrandbits(32)
+            add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # a native failure must not leave requests hanging
+            log.exception("llama.cpp worker for %s failed", self.model_id)
+            with self._cond:
+                jobs = list(self._pending) + self._active
+                self._pending.clear()
+                self._active.clear()
+            for job in jobs:
+                job.push(TokenEvent("", job.n_gen, "error", f"inference failed: {exc}"))
+
+    def _finish(self, job: _Job, reason: str, error: str | None = None) -> None:
+        llama_cpp = _init_backend()
+        if job in self._active:
+            self._active.remove(job)
+        if job.seq >= 0:
+            llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, -1, -1)
+            self._free_seqs.append(job.seq)
+            job.seq = -1
+        if job.sampler is not None:
+            llama_cpp.llama_sampler_free(job.sampler)
+            job.sampler = None
+        if reason != "cancelled":
+            tail = job.text[job.emitted :] if reason != "error" else ""
+            job.push(TokenEvent(tail, job.n_gen, reason, error))
+        self.stats.requests += 1
+
+    def _loop(self) -> None:
+        llama_cpp = _init_backend()
+        ctx = self._ctx.ctx
+        vocab = self._model.vocab
+        batch = self._batch
+        while True:
+            with self._cond:
+                while not self._stop and not self._active and not self._pending:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                # Admit waiting requests into free sequences, oldest first.
+                while self._pending and self._free_seqs:
+                    job = self._pending.popleft()
+                    if job.cancelled:
+                        continue
+                    try:
+                        job.sampler = self._make_sampler(job.params)
+                    except EngineError as exc:
+                        job.push(TokenEvent("", 0, "error", str(exc)))
+                        continue
+                    job.seq = self._free_seqs.pop()
+                    self._active.append(job)
+                # Dropped between two tokens: this is the "stops within one token" guarantee.
+                for job in [j for j in self._active if j.cancelled]:
+                    self._finish(job, "cancelled")
+                active = list(self._active)
+            if not active:
+                continue
+
+            # Generating sequences first (one token each), then prompt chunks with what is left.
+            n = 0
+            sample_at: list[tuple[_Job, int]] = []
+            generating: list[_Job] = []
+            for job in active:
+                if job.n_past >= len(job.tokens):
+                    generating.append(job)
+                    batch.token[n] = job.last_token
+                    batch.pos[n] = job.n_past
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = job.seq
+                    batch.logits[n] = 1
+                    sample_at.append((job, n))
+                    n += 1
+            prefilled: list[tuple[_Job, int]] = []
+            for job in active:
+                remaining = len(job.tokens) - job.n_past
+                if remaining <= 0 or n >= self.n_batch:
+                    continue
+                take = min(remaining, self.n_batch - n)
+                for k in range(take):
+                    batch.token[n] = job.tokens[job.n_past + k]
+                    batch.pos[n] = job.n_past + k
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = job.seq
+                    batch.logits[n] = 0
+                    n += 1
+                prefilled.append((job, take))
+                if take == remaining:
+                    batch.logits[n - 1] = 1
+                    sample_at.append((job, n - 1))
+            batch.n_tokens = n
+
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(ctx, batch)
+            self.stats.decode_time_s += time.perf_counter() - t0
+            if rc != 0:
+                with self._cond:
+                    for job in active:
+                        self._finish(job, "error", f"llama_decode failed with status {rc}")
+                continue
+            for job, take in prefilled:
+                job.n_past += take
+                self.stats.prompt_tokens += take
+            for job in generating:
+                job.n_past += 1
+
+            finished: list[tuple[_Job, str]] = []
+            for job, idx in sample_at:
+                tok = llama_cpp.llama_sampler_sample(job.sampler, ctx, idx)
+                now = time.perf_counter()
+                if job.first_token_at is None:
+                    job.first_token_at = now
+                    self.stats.ttft_sum_s += now - job.submitted_at
+                    self.stats.ttft_count += 1
+                if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                    finished.append((job, "stop"))
+                    continue
+                job.n_gen += 1
+                self.stats.completion_tokens += 1
+                job.last_token = tok
+                piece = self._piece(tok)
+                reason = self._append_text(job, job.decoder.decode(piece))
+                if reason is None and job.n_gen >= job.max_tokens:
+                    reason = "length"
+                if reason is not None:
+                    finished.append((job, reason))
+            if finished:
+                with self._cond:
+                    for job, reason in finished:
+                        self._finish(job, reason)
+
+    _piece_buf = ctypes.create_string_buffer(256)
+
+    def _piece(self, tok: int) -> bytes:
+        llama_cpp = _init_backend()
+        n = llama_cpp.llama_token_to_piece(self._model.vocab, tok, self._piece_buf, 256, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._model.vocab, tok, buf, -n, 0, False)
+            return bytes(buf.raw[:n])
+        return bytes(self._piece_buf.raw[:n])
+
+    @staticmethod
+    def _append_text(job: _Job, delta: str) -> str | None:
+        """Add decoded text; emit what can no longer become a stop string. Returns "stop" on a match."""
+        stops = job.params.stop
+        if not delta:
+            return None
+        start = max(0, len(job.text) - max((len(s) for s in stops), default=0))
+        job.text += delta
+        if stops:
+            hit = min((i for i in (job.text.find(s, start) for s in stops if s) if i >= 0), default=-1)
+            if hit >= 0:
+                job.text = job.text[:hit]
+                out = job.text[job.emitted :]
+                job.emitted = len(job.text)
+                if out:
+                    job.push(TokenEvent(out, job.n_gen))
+                return "stop"
+            hold = 0
+            for s in stops:
+                for k in range(min(len(s) - 1, len(job.text)), 0, -1):
+                    if job.text.endswith(s[:k]):
+                        hold = max(hold, k)
+                        break
+            end = len(job.text) - hold
+        else:
+            end = len(job.text)
+        if end > job.emitted:
+            out = job.text[job.emitted : end]
+            job.emitted = end
+            job.push(TokenEvent(out, job.n_gen))
+        return None
+
+    # -- embeddings ----------------------------------------------------------------------
+    def _embedding_context(self) -> Any:
+        if self._emb_ctx is None:
+            llama_cpp = _init_backend()
+            from llama_cpp._internals import LlamaContext
+
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = self.n_ctx
+            cparams.n_batch = self.n_ctx
+            cparams.n_ubatch = self.n_ctx
+            cparams.n_seq_max = _EMBED_SEQS
+            cparams.kv_unified = True
+            cparams.n_threads = self.n_threads
+            cparams.n_threads_batch = self.n_threads
+            cparams.embeddings = True
+            cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+            cparams.no_perf = True
+            self._emb_ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
+            self._emb_batch = llama_cpp.llama_batch_init(self.n_ctx, 0, 1)
+        return self._emb_ctx
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        llama_cpp = _init_backend()
+        for toks in inputs:
+            if len(toks) > self.n_ctx:
+                raise ContextLengthExceeded(len(toks), self.n_ctx)
+        out: list[list[float]] = [[] for _ in inputs]
+        with self._emb_lock:
+            ectx = self._embedding_context()
+            batch = self._emb_batch
+            i = 0
+            while i < len(inputs):
+                # Pack as many inputs as fit into one decode: one sequence id each.
+                group: list[int] = []
+                n = 0
+                while i < len(inputs) and len(group) < _EMBED_SEQS and n + max(1, len(inputs[i])) <= self.n_ctx:
+                    toks = inputs[i] or [self._model.token_bos()]
+                    seq = len(group)
+                    for p, t in enumerate(toks):
+                        batch.token[n] = t
+                        batch.pos[n] = p
+                        batch.n_seq_id[n] = 1
+                        batch.seq_id[n][0] = seq
+                        batch.logits[n] = 1
+                        n += 1
+                    group.append(i)
+                    i += 1
+                batch.n_tokens = n
+                if ectx.memory is not None:
+                    llama_cpp.llama_memory_clear(ectx.memory, True)
+                if self.has_encoder and not self.has_decoder:
+                    rc = llama_cpp.llama_encode(ectx.ctx, batch)
+                else:
+                    rc = llama_cpp.llama_decode(ectx.ctx, batch)
+                if rc != 0:
+                    raise EngineError(f"llama.cpp failed to embed the input (status {rc})")
+                for seq, idx in enumerate(group):
+                    ptr = llama_cpp.llama_get_embeddings_seq(ectx.ctx, seq)
+                    if not ptr:
+                        raise EngineError("llama.cpp returned no pooled embedding")
+                    vec = np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+                    norm = float(np.linalg.norm(vec)) or 1.0
+                    out[idx] = (vec / norm).tolist()
+        return out
+
+
+_EMBED_SEQS = 32
+
+def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str | None = None) -> LlamaEngine:
+    return LlamaEngine(
+        model_id,
+        path,
+        n_ctx=settings.n_ctx,
+        n_threads=settings.n_threads,
+        n_parallel=settings.n_parallel,
+        max_queue=settings.max_queue,
+        chat_template=chat_template,
+    )

@@ -1,0 +1,317 @@
+"""Wire models of the inference server: OpenAI-compatible requests and responses.
+
+Kept apart from the serving logic (as vLLM's ``entrypoints/openai/protocol.py`` is) so the
+OpenAPI document is generated from exactly what is validated and returned. Requests ignore
+unknown fields, as OpenAI clients send fields a local server has no use for.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- errors --------------------------------------------------------------------------------
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+# -- chat ----------------------------------------------------------------------------------
+class TextContentPart(_Request):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+class JSONSchemaSpec(_Request):
+    name: str = Field(default="response", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatText(_Request):
+    type: Literal["text"]
+
+
+class ResponseFormatJSONObject(_Request):
+    type: Literal["json_object"]
+
+
+class ResponseFormatJSONSchema(_Request):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaSpec
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJSONObject | ResponseFormatJSONSchema,
+    Field(discriminator="type"),
+]
+
+
+class FunctionDefinition(_Request):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ChatCompletionRequest(_Request):
+    model: str = Field(min_length=1, description="A local model id, or `local:<id>`.")
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, description="Default 0.7.")
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="Default: up to the context length.")
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = Field(default=None)
+    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=16)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+    keep_alive: float | str | None = Field(
+        default=None,
+        description="How long the model stays loaded after this request (seconds or '5m'); "
+        "0 unloads at once, negative keeps it loaded.",
+    )
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+    refusal: str | None = None
+
+
+class Choice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    logprobs: None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ToolCallDeltaFunction(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ToolCallDeltaFunction | None = None
+
+
+class ChoiceDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChoiceDelta
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+# -- embeddings ------------------------------------------------------------------------------
+class EmbeddingRequest(_Request):
+    model: str = Field(min_length=1)
+    input: str | list[str] | list[int] | list[list[int]] = Field(
+        description="Text, texts, tokens, or arrays of tokens."
+    )
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None
+    keep_alive: float | str | None = None
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
+# -- models ----------------------------------------------------------------------------------
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+class ModelDetails(Model):
+    status: Literal["ready", "downloading", "converting", "failed"]
+    format: Literal["gguf", "safetensors", "onnx"]
+    path: str
+    size_bytes: int
+    sha256: str | None
+    architecture: str | None
+    context_length: int | None
+    quantization: str | None
+    capabilities: list[Literal["chat", "embeddings"]]
+    source: str | None
+    revision: str | None
+    files: list[str]
+    converted_from: str | None
+    progress: float | None
+    loaded: bool
+
+
+class ModelDeleted(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    deleted: bool
+
+
+class DownloadRequest(_Request):
+    source: str | None = None
+    revision: str | None = None
+    stream: bool = False
+
+
+class ConvertRequest(_Request):
+    target_format: str | None = None
+    quantization: str | None = None
+    output_id: str | None = None
+
+
+# -- providers, storage, health ----------------------------------------------------------------
+class Provider(BaseModel):
+    id: str
+    status: Literal["available", "unavailable"]
+    url: str | None = None
+
+
+class ProviderValidation(BaseModel):
+    provider: str
+    valid: bool
+    latency_ms: int
+    models_available: int
+
+
+class StorageStats(BaseModel):
+    total_size_bytes: int
+    model_count: int
+    cache_size_bytes: int
+    storage_path: str
+
+
+class CleanupResult(BaseModel):
+    freed_bytes: int
+    removed: list[str]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Status(BaseModel):
+    status: Literal["running"] = "running"
+    version: str
+    uptime_seconds: int
+    providers: dict[str, Literal["connected", "configured"]]
+    models_loaded: int
+    requests_served: int
