@@ -133,9 +133,7 @@ def _field_getter(name: str, who: str) -> Callable[[Any], Any]:
                 found = _get_path(row, _segments(name))
                 if found is not _MISSING:
                     return found
-            raise ConchError(
-                "KeyError", f"{who}: no field '{name}'", hint=did_you_mean(name, row)
-            )
+            raise ConchError("KeyError", f"{who}: no field '{name}'", hint=did_you_mean(name, row))
         raise ConchError(
             "TypeError",
             f"{who}: cannot take field '{name}' of a {type_name(type(row))}",
@@ -368,8 +366,7 @@ def first_(items: Array, n: Int | None = None) -> Any:
     "last",
     category="collections",
     description=(
-        "The last element, or null for an empty input. With `n`, an Array of the last `n` "
-        "elements."
+        "The last element, or null for an empty input. With `n`, an Array of the last `n` elements."
     ),
     examples=[
         Example("[5, 6, 7] | last", 7),
@@ -516,7 +513,7 @@ def sort_(items: Array, desc: Bool = False) -> Array:
     "sort_by",
     category="collections",
     description=(
-        "Sort by a key: a field name (dotted paths like \"a.b\" allowed) or a function of the "
+        'Sort by a key: a field name (dotted paths like "a.b" allowed) or a function of the '
         "element. Stable, also with `desc=true` (equal keys keep their input order); null keys "
         "go last; keys are ordered like `sort`."
     ),
@@ -775,7 +772,7 @@ def flatten_(items: Array, depth: Int = 1) -> Array:
     ],
 )
 def zip_(items: Array, other: Array, *more: Array) -> Array:
-    pairs = builtins.map(list, builtins.zip(items, other, *more))
+    pairs = builtins.map(list, builtins.zip(items, other, *more, strict=False))
     if _lazy(items) or _lazy(other) or builtins.any(builtins.map(_lazy, more)):
         return LazyList(pairs)
     return list(pairs)
@@ -820,8 +817,7 @@ def len_(value: String | Array | Record | Range) -> Int:
     "count",
     category="collections",
     description=(
-        "How many elements satisfy the predicate; without a predicate, how many elements "
-        "there are."
+        "How many elements satisfy the predicate; without a predicate, how many elements there are."
     ),
     examples=[
         Example("[1, 2, 3, 4] | count(fn(x) => x > 1)", 3),
@@ -921,7 +917,7 @@ def index_of_(items: Array | String, value: Any) -> Int:
     examples=[
         Example("[1, 5, 10] | find(fn(x) => x > 3)", 5),
         Example("[1, 2] | find(fn(x) => x > 3)", None),
-        Example('[{id: 1}, {id: 2}] | find(fn(r) => r.id == 2)', {"id": 2}),
+        Example("[{id: 1}, {id: 2}] | find(fn(r) => r.id == 2)", {"id": 2}),
     ],
 )
 def find_(items: Array, predicate: Function) -> Any:
@@ -1251,7 +1247,9 @@ def merge_(value: Record | Array, *others: Record | Array) -> Record | Array:
         else:
             rows = [
                 {**a, **b}
-                for a, b in builtins.zip(_records(rows, "merge"), _records(other, "merge"))
+                for a, b in builtins.zip(
+                    _records(rows, "merge"), _records(other, "merge"), strict=False
+                )
             ]
     return as_list(rows) if not others else rows
 
@@ -1286,7 +1284,7 @@ def _index_in(who: str, seq: list[Any], index: int, allow_end: bool) -> int:
             '[{a: 1}, {a: 2}] | insert("b", fn(r) => r.a * 10)',
             [{"a": 1, "b": 10}, {"a": 2, "b": 20}],
         ),
-        Example('[1, 3] | insert(1, 2)', [1, 2, 3]),
+        Example("[1, 3] | insert(1, 2)", [1, 2, 3]),
     ],
 )
 def insert_(target: Record | Array, key: String | Int, value: Any) -> Record | Array:
@@ -1370,7 +1368,8 @@ def keys_(value: Record | Array) -> Array:
     first = rows[0]
     if not isinstance(first, dict):
         raise ConchError(
-            "TypeError", f"keys: expects a Record or a Table, got an Array of {type_name(type(first))}"
+            "TypeError",
+            f"keys: expects a Record or a Table, got an Array of {type_name(type(first))}",
         )
     return list(first)
 
@@ -1414,7 +1413,7 @@ def entries_(value: Record) -> Array:
     examples=[
         Example('[{key: "a", value: 1}] | from_entries', {"a": 1}),
         Example('[["x", 1], ["y", 2]] | from_entries', {"x": 1, "y": 2}),
-        Example('{a: 1, b: 2} | entries | from_entries', {"a": 1, "b": 2}),
+        Example("{a: 1, b: 2} | entries | from_entries", {"a": 1, "b": 2}),
     ],
 )
 def from_entries_(items: Array) -> Record:
@@ -1470,4 +1469,4 @@ def transpose_(value: Array | Record) -> Array | Record:
     seqs = [as_list(r) for r in rows]
     if len({len(s) for s in seqs}) > 1:
         raise ConchError("ValueError", "transpose: the rows have different lengths")
-    return [list(col) for col in builtins.zip(*seqs)]
+    return [list(col) for col in builtins.zip(*seqs, strict=True)]
