@@ -1,0 +1,840 @@
+"""Conch syntax tree to a Python ``ast.Module``, compiled once to a code object.
+
+Every generated Python node carries the conch source position (filename ``<conch>``), so a
+failing instruction's position (``co_positions``) is the conch line and column: the
+interpreter reads it from the traceback instead of tracking positions at run time.
+
+Scoping: conch locals become Python locals of the enclosing ``def`` (a program is one
+``def``), closures are Python closures. Immutable bindings captured by an inner function are
+passed as keyword-only defaults, so a lambda created in a loop keeps the value it saw
+(conch closures capture values); ``let mut`` bindings and named functions are captured by
+reference (``nonlocal`` where reassigned). Python names are unique per program, so conch
+shadowing (``let x = 1; let x = x + 1``) never aliases an earlier binding.
+
+Generated helper and builtin names contain ``$`` so they can never collide with conch names.
+"""
+
+from __future__ import annotations
+
+import ast as py
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from conch.lang import ast as A
+from conch.lang.builtins.registry import REGISTRY, load_all
+from conch.lang.errors import ConchError
+
+FILENAME = "<conch>"
+MAIN = "$main"
+
+_CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE, "in": py.In, "not in": py.NotIn}
+_ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.FloorDiv, "%": py.Mod, "**": py.Pow}
+_BOOL_NODES = (py.Compare, py.BoolOp)
+
+
+@dataclass(eq=False)
+class Binding:
+    pyname: str
+    mutable: bool
+    is_fn: bool
+    func: Func
+    is_global: bool = False
+
+
+@dataclass(eq=False)
+class Func:
+    parent: Func | None
+    captures: dict[str, Binding] = field(default_factory=dict)
+    nonlocals: set[str] = field(default_factory=set)
+    globals: set[str] = field(default_factory=set)
+    in_loop: int = 0
+
+
+@dataclass(eq=False)
+class Scope:
+    func: Func
+    parent: Scope | None
+    names: dict[str, Binding] = field(default_factory=dict)
+    top: bool = False
+
+    def lookup(self, name: str) -> Binding | None:
+        s: Scope | None = self
+        while s is not None:
+            b = s.names.get(name)
+            if b is not None:
+                return b
+            s = s.parent
+        return None
+
+    def visible(self) -> set[str]:
+        out: set[str] = set()
+        s: Scope | None = self
+        while s is not None:
+            out.update(s.names)
+            s = s.parent
+        return out
+
+
+@dataclass
+class Unresolved:
+    name: str
+    line: int
+    col: int
+    candidates: list[str]
+
+
+@dataclass
+class Compiled:
+    code: Any
+    builtins: dict[str, Any]
+    unresolved: list[Unresolved]
+    top_bindings: dict[str, Binding]
+
+
+def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = None) -> ConchError:
+    return ConchError(kind, message, line=node.line or None, column=node.col or None, hint=hint)
+
+
+def _name(pyname: str) -> py.Name:
+    return py.Name(pyname, py.Load())
+
+
+def _store(pyname: str) -> py.Name:
+    return py.Name(pyname, py.Store())
+
+
+def _const(v: Any) -> py.Constant:
+    return py.Constant(v)
+
+
+def _call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | None = None) -> py.Call:
+    func = _name(fn) if isinstance(fn, str) else fn
+    return py.Call(func, args, keywords or [])
+
+
+def _assign(pyname: str, value: py.expr) -> py.Assign:
+    return py.Assign([_store(pyname)], value)
+
+
+def _is_trivial(e: py.expr) -> bool:
+    return isinstance(e, py.Constant | py.Name)
+
+
+class Compiler:
+    def __init__(
+        self,
+        *,
+        checked: bool = False,
+        session_globals: dict[str, Binding] | None = None,
+        known_globals: frozenset[str] = frozenset(),
+    ) -> None:
+        load_all()
+        self.checked = checked
+        self.session = session_globals is not None
+        self.prev_globals = session_globals or {}
+        self.known_globals = known_globals
+        self.used: set[str] = {b.pyname for b in self.prev_globals.values()}
+        self.counter = 0
+        self.builtins: dict[str, Any] = {}
+        self.unresolved: list[Unresolved] = []
+        self.out: list[py.stmt] = []
+        self.pipe_input: list[py.expr | None] = [None]
+        self.main_func = Func(None)
+        self.func = self.main_func
+        self.scope = Scope(self.main_func, None, top=True)
+        self.loop_depth = 0
+        if self.session:
+            for name, b in self.prev_globals.items():
+                b.func = self.main_func
+                self.scope.names[name] = b
+
+    # -- positions -----------------------------------------------------------------------
+
+    @staticmethod
+    def at(pynode: Any, node: A.Node | A.Param, op: tuple[int, int, int] | None = None) -> Any:
+        """Give ``pynode`` the conch position of ``node`` (or of an operator token)."""
+        if op is not None:
+            line, col, length = op
+            pynode.lineno = pynode.end_lineno = line
+            pynode.col_offset = col - 1
+            pynode.end_col_offset = col - 1 + length
+            return pynode
+        if not node.line:
+            return pynode
+        pynode.lineno = node.line
+        pynode.col_offset = node.col - 1
+        end_line = getattr(node, "end_line", 0) or node.line
+        end_col = getattr(node, "end_col", 0) or node.col
+        if (end_line, end_col) < (node.line, node.col):
+            end_line, end_col = node.line, node.col
+        pynode.end_lineno = end_line
+        pynode.end_col_offset = end_col - 1
+        return pynode
+
+    # -- names ---------------------------------------------------------------------------
+
+    def fresh(self, base: str = "t") -> str:
+        self.counter += 1
+        return f"${base}{self.counter}"
+
+    def new_pyname(self, name: str) -> str:
+        if name not in self.used:
+            self.used.add(name)
+            return name
+        i = 2
+        while f"{name}${i}" in self.used:
+            i += 1
+        pyname = f"{name}${i}"
+        self.used.add(pyname)
+        return pyname
+
+    def declare(self, name: str, mutable: bool = False, is_fn: bool = False) -> Binding:
+        scope = self.scope
+        if scope.top and self.session:
+            prev = scope.names.get(name)
+            if prev is not None and prev.is_global:
+                prev.mutable = mutable
+                prev.is_fn = is_fn
+                self.main_func.globals.add(prev.pyname)
+                return prev
+            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, is_global=True)
+            self.main_func.globals.add(b.pyname)
+        else:
+            b = Binding(self.new_pyname(name), mutable, is_fn, self.func)
+        scope.names[name] = b
+        return b
+
+    def load(self, name: str, node: A.Node) -> py.expr:
+        b = self.scope.lookup(name)
+        if b is None:
+            builtin = REGISTRY.get(name)
+            if builtin is not None:
+                key = f"$b:{name}"
+                self.builtins[key] = builtin.fn
+                return self.at(_name(key), node)
+            if name not in self.known_globals:
+                cands = sorted(self.scope.visible() | set(REGISTRY))
+                self.unresolved.append(Unresolved(name, node.line, node.col, cands))
+            return self.at(_name(name), node)
+        self.access(b, self.func)
+        return self.at(_name(b.pyname), node)
+
+    def access(self, b: Binding, func: Func) -> None:
+        """Make binding ``b`` readable from ``func`` (captured by value if immutable)."""
+        if b.func is func or b.mutable or b.is_fn:
+            return
+        if b.is_global and func is self.main_func:
+            return
+        if b.pyname in func.captures:
+            return
+        func.captures[b.pyname] = b
+        if func.parent is not None:
+            self.access(b, func.parent)
+
+    # -- emission helpers ----------------------------------------------------------------
+
+    def emit(self, stmt: py.stmt) -> None:
+        self.out.append(stmt)
+
+    @contextmanager
+    def into(self, out: list[py.stmt]) -> Iterator[list[py.stmt]]:
+        saved = self.out
+        self.out = out
+        try:
+            yield out
+        finally:
+            self.out = saved
+
+    @contextmanager
+    def new_scope(self) -> Iterator[Scope]:
+        saved = self.scope
+        self.scope = Scope(self.func, saved)
+        try:
+            yield self.scope
+        finally:
+            self.scope = saved
+
+    def spill(self, e: py.expr) -> py.expr:
+        if _is_trivial(e):
+            return e
+        t = self.fresh()
+        self.emit(_assign(t, e))
+        return _name(t)
+
+    def seq(self, nodes: list[A.Node]) -> list[py.expr]:
+        """Compile several expressions keeping left-to-right evaluation order."""
+        results: list[py.expr] = []
+        for n in nodes:
+            buf: list[py.stmt] = []
+            with self.into(buf):
+                e = self.expr(n)
+            if buf and results:
+                results = [self.spill(r) for r in results]
+            self.out.extend(buf)
+            results.append(e)
+        return results
+
+    # -- programs ------------------------------------------------------------------------
+
+    def compile_program(self, prog: A.Program) -> Compiled:
+        body: list[py.stmt] = []
+        with self.into(body):
+            self.predeclare_fns(prog.stmts)
+            value = self.statements(prog.stmts, want_value=True, top=True)
+            self.emit(py.Return(value))
+        if self.main_func.globals:
+            body.insert(0, py.Global(sorted(self.main_func.globals)))
+        fdef = py.FunctionDef(
+            name=MAIN,
+            args=py.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+            body=body,
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+        )
+        fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
+        module = py.Module(body=[fdef], type_ignores=[])
+        py.fix_missing_locations(module)
+        code = compile(module, FILENAME, "exec")
+        top = {name: b for name, b in self.scope.names.items() if b.is_global}
+        return Compiled(code, self.builtins, self.unresolved, top)
+
+    def predeclare_fns(self, stmts: list[A.Node]) -> None:
+        for s in stmts:
+            if isinstance(s, A.FnDef):
+                self.declare(s.name, is_fn=True)
+
+    def statements(self, stmts: list[A.Node], want_value: bool, top: bool = False) -> py.expr:
+        n = len(stmts)
+        value: py.expr = _const(None)
+        for i, s in enumerate(stmts):
+            if top:
+                self.emit(self.at(py.Expr(_call("$onst", [_const(i)])), s))
+            if i == n - 1 and want_value:
+                value = self.value_stmt(s)
+            else:
+                self.stmt(s)
+        return value
+
+    def value_stmt(self, s: A.Node) -> py.expr:
+        if isinstance(s, A.Let | A.Assign | A.FnDef | A.For | A.While):
+            self.stmt(s)
+            return _const(None)
+        return self.expr(s)
+
+    def block_value(self, block: A.Block, want_value: bool = True) -> py.expr:
+        with self.new_scope():
+            self.predeclare_fns(block.stmts)
+            return self.statements(block.stmts, want_value)
+
+    # -- statements ----------------------------------------------------------------------
+
+    def stmt(self, s: A.Node) -> None:
+        if isinstance(s, A.Let):
+            self.let(s)
+        elif isinstance(s, A.Assign):
+            self.assign(s)
+        elif isinstance(s, A.FnDef):
+            self.fn_def(s)
+        elif isinstance(s, A.For):
+            self.for_(s)
+        elif isinstance(s, A.While):
+            self.while_(s)
+        elif isinstance(s, A.If):
+            self.if_(s, want_value=False)
+        elif isinstance(s, A.Block):
+            self.block_value(s, want_value=False)
+        elif isinstance(s, A.Break | A.Continue | A.Return | A.Throw):
+            self.expr(s)
+        else:
+            e = self.expr(s)
+            if not _is_trivial(e):
+                self.emit(self.at(py.Expr(e), s))
+
+    def let(self, s: A.Let) -> None:
+        value = self.expr(s.value)
+        if isinstance(s.target, A.PBind):
+            b = self.declare(s.target.name, mutable=s.mutable)
+            self.emit(self.at(_assign(b.pyname, value), s))
+            return
+        subject = self.spill(value)
+        test = self.pattern(s.target, subject)
+        self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(_call("$nomatch", [subject]), None)], []), s.target))
+
+    def assign(self, s: A.Assign) -> None:
+        b = self.scope.lookup(s.name)
+        if b is None:
+            raise _err("NameError", f"cannot assign to '{s.name}': it is not defined", s,
+                       f"declare it first: let mut {s.name} = ...")
+        if not b.mutable:
+            raise _err("SyntaxError", f"cannot assign twice to immutable '{s.name}'", s,
+                       f"declare it with let mut {s.name} = ... to reassign it")
+        value = self.expr(s.value)
+        if s.op != "=":
+            op = s.op[:-1]
+            cur = _name(b.pyname)
+            if op == "+":
+                value = self.at(_call("$add", [cur, value]), s)
+            else:
+                value = self.at(py.BinOp(cur, _ARITH[op](), value), s)
+        if b.func is not self.func:
+            if b.is_global:
+                self.func.globals.add(b.pyname)
+            else:
+                self.func.nonlocals.add(b.pyname)
+        self.emit(self.at(_assign(b.pyname, value), s))
+
+    def fn_def(self, s: A.FnDef) -> None:
+        b = self.scope.names.get(s.name)
+        if b is None or not b.is_fn:
+            b = self.declare(s.name, is_fn=True)
+        self.function(s.fn, b.pyname)
+
+    def for_(self, s: A.For) -> None:
+        iterable = self.expr(s.iterable)
+        body: list[py.stmt] = []
+        self.func.in_loop += 1
+        self.loop_depth += 1
+        with self.into(body), self.new_scope():
+            if self.checked:
+                self.emit(py.Expr(_call("$tick", [])))
+            if isinstance(s.var, A.PBind):
+                target = self.declare(s.var.name).pyname
+            else:
+                target = self.fresh("it")
+                test = self.pattern(s.var, _name(target))
+                self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(_call("$nomatch", [_name(target)]), None)], []), s.var))
+            self.predeclare_fns(s.body.stmts)
+            self.statements(s.body.stmts, want_value=False)
+        self.func.in_loop -= 1
+        self.loop_depth -= 1
+        loop = py.For(_store(target), iterable, body or [py.Pass()], [], None)
+        self.emit(self.at(loop, s))
+
+    def while_(self, s: A.While) -> None:
+        cond_stmts: list[py.stmt] = []
+        with self.into(cond_stmts):
+            cond = self.cond(s.cond)
+        body: list[py.stmt] = []
+        self.func.in_loop += 1
+        self.loop_depth += 1
+        with self.into(body):
+            if self.checked:
+                self.emit(py.Expr(_call("$tick", [])))
+            self.block_value(s.body, want_value=False)
+        self.func.in_loop -= 1
+        self.loop_depth -= 1
+        if cond_stmts:
+            brk = self.at(py.If(py.UnaryOp(py.Not(), cond), [py.Break()], []), s.cond)
+            loop = py.While(_const(True), [*cond_stmts, brk, *body], [])
+        else:
+            loop = py.While(cond, body or [py.Pass()], [])
+        self.emit(self.at(loop, s))
+
+    # -- functions -----------------------------------------------------------------------
+
+    def function(self, lam: A.Lambda, def_name: str | None) -> py.expr:
+        defaults = [self.expr(p.default) for p in lam.params if p.default is not None]
+        outer_func, outer_scope, outer_loop = self.func, self.scope, self.loop_depth
+        func = Func(outer_func)
+        self.func = func
+        self.scope = Scope(func, outer_scope)
+        self.loop_depth = 0
+        self.pipe_input.append(None)
+        body: list[py.stmt] = []
+        try:
+            params = []
+            for p in lam.params:
+                b = self.declare(p.name)
+                params.append(self.at(py.arg(b.pyname), p))
+            with self.into(body):
+                if isinstance(lam.body, A.Block):
+                    self.predeclare_fns(lam.body.stmts)
+                    value = self.statements(lam.body.stmts, want_value=True)
+                else:
+                    value = self.expr(lam.body)
+        finally:
+            self.func, self.scope, self.loop_depth = outer_func, outer_scope, outer_loop
+            self.pipe_input.pop()
+        captured = list(func.captures.values())
+        for b in captured:
+            self.access(b, outer_func)
+        kwonly = [py.arg(b.pyname) for b in captured]
+        kw_defaults: list[py.expr | None] = [_name(b.pyname) for b in captured]
+        args = py.arguments(posonlyargs=[], args=params, vararg=None, kwonlyargs=kwonly,
+                            kw_defaults=kw_defaults, kwarg=None, defaults=defaults)
+        decls: list[py.stmt] = []
+        if func.nonlocals:
+            decls.append(py.Nonlocal(sorted(func.nonlocals)))
+        if func.globals:
+            decls.append(py.Global(sorted(func.globals)))
+        if def_name is None and not body and not decls and not self.checked:
+            return self.at(py.Lambda(args, value), lam)
+        ret = self.at(py.Return(value), lam.body)
+        if self.checked and def_name is not None:
+            enter = py.Expr(_call("$enter", []))
+            guarded: list[py.stmt] = [enter, py.Try([*body, ret], [], [], [py.Expr(_call("$leave", []))])]
+            full = [*decls, *guarded]
+        else:
+            tick: list[py.stmt] = [py.Expr(_call("$tick", []))] if self.checked else []
+            full = [*decls, *tick, *body, ret]
+        name = def_name or "lambda"
+        fdef = py.FunctionDef(name=name, args=args, body=full, decorator_list=[], returns=None, type_comment=None)
+        self.emit(self.at(fdef, lam))
+        if def_name is not None:
+            return _name(def_name)
+        t = self.fresh("fn")
+        self.emit(_assign(t, _name(name)))
+        return _name(t)
+
+    # -- expressions ---------------------------------------------------------------------
+
+    def cond(self, node: A.Node) -> py.expr:
+        e = self.expr(node)
+        if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
+            return e
+        if isinstance(e, py.Constant) and isinstance(e.value, bool):
+            return e
+        if isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in ("$eq", "$ne", "$rematch", "$truth"):
+            return e
+        return self.at(_call("$truth", [e]), node)
+
+    def expr(self, node: A.Node) -> py.expr:
+        method = getattr(self, "x_" + type(node).__name__, None)
+        if method is None:
+            raise _err("SyntaxError", f"unexpected {type(node).__name__} here", node)
+        result: py.expr = method(node)
+        return result
+
+    def x_Literal(self, n: A.Literal) -> py.expr:
+        return self.at(_const(n.value), n)
+
+    def x_Interp(self, n: A.Interp) -> py.expr:
+        exprs = self.seq([p for p in n.parts if not isinstance(p, str)])
+        it = iter(exprs)
+        values: list[py.expr] = []
+        for p in n.parts:
+            if isinstance(p, str):
+                values.append(_const(p))
+            else:
+                e = next(it)
+                values.append(py.FormattedValue(_call("$render", [e]), -1, None))
+        return self.at(py.JoinedStr(values), n)
+
+    def x_Name(self, n: A.Name) -> py.expr:
+        return self.load(n.name, n)
+
+    def x_Raw(self, n: A.Raw) -> py.expr:
+        return _name(n.pyname)
+
+    def x_ArrayLit(self, n: A.ArrayLit) -> py.expr:
+        return self.at(py.List(self.seq(n.items), py.Load()), n)
+
+    def x_RecordLit(self, n: A.RecordLit) -> py.expr:
+        vals = self.seq([v for _, v in n.entries])
+        keys: list[py.expr | None] = [_const(k) for k, _ in n.entries]
+        return self.at(py.Dict(keys, vals), n)
+
+    def x_Unary(self, n: A.Unary) -> py.expr:
+        if n.op == "-":
+            return self.at(py.UnaryOp(py.USub(), self.expr(n.operand)), n)
+        return self.at(py.UnaryOp(py.Not(), self.cond(n.operand)), n)
+
+    def x_Binary(self, n: A.Binary) -> py.expr:
+        op = n.op
+        oppos = (n.op_line, n.op_col, len(op))
+        if op in ("&&", "||"):
+            return self.logical(n)
+        left, right = self.seq([n.left, n.right])
+        if op == "+":
+            return self.at(_call("$add", [left, right]), n, oppos)
+        if op in _ARITH:
+            return self.at(py.BinOp(left, _ARITH[op](), right), n, oppos)
+        if op in ("==", "!="):
+            if self.native_eq(n.left) or self.native_eq(n.right):
+                cmp_op: Any = py.Eq() if op == "==" else py.NotEq()
+                return self.at(py.Compare(left, [cmp_op], [right]), n, oppos)
+            return self.at(_call("$eq" if op == "==" else "$ne", [left, right]), n, oppos)
+        if op == "=~":
+            return self.at(_call("$rematch", [left, right]), n, oppos)
+        return self.at(py.Compare(left, [_CMP_OPS[op]()], [right]), n, oppos)
+
+    @staticmethod
+    def native_eq(n: A.Node) -> bool:
+        """Whether Python's ``==`` is exact here (Python says ``true == 1``; conch does not)."""
+        if isinstance(n, A.Literal):
+            v = n.value
+            if type(v) is str or v is None:
+                return True
+            if type(v) in (int, float):
+                return v not in (0, 1)
+            return False
+        if isinstance(n, A.Binary) and n.op in ("+", "-", "*", "/", "//", "%", "**"):
+            return True
+        return isinstance(n, A.Interp)
+
+    def logical(self, n: A.Binary) -> py.expr:
+        left = self.cond(n.left)
+        rbuf: list[py.stmt] = []
+        with self.into(rbuf):
+            right = self.cond(n.right)
+        oppos = (n.op_line, n.op_col, len(n.op))
+        if not rbuf:
+            node = py.BoolOp(py.And() if n.op == "&&" else py.Or(), [left, right])
+            return self.at(node, n, oppos)
+        t = self.fresh()
+        self.emit(_assign(t, left))
+        test: py.expr = _name(t) if n.op == "&&" else py.UnaryOp(py.Not(), _name(t))
+        self.emit(self.at(py.If(test, [*rbuf, _assign(t, right)], []), n))
+        return _name(t)
+
+    def x_RangeLit(self, n: A.RangeLit) -> py.expr:
+        start, stop = self.seq([n.start, n.end])
+        return self.at(_call("$range", [start, stop, _const(n.inclusive)]), n, (n.op_line, n.op_col, 2))
+
+    def x_Field(self, n: A.Field) -> py.expr:
+        if n.obj is None:
+            obj = self.pipe_input[-1]
+            if obj is None:
+                raise _err("SyntaxError", f"'.{n.name}' needs an input", n,
+                           f"use it as a pipeline stage: value | .{n.name}")
+            self.pipe_used = True
+        else:
+            obj = self.expr(n.obj)
+        helper = "$ofield" if n.optional else "$field"
+        return self.at(_call(helper, [obj, _const(n.name)]), n, (n.op_line, n.op_col, len(n.name)))
+
+    def x_Index(self, n: A.Index) -> py.expr:
+        pos = (n.op_line, n.op_col, 1)
+        if n.index is not None:
+            obj, idx = self.seq([n.obj, n.index])
+            if isinstance(n.index, A.RangeLit):
+                # ``x[1..3]`` slices without building the range
+                assert isinstance(idx, py.Call)
+                return self.at(_call("$slice", [obj, idx.args[0], idx.args[1], idx.args[2]]), n, pos)
+            return self.at(_call("$index", [obj, idx]), n, pos)
+        parts = [n.obj] + [p for p in (n.start, n.stop) if p is not None]
+        exprs = self.seq(parts)
+        obj = exprs[0]
+        rest = iter(exprs[1:])
+        start = next(rest) if n.start is not None else _const(None)
+        stop = next(rest) if n.stop is not None else _const(None)
+        return self.at(_call("$slice", [obj, start, stop, _const(n.inclusive)]), n, pos)
+
+    def x_Call(self, n: A.Call, first: py.expr | None = None) -> py.expr:
+        func = self.expr(n.func)
+        nodes = list(n.args) + [v for _, v in n.kwargs]
+        if first is not None:
+            buf: list[py.stmt] = []
+            with self.into(buf):
+                exprs = self.seq(nodes)
+            if buf:
+                first = self.spill(first)
+            self.out.extend(buf)
+            exprs.insert(0, first)
+            npos = len(n.args) + 1
+        else:
+            exprs = self.seq(nodes)
+            npos = len(n.args)
+        args = exprs[:npos]
+        kws = [py.keyword(k, e) for (k, _), e in zip(n.kwargs, exprs[npos:], strict=True)]
+        return self.at(py.Call(func, args, kws), n)
+
+    def x_Pipe(self, n: A.Pipe) -> py.expr:
+        left = self.expr(n.left)
+        right = n.right
+        if isinstance(right, A.Call):
+            return self.x_Call(right, first=left)
+        if isinstance(right, A.Name):
+            return self.at(py.Call(self.expr(right), [left], []), right)
+        if isinstance(right, A.Lambda) and not isinstance(right.body, A.Block) and not right.params[1:] and right.params and right.params[0].default is None:
+            return self.at(py.Call(self.expr(right), [left], []), right)
+        left = self.spill(left)
+        self.pipe_input.append(left)
+        saved = getattr(self, "pipe_used", False)
+        self.pipe_used = False
+        try:
+            e = self.expr(right)
+            used = self.pipe_used
+        finally:
+            self.pipe_input.pop()
+            self.pipe_used = saved
+        if used:
+            return e
+        return self.at(_call("$pipe", [e, left]), right)
+
+    def x_Lambda(self, n: A.Lambda) -> py.expr:
+        return self.function(n, None)
+
+    def x_Block(self, n: A.Block) -> py.expr:
+        return self.block_value(n)
+
+    def x_If(self, n: A.If) -> py.expr:
+        return self.if_(n, want_value=True)
+
+    def if_(self, n: A.If, want_value: bool) -> py.expr:
+        cond = self.cond(n.cond)
+        then_stmts: list[py.stmt] = []
+        with self.into(then_stmts):
+            then_val = self.block_value(n.then, want_value)
+        else_stmts: list[py.stmt] = []
+        with self.into(else_stmts):
+            if n.orelse is None:
+                else_val: py.expr = _const(None)
+            elif isinstance(n.orelse, A.If):
+                else_val = self.if_(n.orelse, want_value)
+            else:
+                else_val = self.block_value(n.orelse, want_value)
+        if not want_value:
+            if not _is_trivial(then_val):
+                then_stmts.append(py.Expr(then_val))
+            if not _is_trivial(else_val):
+                else_stmts.append(py.Expr(else_val))
+            self.emit(self.at(py.If(cond, then_stmts or [py.Pass()], else_stmts), n))
+            return _const(None)
+        if not then_stmts and not else_stmts:
+            return self.at(py.IfExp(cond, then_val, else_val), n)
+        t = self.fresh()
+        then_stmts.append(_assign(t, then_val))
+        else_stmts.append(_assign(t, else_val))
+        self.emit(self.at(py.If(cond, then_stmts, else_stmts), n))
+        return _name(t)
+
+    def x_Match(self, n: A.Match) -> py.expr:
+        subject = self.spill(self.expr(n.subject))
+        if not isinstance(subject, py.Name):
+            t = self.fresh("m")
+            self.emit(_assign(t, subject))
+            subject = _name(t)
+        result = self.fresh("r")
+        arms: list[tuple[py.expr, list[py.stmt], A.MatchArm]] = []
+        complex_guard = False
+        for arm in n.arms:
+            with self.new_scope():
+                test = self.pattern(arm.pattern, subject)
+                gbuf: list[py.stmt] = []
+                if arm.guard is not None:
+                    with self.into(gbuf):
+                        guard = self.cond(arm.guard)
+                body: list[py.stmt] = []
+                with self.into(body):
+                    value = self.expr(arm.body)
+                body.append(_assign(result, value))
+                if arm.guard is not None and not gbuf:
+                    test = py.BoolOp(py.And(), [test, guard])
+                elif arm.guard is not None:
+                    complex_guard = True
+                    body = [*gbuf, py.If(guard, body, [])]
+            self.at(test, arm.pattern)
+            arms.append((test, body, arm))
+        if not complex_guard:
+            tail: list[py.stmt] = [_assign(result, _const(None))]
+            for test, body, arm in reversed(arms):
+                tail = [self.at(py.If(test, body, tail), arm.pattern)]
+            for s in tail:
+                self.emit(s)
+            return _name(result)
+        done = self.fresh("done")
+        self.emit(_assign(result, _const(None)))
+        self.emit(_assign(done, _const(False)))
+        for test, body, arm in arms:
+            # the arm's body (and guard) set the flag when they produce the result
+            inner = body
+            last_if = inner[-1]
+            if isinstance(last_if, py.If):
+                last_if.body.append(_assign(done, _const(True)))
+            else:
+                inner.append(_assign(done, _const(True)))
+            gate = py.BoolOp(py.And(), [py.UnaryOp(py.Not(), _name(done)), test])
+            self.emit(self.at(py.If(gate, inner, []), arm.pattern))
+        return _name(result)
+
+    def pattern(self, p: A.Pattern, subject: py.expr) -> py.expr:
+        """A test of ``subject`` against ``p`` that binds the pattern's names as it goes."""
+        if isinstance(p, A.PWild):
+            return _const(True)
+        if isinstance(p, A.PBind):
+            b = self.declare(p.name)
+            bind = py.NamedExpr(_store(b.pyname), subject)
+            return py.BoolOp(py.Or(), [bind, _const(True)])
+        if isinstance(p, A.PLit):
+            v = p.value
+            if type(v) is str:
+                return py.Compare(subject, [py.Eq()], [_const(v)])
+            return _call("$peq", [subject, _const(v)])
+        if isinstance(p, A.PRange):
+            return _call("$inrange", [subject, _const(p.start), _const(p.end), _const(p.inclusive)])
+        if isinstance(p, A.POr):
+            return py.BoolOp(py.Or(), [self.pattern(o, subject) for o in p.options])
+        if isinstance(p, A.PArray):
+            t = self.fresh("a")
+            tests: list[py.expr] = [
+                py.Compare(py.NamedExpr(_store(t), _call("$asarray", [subject])), [py.IsNot()], [_const(None)]),
+            ]
+            count = len(p.items)
+            length = _call("$len", [_name(t)])
+            tests.append(py.Compare(length, [py.GtE() if p.has_rest else py.Eq()], [_const(count)]))
+            for i, item in enumerate(p.items):
+                sub = py.Subscript(_name(t), _const(i), py.Load())
+                tests.append(self.pattern(item, sub))
+            if p.rest:
+                b = self.declare(p.rest)
+                rest = py.Subscript(_name(t), py.Slice(_const(count), None, None), py.Load())
+                tests.append(py.BoolOp(py.Or(), [py.NamedExpr(_store(b.pyname), rest), _const(True)]))
+            return py.BoolOp(py.And(), tests)
+        if isinstance(p, A.PRecord):
+            tests = [_call("$isrecord", [subject])]
+            for key, sub_p in p.fields:
+                tests.append(py.Compare(_const(key), [py.In()], [subject]))
+                tests.append(self.pattern(sub_p, py.Subscript(subject, _const(key), py.Load())))
+            return py.BoolOp(py.And(), tests)
+        raise _err("SyntaxError", "unsupported pattern", p)
+
+    def x_Try(self, n: A.Try) -> py.expr:
+        result = self.fresh("r")
+        body: list[py.stmt] = []
+        with self.into(body):
+            v = self.block_value(n.body)
+            body.append(_assign(result, v))
+        exc = self.fresh("e")
+        handler: list[py.stmt] = []
+        with self.into(handler), self.new_scope():
+            converted = _call("$catch", [_name(exc)])
+            if n.name:
+                b = self.declare(n.name)
+                self.emit(_assign(b.pyname, converted))
+            else:
+                self.emit(py.Expr(converted))
+            self.predeclare_fns(n.handler.stmts)
+            hv = self.statements(n.handler.stmts, want_value=True)
+            self.emit(_assign(result, hv))
+        h = py.ExceptHandler(_name("$Exception"), exc, handler)
+        self.emit(self.at(py.Try(body, [h], [], []), n))
+        return _name(result)
+
+    def x_Break(self, n: A.Break) -> py.expr:
+        if self.loop_depth == 0:
+            raise _err("SyntaxError", "'break' outside a loop", n)
+        self.emit(self.at(py.Break(), n))
+        return _const(None)
+
+    def x_Continue(self, n: A.Continue) -> py.expr:
+        if self.loop_depth == 0:
+            raise _err("SyntaxError", "'continue' outside a loop", n)
+        self.emit(self.at(py.Continue(), n))
+        return _const(None)
+
+    def x_Return(self, n: A.Return) -> py.expr:
+        value = self.expr(n.value) if n.value is not None else _const(None)
+        self.emit(self.at(py.Return(value), n))
+        return _const(None)
+
+    def x_Throw(self, n: A.Throw) -> py.expr:
+        value = self.expr(n.value)
+        self.emit(self.at(py.Raise(_call("$throw", [value]), None), n))
+        return _const(None)
+
+    def x_Let(self, n: A.Let) -> py.expr:
+        raise _err("SyntaxError", "'let' is a statement", n)
