@@ -239,7 +239,8 @@ class SandboxPool:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.upper().startswith("CONCH_") and not any(m in k.upper() for m in SECRET_MARKERS)
+            if not k.upper().startswith("CONCH_")
+            and not any(m in k.upper() for m in SECRET_MARKERS)
         }
         return subprocess.Popen(
             [sys.executable, "-P", "-m", "conch.agents.sandbox_worker", str(fd)],
@@ -306,7 +307,9 @@ class SandboxPool:
             async with asyncio.timeout(wall if wall > 0 else None):
                 worker = await self._idle.get()
         except TimeoutError:
-            yield _done_error(job, "TimeoutError", f"no sandbox worker became free within {wall:g} s")
+            yield _done_error(
+                job, "TimeoutError", f"no sandbox worker became free within {wall:g} s"
+            )
             return
         finished = False
         self.active += 1
@@ -321,7 +324,9 @@ class SandboxPool:
                 except TimeoutError:
                     finished = True
                     self._replace(worker, "timeout")
-                    yield _done_error(job, "TimeoutError", f"wall time limit of {wall:g} s exceeded")
+                    yield _done_error(
+                        job, "TimeoutError", f"wall time limit of {wall:g} s exceeded"
+                    )
                     return
                 except WorkerError:
                     finished = True
@@ -359,7 +364,9 @@ class SandboxPool:
         sig = worker.exit_signal()
         self._replace(worker, "crash")
         if sig == signal.SIGXCPU:
-            return _done_error(job, "TimeoutError", "CPU time limit exceeded; the worker was stopped")
+            return _done_error(
+                job, "TimeoutError", "CPU time limit exceeded; the worker was stopped"
+            )
         if sig is not None:
             name = signal.Signals(sig).name
             return _done_error(

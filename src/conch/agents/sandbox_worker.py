@@ -193,7 +193,7 @@ class Runner:
     def _compile(self, source: str) -> Any:
         program = self._programs.get(source)
         if program is None:
-            from conch.lang import compile_program
+            from conch.lang import compile_program  # type: ignore[attr-defined,unused-ignore]
 
             program = compile_program(source)
             if len(self._programs) >= 512:
@@ -205,7 +205,9 @@ class Runner:
         stream = bool(job.get("stream"))
         limits = Limits(**job.get("limits", {}))
         output: list[str] = []
-        emit: Callable[[str], None] = (lambda line: chan.send(["data", line])) if stream else output.append
+        emit: Callable[[str], None] = (
+            (lambda line: chan.send(["data", line])) if stream else output.append
+        )
         ctx = Context(
             workspace=self.workspace,
             allowed_effects=self.allowed,
@@ -241,7 +243,9 @@ class Runner:
         try:
             chan.send(["done", done])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
-            chan.send(["done", {**_failure(from_python(exc)), "output": output, "recycle": recycle}])
+            chan.send(
+                ["done", {**_failure(from_python(exc)), "output": output, "recycle": recycle}]
+            )
 
     def _evaluate(
         self,
@@ -275,7 +279,7 @@ class Runner:
         stream: bool,
         steps: list[dict[str, Any]],
     ) -> Any:
-        from conch.lang import compile_stage
+        from conch.lang import compile_stage  # type: ignore[attr-defined,unused-ignore]
 
         value = job.get("input")
         sources: list[str] = job["steps"]

@@ -1,0 +1,153 @@
+"""The guard in front of the agent server: Host check, bearer key, body limit, headers.
+
+A pure ASGI middleware (no per-request task or body buffering) so that it costs little on
+the hot path and also covers streaming responses.
+
+- On a loopback bind, a ``Host`` header that is not a loopback name is refused with ``403``:
+  a web page whose DNS name was rebound to 127.0.0.1 must not reach the server.
+- With an API key, every route but ``/health`` needs ``Authorization: Bearer <key>``
+  (compared in constant time); otherwise ``401`` with ``WWW-Authenticate: Bearer``.
+- Bodies larger than ``max_body_bytes`` are refused with ``413``, by ``Content-Length`` or
+  while reading a chunked body.
+- Every response gets ``X-Content-Type-Options: nosniff``; API responses that did not choose
+  their own caching (event streams use ``no-cache``) get ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+OPEN_PATHS = frozenset({"/health"})
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name part of a ``Host`` header (``[::1]:3000`` → ``::1``)."""
+    header = header.strip()
+    if header.startswith("["):
+        end = header.find("]")
+        return header[1:end] if end > 0 else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def error_body(status: int, message: str, kind: str = "RequestError", **extra: Any) -> bytes:
+    error = {"kind": kind, "message": message, **extra}
+    return json.dumps({"success": False, "error": error}, separators=(",", ":")).encode()
+
+
+class BodyTooLarge(HTTPException):
+    """Raised while reading a body past the limit. An HTTPException so that the framework's
+    body parsing passes it through as the ``413`` it is, instead of a generic parse error."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+class SecurityMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        loopback_only: bool,
+        max_body_bytes: int,
+    ) -> None:
+        self.app = app
+        self.key = f"Bearer {api_key}".encode() if api_key else None
+        self.loopback_only = loopback_only
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        path: str = scope["path"]
+        if self.loopback_only:
+            host = headers.get(b"host")
+            if host is not None and not is_loopback(host_name(host.decode("latin-1"))):
+                await _reply(send, 403, "the Host header must name this machine (loopback)")
+                return
+        if self.key is not None and path not in OPEN_PATHS:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.key):
+                message = "missing bearer token" if not given else "invalid bearer token"
+                await _reply(send, 401, message, [(b"www-authenticate", b'Bearer realm="conch"')])
+                return
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                too_large = int(length) > self.max_body
+            except ValueError:
+                await _reply(send, 400, "invalid Content-Length header")
+                return
+            if too_large:
+                await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+                return
+
+        api = path.startswith("/api/")
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                raw = list(message.get("headers", []))
+                raw.append((b"x-content-type-options", b"nosniff"))
+                if api and not any(k.lower() == b"cache-control" for k, _ in raw):
+                    raw.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": raw}
+            await send(message)
+
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:
+                    raise BodyTooLarge(self.max_body)
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send_with_headers)
+        except BodyTooLarge:
+            if not started:
+                await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+
+
+async def _reply(
+    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = error_body(status, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-content-type-options", b"nosniff"),
+                (b"cache-control", b"no-store"),
+                *(extra or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,62 @@
+"""Server-Sent Events with cancellation on disconnect.
+
+:class:`EventStreamResponse` sends the chunks of an async iterator as they come and, at the
+same time, listens for the client going away; when it does, the iterator is cancelled (so a
+run producing nothing for a while is still stopped at once) and closed, which lets the
+producer clean up — for a sandbox run, kill its worker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"connection", b"keep-alive"),
+]
+
+
+def format_event(event: str, event_id: int, data: Any) -> bytes:
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event}\nid: {event_id}\ndata: {payload}\n\n".encode()
+
+
+class EventStreamResponse(Response):
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        super().__init__(status_code=200)
+        self.chunks = chunks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(watch)
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                pass  # the client went away while we were writing
+            finally:
+                aclose = getattr(self.chunks, "aclose", None)
+                if aclose is not None:
+                    with anyio.CancelScope(shield=True):
+                        await aclose()
+                group.cancel_scope.cancel()
