@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import reduce as _reduce
+from operator import itemgetter
 from typing import Any
 
 from conch.lang.builtins.registry import Example, builtin
@@ -148,6 +149,26 @@ def key_function(key: Any, who: str) -> Callable[[Any], Any]:
     if type(key) is str:
         return _field_getter(key, who)
     return key  # type: ignore[no-any-return]
+
+
+def _field_values(rows: list[Any], key: Any) -> list[Any] | None:
+    """Every row's field ``key`` at C speed, or None when some row lacks it (or the key is
+    a function): only Records can be indexed by a String, so success means a Table."""
+    if type(key) is str:
+        try:
+            return list(builtins.map(itemgetter(key), rows))
+        except (KeyError, TypeError, IndexError):
+            pass
+    return None
+
+
+def key_values(rows: list[Any], key: Any, who: str) -> list[Any]:
+    """The key of every row; a field name falls back to the checked getter only to follow a
+    dotted path or to report a missing field or a non-Record row."""
+    fast = _field_values(rows, key)
+    if fast is not None:
+        return fast
+    return list(builtins.map(key_function(key, who), rows))
 
 
 def hash_key(value: Any) -> Any:
@@ -529,7 +550,17 @@ def sort_(items: Array, desc: Bool = False) -> Array:
 )
 def sort_by_(items: Array, key: String | Function, desc: Bool = False) -> Array:
     rows = as_list(items)
-    keys = list(builtins.map(key_function(key, "sort_by"), rows))
+    fast = _field_values(rows, key)
+    if fast is not None:
+        types = set(builtins.map(type, fast))
+        if _NONE not in types:
+            check_orderable(types, "sort_by")
+            # Sorting the rows by itemgetter beats sorting indices and gathering.
+            try:
+                return sorted(rows, key=itemgetter(key), reverse=desc)
+            except TypeError as exc:
+                raise _order_error("sort_by", exc) from None
+    keys = fast if fast is not None else key_values(rows, key, "sort_by")
     return [rows[i] for i in ordered_indices(keys, desc, "sort_by")]
 
 
@@ -619,17 +650,14 @@ def uniq_by_(items: Array, key: String | Function) -> Array:
     ],
 )
 def group_by_(items: Array, key: String | Function) -> Record:
-    get = key_function(key, "group_by")
-    groups: dict[str, list[Any]] = {}
-    for x in items:
-        k = get(x)
-        name = k if type(k) is str else render(k)
-        bucket = groups.get(name)
-        if bucket is None:
-            groups[name] = [x]
-        else:
-            bucket.append(x)
-    return groups
+    rows = as_list(items)
+    keys = key_values(rows, key, "group_by")
+    if set(builtins.map(type, keys)) != {str}:
+        keys = [k if type(k) is str else render(k) for k in keys]
+    groups: defaultdict[str, list[Any]] = defaultdict(list)
+    for k, x in builtins.zip(keys, rows, strict=True):
+        groups[k].append(x)
+    return dict(groups)
 
 
 @builtin(
@@ -929,7 +957,7 @@ def find_(items: Array, predicate: Function) -> Any:
 
 def _extreme_by(items: Any, key: Any, who: str, pick: Callable[..., Any]) -> Any:
     rows = as_list(items)
-    keys = list(builtins.map(key_function(key, who), rows))
+    keys = key_values(rows, key, who)
     present = [i for i, k in builtins.enumerate(keys) if k is not None]
     if not present:
         return None
