@@ -188,6 +188,7 @@ class SandboxPool:
         self.active = 0
         self._idle: asyncio.LifoQueue[Worker] = asyncio.LifoQueue()
         self._workers: set[Worker] = set()
+        self._busy: set[Worker] = set()
         self._spawning: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -210,6 +211,10 @@ class SandboxPool:
 
     def worker_pids(self) -> list[int]:
         return sorted(w.pid for w in self._workers)
+
+    def busy_pids(self) -> list[int]:
+        """Workers running a program now."""
+        return sorted(w.pid for w in self._busy)
 
     @property
     def idle(self) -> int:
@@ -313,6 +318,7 @@ class SandboxPool:
             return
         finished = False
         self.active += 1
+        self._busy.add(worker)
         try:
             await worker.send(job.payload(limits))
             worker.jobs += 1
@@ -354,6 +360,7 @@ class SandboxPool:
                     return
         finally:
             self.active -= 1
+            self._busy.discard(worker)
             if not finished:
                 # Abandoned mid-run (client disconnect, server shutdown): stop the program.
                 self._replace(worker, "cancelled")
