@@ -218,7 +218,8 @@ def _stream_body(
     step = max((total or 0) // 200, 4 * CHUNK)
     next_report = have + step
     with open(part, mode) as f:
-        for data in resp.iter_raw(CHUNK):
+        # No re-chunking: bytes that arrived before a cut must reach the file, not a buffer.
+        for data in resp.iter_raw():
             f.write(data)
             hasher.update(data)
             have += len(data)

@@ -1,0 +1,106 @@
+"""GGUF -> GGUF (re)quantization with llama.cpp's own quantizer (``llama_model_quantize``).
+
+llama.cpp reports no progress while it quantizes, so progress is the size of the output file
+against an estimate of its final size, sampled from a watcher thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+# conch name -> (llama_ftype value, approximate bits per weight, for the progress estimate)
+QUANT_TYPES: dict[str, tuple[int, float]] = {
+    "q2_k": (10, 2.6),
+    "q3_k_m": (12, 3.9),
+    "q4_0": (2, 4.5),
+    "q4_1": (3, 5.0),
+    "q4_k_m": (15, 4.9),
+    "q5_0": (8, 5.5),
+    "q5_1": (9, 6.0),
+    "q5_k_m": (17, 5.7),
+    "q6_k": (18, 6.6),
+    "q8_0": (7, 8.5),
+    "f16": (1, 16.0),
+    "bf16": (32, 16.0),
+    "f32": (0, 32.0),
+}
+REQUANT_TYPES = ("q2_k", "q3_k_m", "q4_0", "q4_1", "q4_k_m", "q5_0", "q5_1", "q5_k_m", "q6_k", "q8_0")
+
+
+class QuantizeError(RuntimeError):
+    pass
+
+
+def quantize(
+    src: str | Path,
+    dst: str | Path,
+    quantization: str,
+    *,
+    nthread: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """Write ``src`` quantized to ``quantization`` into ``dst`` (re-quantizing is allowed)."""
+    q = quantization.lower()
+    if q not in QUANT_TYPES:
+        raise ValueError(f"unknown quantization {quantization!r}; supported: {', '.join(REQUANT_TYPES)}")
+    import llama_cpp
+
+    src = Path(src)
+    dst = Path(dst)
+    ftype, bits = QUANT_TYPES[q]
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = nthread if nthread is not None else (os.cpu_count() or 1)
+    params.allow_requantize = True
+
+    estimate = _estimate_size(src, bits)
+    stop = threading.Event()
+    watcher: threading.Thread | None = None
+    if progress is not None:
+        progress({"status": f"quantizing to {q}", "completed": 0, "total": estimate})
+
+        def watch() -> None:
+            while not stop.wait(0.25):
+                try:
+                    size = dst.stat().st_size
+                except OSError:
+                    size = 0
+                progress({"status": f"quantizing to {q}", "completed": min(size, estimate),
+                          "total": estimate})
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+    try:
+        # The call releases the GIL (ctypes), so the watcher keeps reporting meanwhile.
+        rc = llama_cpp.llama_model_quantize(
+            str(src).encode(), str(dst).encode(), ctypes.byref(params)
+        )
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+    if rc != 0 or not dst.is_file() or dst.stat().st_size == 0:
+        raise QuantizeError(f"llama.cpp could not quantize {src.name} to {q} (code {rc})")
+    if progress is not None:
+        size = dst.stat().st_size
+        progress({"status": f"quantizing to {q}", "completed": size, "total": size})
+    return dst
+
+
+def _estimate_size(src: Path, bits: float) -> int:
+    """Expected output size: the parameter count (from the tensor table) times bits per weight."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(str(src))
+        params = sum(int(t.n_elements) for t in reader.tensors)
+        return max(int(params * bits / 8), 1)
+    except Exception:
+        return src.stat().st_size
