@@ -570,7 +570,7 @@ def write(path: String, content: Any) -> Record:
     ),
     examples=[
         Example('append("log.txt", "a\\n"); append("log.txt", "b\\n"); cat("log.txt")', "a\nb\n"),
-        Example('append("e.jsonl", {n: 1})', {"path": "e.jsonl", "bytes": 8}),
+        Example('append("e.jsonl", {n: 1})', {"path": "e.jsonl", "bytes": 9}),
     ],
 )
 @_fs
