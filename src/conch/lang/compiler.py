@@ -145,6 +145,8 @@ class Compiler:
         self.func = self.main_func
         self.scope = Scope(self.main_func, None, top=True)
         self.loop_depth = 0
+        self.in_guard = False
+        self.pipe_used = False
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
@@ -559,6 +561,8 @@ class Compiler:
             return self.at(_call("$eq" if op == "==" else "$ne", [left, right]), n, oppos)
         if op == "=~":
             return self.at(_call("$rematch", [left, right]), n, oppos)
+        if self.in_guard and op in ("<", "<=", ">", ">="):
+            return self.at(_call("$gcmp", [left, right, _const(op)]), n, oppos)
         return self.at(py.Compare(left, [_CMP_OPS[op]()], [right]), n, oppos)
 
     @staticmethod
@@ -653,7 +657,7 @@ class Compiler:
             return self.at(py.Call(self.expr(right), [left], []), right)
         left = self.spill(left)
         self.pipe_input.append(left)
-        saved = getattr(self, "pipe_used", False)
+        saved = self.pipe_used
         self.pipe_used = False
         try:
             e = self.expr(right)
@@ -716,8 +720,12 @@ class Compiler:
                 test = self.pattern(arm.pattern, subject)
                 gbuf: list[py.stmt] = []
                 if arm.guard is not None:
-                    with self.into(gbuf):
-                        guard = self.cond(arm.guard)
+                    self.in_guard = True
+                    try:
+                        with self.into(gbuf):
+                            guard = self.cond(arm.guard)
+                    finally:
+                        self.in_guard = False
                 body: list[py.stmt] = []
                 with self.into(body):
                     value = self.expr(arm.body)

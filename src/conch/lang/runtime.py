@@ -184,6 +184,22 @@ def rematch(text: Any, pattern: Any) -> bool:
     return _regex(pattern).search(text) is not None
 
 
+_ORDER = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def guard_compare(a: Any, b: Any, op: str) -> bool:
+    """An ordering test inside a match guard: values of incompatible types do not match."""
+    try:
+        return bool(_ORDER[op](a, b))
+    except TypeError:
+        return False
+
+
 def make_range(start: Any, stop: Any, inclusive: bool) -> range:
     if type(start) is not int or type(stop) is not int:
         bad = start if type(start) is not int else stop
@@ -255,6 +271,7 @@ HELPERS: dict[str, Any] = {
     "$slice": slice_,
     "$rematch": rematch,
     "$range": make_range,
+    "$gcmp": guard_compare,
     "$inrange": in_range,
     "$asarray": as_array,
     "$isrecord": is_record,
