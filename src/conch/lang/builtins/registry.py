@@ -74,10 +74,24 @@ class Builtin:
     examples: list[Example]
     aliases: tuple[str, ...]
     impl: Callable[..., Any]
-    fn: Callable[..., Any] = field(repr=False, default=None)  # type: ignore[assignment]
     # Builtins of different categories sharing a name (``append``, ``find``): the entry in
     # REGISTRY dispatches on the type of the first argument to one of these.
     overloads: list[Builtin] = field(default_factory=list, repr=False)
+    _fn: Callable[..., Any] | None = field(default=None, repr=False)
+    _sig: inspect.Signature | None = field(default=None, repr=False)
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The checked wrapper, generated on first use: compiling ~150 wrappers up front
+        would cost every ``conch -c`` start-up tens of milliseconds."""
+        wrapper = self._fn
+        if wrapper is None:
+            wrapper = self._fn = _make_wrapper(self, self._sig or inspect.signature(self.impl))
+        return wrapper
+
+    @fn.setter
+    def fn(self, value: Callable[..., Any]) -> None:
+        self._fn = value
 
     @property
     def signature(self) -> str:
@@ -290,7 +304,7 @@ def builtin(
             aliases=tuple(aliases),
             impl=impl,
         )
-        b.fn = _make_wrapper(b, sig)
+        b._sig = sig
         for key in (name, *aliases):
             existing = REGISTRY.get(key)
             REGISTRY[key] = b if existing is None else _overload(key, existing, b)
