@@ -45,6 +45,11 @@ _LIMIT_FIELDS = ("wall_time_s", "steps", "recursion", "output_bytes", "collectio
 # for code that does not reach a check (a long native call, ``sleep``).
 _GRACE_S = 1.0
 
+# How long a run may wait for a free worker before it is refused with TimeoutError. Longer
+# than any wall time so that a burst queues instead of failing; bounded so that a client is
+# never left waiting forever behind a stuck pool.
+QUEUE_TIMEOUT_S = 120.0
+
 
 def effective_limits(configured: Limits, requested: dict[str, Any] | None) -> Limits:
     """The configured limits lowered by what the request asks; a request can never raise
@@ -307,15 +312,15 @@ class SandboxPool:
         base = self.stream_limits if job.stream else self.limits
         limits = effective_limits(base, job.limits)
         wall = limits.wall_time_s or 0.0
-        deadline = time.monotonic() + wall + _GRACE_S
         try:
-            async with asyncio.timeout(wall if wall > 0 else None):
+            async with asyncio.timeout(QUEUE_TIMEOUT_S):
                 worker = await self._idle.get()
         except TimeoutError:
             yield _done_error(
-                job, "TimeoutError", f"no sandbox worker became free within {wall:g} s"
+                job, "TimeoutError", f"no sandbox worker became free within {QUEUE_TIMEOUT_S:g} s"
             )
             return
+        deadline = time.monotonic() + wall + _GRACE_S
         finished = False
         self.active += 1
         self._busy.add(worker)
