@@ -17,6 +17,7 @@ Generated helper and builtin names contain ``$`` so they can never collide with 
 from __future__ import annotations
 
 import ast as py
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -299,7 +300,10 @@ class Compiler:
         fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
         module = py.Module(body=[fdef], type_ignores=[])
         py.fix_missing_locations(module)
-        code = compile(module, FILENAME, "exec")
+        with warnings.catch_warnings():
+            # Python warns about calls of constants (``null()``); conch reports them at run time.
+            warnings.simplefilter("ignore", SyntaxWarning)
+            code = compile(module, FILENAME, "exec")
         top = {name: b for name, b in self.scope.names.items() if b.is_global}
         return Compiled(code, self.builtins, self.unresolved, top)
 

@@ -333,15 +333,22 @@ class Stage:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        right = parse_expression(text)
-        pipe = A.Pipe(A.Raw(_STAGE_INPUT), right)
-        pipe.line, pipe.col, pipe.end_line, pipe.end_col = right.line, right.col, right.end_line, right.end_col
-        tree = A.Program([pipe])
+        tree = A.Program([_feed(parse_expression(text))])
         tree.line, tree.col = 1, 1
         self.program = Program(text, tree, frozenset({_STAGE_INPUT}))
 
     def __call__(self, value: Any, context: Context | None = None) -> Any:
         return self.program.run(context=context, variables={_STAGE_INPUT: value})
+
+
+def _feed(node: A.Node) -> A.Node:
+    """``input | node``, with the input entering the first stage of a pipeline chain."""
+    if isinstance(node, A.Pipe):
+        pipe = A.Pipe(_feed(node.left), node.right)
+    else:
+        pipe = A.Pipe(A.Raw(_STAGE_INPUT), node)
+    pipe.line, pipe.col, pipe.end_line, pipe.end_col = node.line, node.col, node.end_line, node.end_col
+    return pipe
 
 
 def compile_stage(text: str) -> Stage:
