@@ -37,7 +37,7 @@ KEYWORDS = (
 )
 CONSTANTS = ("true", "false", "null")
 
-_SUFFIX = r"(?:kib|kb|mib|mb|gib|gb|ms|min|s|h)?"
+_SUFFIX = r"(?:kib|kb|mib|mb|gib|gb|tib|tb|pib|pb|b|ms|min|sec|s|hr|h|day|d|wk)?"
 
 
 class ConchLexer(RegexLexer):
@@ -57,6 +57,7 @@ class ConchLexer(RegexLexer):
             (words(CONSTANTS, suffix=r"\b"), Keyword.Constant),
             (r"0x[0-9a-fA-F_]+\b", Number.Hex),
             (r"0b[01_]+\b", Number.Bin),
+            (r"0o[0-7_]+\b", Number.Oct),
             (r"\d[\d_]*\.\d[\d_]*(?:[eE][+-]?\d+)?" + _SUFFIX, Number.Float),
             (r"\d[\d_]*[eE][+-]?\d+", Number.Float),
             (r"\d[\d_]*" + _SUFFIX + r"\b", Number.Integer),
@@ -69,7 +70,7 @@ class ConchLexer(RegexLexer):
         ],
         "escapes": [
             (r"\\u\{[0-9a-fA-F]+\}", String.Escape),
-            (r'\\[nt"\\$]', String.Escape),
+            (r'\\[ntr"\\$0ebf\']', String.Escape),
             (r"\$\{", String.Interpol, "interp"),
         ],
         "string": [

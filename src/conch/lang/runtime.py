@@ -166,7 +166,7 @@ def _out_of_range(i: int, n: int, kind: str) -> ConchError:
     return ConchError(
         "IndexError",
         f"index {i} is out of range for {kind} of length {n}",
-        hint="valid indexes are 0..{} (or negative from the end)".format(n - 1) if n else f"the {kind} is empty",
+        hint=f"valid indexes are 0 to {n - 1}, or -{n} to -1 from the end" if n else f"the {kind} is empty",
     )
 
 
