@@ -397,8 +397,8 @@ def test_reduce() -> None:
 def test_any_all_find() -> None:
     assert call("any", [], even) is False
     assert call("all", [], even) is True
-    assert call("any", [0, None, ""]) is False
-    assert call("all", [1, "x", [0]]) is True
+    assert call("any", [False, False]) is False
+    assert call("all", [True, True]) is True
     assert call("find", [1, 3, 4, 6], even) == 4
     assert call("find", [], even) is None
 
@@ -471,3 +471,23 @@ def test_transpose_round_trips() -> None:
     fails("ValueError", "transpose", [[1, 2], [3]])
     fails("ValueError", "transpose", {"a": [1], "b": [1, 2]})
     fails("TypeError", "transpose", {"a": 1})
+
+
+def test_predicates_must_return_bools() -> None:
+    def ident(x: Any) -> Any:
+        return x
+
+    for name in ("where", "any", "all", "find", "take_while", "skip_while", "partition", "count"):
+        err = fails("TypeError", name, [1, 2], ident)
+        assert err.message.startswith(f"{name}: the predicate must return a Bool, got Int")
+        assert err.hint
+    fails("TypeError", "any", [0, 1])
+    fails("TypeError", "all", [True, None])
+    with pytest.raises(ConchError):
+        list(call("where", range(3), ident))
+    # Short-circuiting stops before a bad result is seen.
+    assert call("any", [True, 5]) is True
+    assert call("all", [False, 5]) is False
+    assert call("take_while", [1, 2, "x"], lambda x: x == 1) == [1]
+    assert call("skip_while", [1, 2, "x"], lambda x: x == 1) == [2, "x"]
+    assert list(call("skip_while", range(5), lambda x: x < 3)) == [3, 4]

@@ -197,6 +197,15 @@ def same(a: Any, b: Any) -> Bool:
 _PLAIN_HASHABLE = frozenset((str, int, float, _NONE))
 
 
+def _not_bool(who: str, result: Any) -> bool:
+    """Reject a non-Bool predicate result: conch has no truthiness (``if 0`` is an error too)."""
+    raise ConchError(
+        "TypeError",
+        f"{who}: the predicate must return a Bool, got {type_name(type(result))}",
+        hint="compare explicitly, e.g. fn(x) => x != null or fn(x) => len(x) > 0",
+    )
+
+
 # -- transforming ----------------------------------------------------------------------
 
 
@@ -225,8 +234,8 @@ def map_(items: Array, fn: Function) -> Array:
     category="collections",
     aliases=("filter",),
     description=(
-        "Keep the elements for which the predicate is truthy, in order (alias `filter`). "
-        "Lazy on a range or lazy input."
+        "Keep the elements for which the predicate returns true, in order (alias `filter`). "
+        "The predicate must return a Bool. Lazy on a range or lazy input."
     ),
     examples=[
         Example("[1, 2, 3, 4] | where(fn(x) => x % 2 == 0)", [2, 4]),
@@ -238,9 +247,18 @@ def map_(items: Array, fn: Function) -> Array:
     ],
 )
 def where_(items: Array, predicate: Function) -> Array:
-    if type(items) is list:
-        return list(builtins.filter(predicate, items))
-    return _out(items, builtins.filter(predicate, items))
+    # The Bool check costs one identity test per element when the result is true or false.
+    if _lazy(items):
+        return LazyList(
+            x
+            for x in items
+            if (r := predicate(x)) is True or (r is not False and _not_bool("where", r))
+        )
+    return [
+        x
+        for x in items
+        if (r := predicate(x)) is True or (r is not False and _not_bool("where", r))
+    ]
 
 
 @builtin(
@@ -319,8 +337,9 @@ def flat_map_(items: Array, fn: Function) -> Array:
     "any",
     category="collections",
     description=(
-        "True when at least one element satisfies the predicate (or, without a predicate, is "
-        "truthy). Stops at the first match; false for an empty input."
+        "True when the predicate returns true for at least one element (without a "
+        "predicate: when an element is true). Stops at the first match; false for an empty "
+        "input. Predicate results and elements must be Bools."
     ),
     examples=[
         Example("[1, 2, 3] | any(fn(x) => x > 2)", True),
@@ -329,17 +348,21 @@ def flat_map_(items: Array, fn: Function) -> Array:
     ],
 )
 def any_(items: Array, predicate: Function | None = None) -> Bool:
-    if predicate is None:
-        return builtins.any(items)
-    return builtins.any(builtins.map(predicate, items))
+    for r in items if predicate is None else builtins.map(predicate, items):
+        if r is True:
+            return True
+        if r is not False:
+            _not_bool("any", r)
+    return False
 
 
 @builtin(
     "all",
     category="collections",
     description=(
-        "True when every element satisfies the predicate (or, without a predicate, is "
-        "truthy). Stops at the first failure; true for an empty input."
+        "True when the predicate returns true for every element (without a predicate: when "
+        "every element is true). Stops at the first failure; true for an empty input. "
+        "Predicate results and elements must be Bools."
     ),
     examples=[
         Example("[2, 4, 6] | all(fn(x) => x % 2 == 0)", True),
@@ -348,9 +371,12 @@ def any_(items: Array, predicate: Function | None = None) -> Bool:
     ],
 )
 def all_(items: Array, predicate: Function | None = None) -> Bool:
-    if predicate is None:
-        return builtins.all(items)
-    return builtins.all(builtins.map(predicate, items))
+    for r in items if predicate is None else builtins.map(predicate, items):
+        if r is False:
+            return False
+        if r is not True:
+            _not_bool("all", r)
+    return True
 
 
 # -- slicing ---------------------------------------------------------------------------
@@ -452,27 +478,50 @@ def skip_(items: Array, n: Int) -> Array:
 @builtin(
     "take_while",
     category="collections",
-    description="The leading elements for which the predicate is truthy, up to the first that is not.",
+    description="The leading elements for which the predicate returns true, up to the first false.",
     examples=[
         Example("[1, 2, 5, 1] | take_while(fn(x) => x < 3)", [1, 2]),
         Example("[5, 1] | take_while(fn(x) => x < 3)", []),
     ],
 )
 def take_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, itertools.takewhile(predicate, items))
+    return _out(items, _take_while(items, predicate))
+
+
+def _take_while(items: Iterable[Any], predicate: Callable[[Any], Any]) -> Iterator[Any]:
+    for x in items:
+        r = predicate(x)
+        if r is True:
+            yield x
+        elif r is False:
+            return
+        else:
+            _not_bool("take_while", r)
 
 
 @builtin(
     "skip_while",
     category="collections",
-    description="Drop the leading elements for which the predicate is truthy; keep the rest.",
+    description="Drop the leading elements for which the predicate returns true; keep the rest.",
     examples=[
         Example("[1, 2, 5, 1] | skip_while(fn(x) => x < 3)", [5, 1]),
         Example("[1, 2] | skip_while(fn(x) => x < 3)", []),
     ],
 )
 def skip_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, itertools.dropwhile(predicate, items))
+    return _out(items, _skip_while(items, predicate))
+
+
+def _skip_while(items: Iterable[Any], predicate: Callable[[Any], Any]) -> Iterator[Any]:
+    it = iter(items)
+    for x in it:
+        r = predicate(x)
+        if r is False:
+            yield x
+            break
+        if r is not True:
+            _not_bool("skip_while", r)
+    yield from it
 
 
 @builtin(
@@ -698,7 +747,13 @@ def partition_(items: Array, predicate: Function) -> Array:
     yes: list[Any] = []
     no: list[Any] = []
     for x in items:
-        (yes if predicate(x) else no).append(x)
+        r = predicate(x)
+        if r is True:
+            yes.append(x)
+        elif r is False:
+            no.append(x)
+        else:
+            _not_bool("partition", r)
     return [yes, no]
 
 
@@ -856,7 +911,13 @@ def len_(value: String | Array | Record | Range) -> Int:
 def count_(items: Array, predicate: Function | None = None) -> Int:
     if predicate is None:
         return len(items)
-    return builtins.sum(1 for r in builtins.map(predicate, items) if r)
+    n = 0
+    for r in builtins.map(predicate, items):
+        if r is True:
+            n += 1
+        elif r is not False:
+            _not_bool("count", r)
+    return n
 
 
 @builtin(
@@ -950,8 +1011,11 @@ def index_of_(items: Array | String, value: Any) -> Int:
 )
 def find_(items: Array, predicate: Function) -> Any:
     for x in items:
-        if predicate(x):
+        r = predicate(x)
+        if r is True:
             return x
+        if r is not False:
+            _not_bool("find", r)
     return None
 
 
