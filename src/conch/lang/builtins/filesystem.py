@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import csv
-import datetime as _dt
 import fnmatch
 import functools
 import io
@@ -36,9 +34,7 @@ import json
 import os
 import posixpath
 import re
-import shutil
 import stat as _stat
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +44,9 @@ from conch.lang.builtins.registry import REGISTRY, Example, builtin
 from conch.lang.builtins.types import Array, Bool, Int, Record, String, Table
 from conch.lang.context import Context, current
 from conch.lang.errors import ConchError
+
+# shutil, tempfile, csv and datetime are imported where used: together they are a visible
+# part of the start-up of every `conch -c`, which loads all builtins.
 
 CAT = "filesystem"
 
@@ -158,6 +157,8 @@ def _walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.D
 
 
 def _iso(ts: float) -> str:
+    import datetime as _dt
+
     moment = _dt.datetime.fromtimestamp(ts, _dt.UTC)
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -369,6 +370,8 @@ def _parse(fmt: str, text: str, path: str) -> Any:
         if fmt == "jsonl":
             return [json.loads(line) for line in text.splitlines() if line.strip()]
         if fmt == "csv":
+            import csv
+
             return [dict(row) for row in csv.DictReader(io.StringIO(text))]
         if fmt == "yaml":
             import yaml
@@ -406,6 +409,8 @@ def _serialise(content: Any, path: str) -> str:
                     "TypeError", f"write: TOML needs a Record, got {values.type_of(content)}"
                 )
             return tomli_w.dumps(data)
+        import csv
+
         rows = data if isinstance(data, list) else [data]
         if not all(isinstance(r, dict) for r in rows):
             raise ConchError("TypeError", "write: CSV needs a Table or a Record")
@@ -547,6 +552,8 @@ def write(path: String, content: Any) -> Record:
         mode = _stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{real.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -637,6 +644,8 @@ def rm(path: String, recursive: Bool = False) -> None:
         os.unlink(target)
         return None
     if recursive:
+        import shutil
+
         # rmtree removes symlinks it meets without following them.
         shutil.rmtree(target)
         return None
@@ -697,11 +706,15 @@ def mv(src: String, dst: String) -> String:
         raise ConchError("IOError", f"mv: cannot move {src} into itself")
     if target.is_dir():
         raise ConchError("IOError", f"mv: destination exists and is a directory: {shown}")
+    import shutil
+
     shutil.move(os.fspath(source), os.fspath(target))
     return shown
 
 
 def _copy_tree(src: Path, dst: Path, ctx: Context) -> None:
+    import shutil
+
     dst.mkdir(exist_ok=True)
     for shown, entry, _depth in _walk(src, "", ctx):
         if entry.is_symlink():
@@ -748,6 +761,8 @@ def cp(src: String, dst: String) -> String:
     else:
         if target == source:
             raise ConchError("IOError", f"cp: {src} and {shown} are the same file")
+        import shutil
+
         shutil.copy2(source, target)
     return shown
 
