@@ -58,6 +58,8 @@ def _init_backend() -> Any:
 
     with _backend_lock:
         if not _backend_ready:
+            import llama_cpp._logger  # installs the log callback that honours the level below
+
             logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
             llama_cpp.llama_backend_init()
             _backend_ready = True
@@ -142,7 +144,9 @@ class LlamaEngine(Engine):
         self.model_id = model_id
         self.path = path
         self._n_ctx_req = n_ctx
-        self.n_threads = n_threads or max(os.cpu_count() or 1, 1)
+        # Half the logical CPUs (physical cores on SMT machines), as llama-cpp-python does:
+        # oversubscribed OpenMP threads spin and slow decoding down badly.
+        self.n_threads = n_threads or max((os.cpu_count() or 2) // 2, 1)
         self.n_parallel = max(1, n_parallel)
         self.n_batch = n_batch
         self.max_queue = max_queue

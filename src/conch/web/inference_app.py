@@ -303,7 +303,13 @@ def create_app(settings: Settings) -> FastAPI:
 
         def chunk(choices: list[p.ChunkChoice], usage: p.Usage | None = None) -> str:
             c = p.ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage)
-            return "data: " + c.model_dump_json(exclude_none=False) + "\n\n"
+            data = c.model_dump(exclude_none=True)
+            # Deltas carry only what changed, but these keys are always present (null when unset).
+            data["usage"] = data.get("usage")
+            for ch in data["choices"]:
+                ch.setdefault("finish_reason", None)
+                ch.setdefault("logprobs", None)
+            return "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
         async def sse() -> AsyncIterator[str]:
             n_out = 0

@@ -1,0 +1,138 @@
+"""``conch models``: run the inference server and manage the model store.
+
+``list``, ``show`` and ``rm`` talk to the store directly (the database and files), so they
+work whether or not a server is running.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="The model inference server and the local model store.", no_args_is_help=True)
+
+
+def _settings(**overrides: object) -> object:
+    from conch.config import load_settings
+
+    return load_settings(**overrides)
+
+
+def _store() -> object:
+    from conch.inference.store import ModelStore
+
+    return ModelStore(_settings())  # type: ignore[arg-type]
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default 8080).")] = None,
+) -> None:
+    """Run the OpenAI-compatible inference server."""
+    import uvicorn
+
+    from conch.config import load_settings
+    from conch.web.inference_app import create_app
+
+    settings = load_settings(models_host=host, models_port=port)
+    app_ = create_app(settings)
+    typer.echo(f"conch inference server on http://{settings.models_host}:{settings.models_port}/v1")
+    uvicorn.run(app_, host=settings.models_host, port=settings.models_port, log_level="info")
+
+
+@app.command("list")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the models in the store."""
+    from conch.inference.bundled import ensure_bundled_model
+    from conch.inference.store import ModelStore
+
+    store = _store()
+    assert isinstance(store, ModelStore)
+    ensure_bundled_model(store)
+    records = store.list()
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json", exclude={"extra"}) for r in records], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("ID", "STATUS", "FORMAT", "QUANT", "ARCH", "CTX", "SIZE", "CAPABILITIES")
+    for r in records:
+        table.add_row(
+            r.id, r.status, r.format, r.quantization or "-", r.architecture or "-",
+            str(r.context_length or "-"), _human(r.size_bytes), ",".join(r.capabilities),
+        )
+    Console().print(table)
+
+
+@app.command()
+def show(
+    model_id: Annotated[str, typer.Argument(help="Model id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one model's details."""
+    from conch.inference.store import ModelStore
+
+    store = _store()
+    assert isinstance(store, ModelStore)
+    record = store.get(model_id.removeprefix("local:"))
+    if record is None:
+        typer.echo(f"error: no model '{model_id}' in the store", err=True)
+        raise typer.Exit(1)
+    data = record.model_dump(mode="json", exclude={"extra"})
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if key == "size_bytes":
+            value = f"{value} ({_human(int(value))})"
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value)) or "-"
+        typer.echo(f"{key:<{width}}  {'-' if value is None else value}")
+
+
+@app.command()
+def rm(model_id: Annotated[str, typer.Argument(help="Model id.")]) -> None:
+    """Remove a model from the store (its files under the models directory, never a linked file)."""
+    from conch.inference.store import ModelStore
+
+    store = _store()
+    assert isinstance(store, ModelStore)
+    mid = model_id.removeprefix("local:")
+    record = store.get(mid)
+    if record is None:
+        typer.echo(f"error: no model '{model_id}' in the store", err=True)
+        raise typer.Exit(1)
+    if record.status in ("downloading", "converting"):
+        typer.echo(f"error: model '{model_id}' is {record.status}", err=True)
+        raise typer.Exit(1)
+    store.delete(mid)
+    typer.echo(f"deleted {mid}")
+
+
+@app.command()
+def setup() -> None:
+    """Register the default models (the bundled SmolLM2 chat model)."""
+    from conch.inference.bundled import BUNDLED_ID, ensure_bundled_model
+    from conch.inference.store import ModelStore
+
+    store = _store()
+    assert isinstance(store, ModelStore)
+    record = ensure_bundled_model(store)
+    if record is not None:
+        typer.echo(f"ready: {record.id} ({record.path})")
+    elif store.get(BUNDLED_ID) is None:
+        typer.echo("the store already has a chat model; the bundled model was not registered")

@@ -1,0 +1,66 @@
+"""``conch up``: the agent server (3000) and the inference server (8080) in one process.
+
+Two uvicorn ``Server`` objects share one asyncio loop; when either stops (or Ctrl-C), both
+shut down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+
+def _agent_app(settings: Any) -> Any:
+    try:
+        from conch.web.agent_app import create_app
+    except ImportError as exc:
+        typer.echo(
+            f"error: the agent server is not available in this installation ({exc}); "
+            "run `conch models serve` for the inference server alone",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return create_app(settings)
+
+
+async def _serve_both(servers: list[Any]) -> None:
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    await asyncio.gather(*pending, return_exceptions=True)
+    for t in done:
+        if t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+def up(
+    host: Annotated[str | None, typer.Option(help="Address both servers bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Agent server port (default 3000).")] = None,
+    models_port: Annotated[int | None, typer.Option(help="Inference server port (default 8080).")] = None,
+) -> None:
+    """Run the agent server and the inference server together."""
+    import uvicorn
+
+    from conch.config import load_settings
+    from conch.web.inference_app import create_app as create_inference_app
+
+    settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
+    agent = _agent_app(settings)
+    inference = create_inference_app(settings)
+    servers = [
+        uvicorn.Server(uvicorn.Config(agent, host=settings.host, port=settings.port, log_level="info")),
+        uvicorn.Server(
+            uvicorn.Config(inference, host=settings.models_host, port=settings.models_port, log_level="info")
+        ),
+    ]
+    typer.echo(
+        f"conch agent server on http://{settings.host}:{settings.port}, "
+        f"inference server on http://{settings.models_host}:{settings.models_port}/v1"
+    )
+    try:
+        asyncio.run(_serve_both(servers))
+    except KeyboardInterrupt:
+        pass
