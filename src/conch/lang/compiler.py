@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.lang import ast as A
-from conch.lang.builtins.registry import REGISTRY, load_all
+from conch.lang.builtins.registry import REGISTRY
 from conch.lang.errors import ConchError
 
 FILENAME = "<conch>"
@@ -131,7 +131,8 @@ class Compiler:
         session_globals: dict[str, Binding] | None = None,
         known_globals: frozenset[str] = frozenset(),
     ) -> None:
-        load_all()
+        # REGISTRY imports the builtin modules on its first read: a program that names no
+        # builtin starts without them.
         self.checked = checked
         self.session = session_globals is not None
         self.prev_globals = session_globals or {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import inspect
 import keyword
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,8 +124,61 @@ class Builtin:
         }
 
 
-REGISTRY: dict[str, Builtin] = {}
-"""Every builtin by name, aliases included (an alias maps to the same Builtin)."""
+class _Registry(dict[str, "Builtin"]):
+    """A dict that imports the category modules on its first read, so that a program naming
+    no builtin (``conch -c '1 + 1'``) does not pay for importing ~150 of them."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if not _loaded:
+            load_all()
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key: str) -> Builtin:
+        if not _loaded:
+            load_all()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        if not _loaded:
+            load_all()
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        if not _loaded:
+            load_all()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        if not _loaded:
+            load_all()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        if not _loaded:
+            load_all()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        if not _loaded:
+            load_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        if not _loaded:
+            load_all()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, Builtin]:
+        if not _loaded:
+            load_all()
+        return dict(dict.items(self))
+
+
+REGISTRY: dict[str, Builtin] = _Registry()
+"""Every builtin by name, aliases included (an alias maps to the same Builtin). The category
+modules are imported on first read (or by :func:`load_all`)."""
 
 
 def all_builtins() -> list[Builtin]:
@@ -140,22 +194,33 @@ def lookup(name: str) -> Builtin | None:
 
 
 _loaded = False
+_loading = False
+_load_lock = threading.RLock()
 
 
 def load_all() -> None:
     """Import every category module so that their builtins register."""
-    global _loaded
+    global _loaded, _loading
     if _loaded:
         return
-    _loaded = True
-    import importlib
-
-    for module in CATEGORIES:
+    # Other threads wait here until everything is imported rather than see a half-filled
+    # registry; the importing thread itself may read the registry meanwhile (re-entry).
+    with _load_lock:
+        if _loaded or _loading:
+            return
+        _loading = True
         try:
-            importlib.import_module(f"conch.lang.builtins.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"conch.lang.builtins.{module}":
-                raise
+            import importlib
+
+            for module in CATEGORIES:
+                try:
+                    importlib.import_module(f"conch.lang.builtins.{module}")
+                except ModuleNotFoundError as exc:
+                    if exc.name != f"conch.lang.builtins.{module}":
+                        raise
+            _loaded = True
+        finally:
+            _loading = False
 
 
 # -- type checks -------------------------------------------------------------------------
@@ -306,7 +371,7 @@ def builtin(
         )
         b._sig = sig
         for key in (name, *aliases):
-            existing = REGISTRY.get(key)
+            existing = dict.get(REGISTRY, key)
             REGISTRY[key] = b if existing is None else _overload(key, existing, b)
         return impl
 
