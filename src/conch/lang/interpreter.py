@@ -13,6 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -211,6 +212,17 @@ def _guard_lazy(value: LazyList, ctx: Context) -> LazyList:
 # -- programs ----------------------------------------------------------------------------
 
 
+@contextmanager
+def _compiling() -> Iterator[None]:
+    """Report the host compiler's own limits (very deep nesting) as conch syntax errors."""
+    try:
+        yield
+    except RecursionError:
+        raise ConchError("SyntaxError", "the program is nested too deeply", line=1, column=1) from None
+    except SyntaxError as exc:
+        raise ConchError("SyntaxError", exc.msg, line=exc.lineno, column=(exc.offset or 0) + 1 or None) from None
+
+
 class Program:
     """A compiled conch program."""
 
@@ -218,7 +230,8 @@ class Program:
         self.source = source
         self.tree = tree
         self._known = variables
-        self._plain: Compiled = Compiler(known_globals=variables).compile_program(tree)
+        with _compiling():
+            self._plain: Compiled = Compiler(known_globals=variables).compile_program(tree)
         self._checked: Compiled | None = None
         self._texts: list[str] | None = None
 
@@ -245,7 +258,8 @@ class Program:
         if not checked:
             return self._plain
         if self._checked is None:
-            self._checked = Compiler(checked=True, known_globals=self._known).compile_program(self.tree)
+            with _compiling():
+                self._checked = Compiler(checked=True, known_globals=self._known).compile_program(self.tree)
         return self._checked
 
     def run(
@@ -316,7 +330,9 @@ def compile_program(source: str, variables: frozenset[str] | set[str] | None = N
     ``variables`` names values that will be supplied to :meth:`Program.run` (optional: any
     unknown name is looked up at run time).
     """
-    return Program(source, parse(source), frozenset(variables or ()))
+    with _compiling():
+        tree = parse(source)
+    return Program(source, tree, frozenset(variables or ()))
 
 
 def run(source: str, context: Context | None = None, variables: dict[str, Any] | None = None) -> Any:
@@ -333,7 +349,8 @@ class Stage:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        tree = A.Program([_feed(parse_expression(text))])
+        with _compiling():
+            tree = A.Program([_feed(parse_expression(text))])
         tree.line, tree.col = 1, 1
         self.program = Program(text, tree, frozenset({_STAGE_INPUT}))
 
@@ -372,12 +389,14 @@ class Session:
         return {name: self.namespace[b.pyname] for name, b in self.bindings.items() if b.pyname in self.namespace}
 
     def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
-        tree = parse(source)
+        with _compiling():
+            tree = parse(source)
         ctx = self.context or ctxmod.current()
         # Compile against copies so a failed compilation leaves the session as it was.
         snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in self.bindings.items()}
         compiler = Compiler(checked=_has_limits(ctx), session_globals=snapshot)
-        compiled = compiler.compile_program(tree)
+        with _compiling():
+            compiled = compiler.compile_program(tree)
         self.namespace.update(compiled.builtins)
         prog_texts: Callable[[], list[str]] | None = None
         if on_statement is not None:
