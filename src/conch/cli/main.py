@@ -99,9 +99,6 @@ def run_file(path: str, args: Sequence[str]) -> int:
     except OSError as exc:
         sys.stderr.write(f"conch: cannot read {path}: {exc.strerror or exc}\n")
         return EXIT_ERROR
-    if source.startswith("#!"):
-        # keep line numbers: blank the shebang line rather than dropping it
-        source = "#" + source[2:]
     return run_source(source, args, filename=path)
 
 
