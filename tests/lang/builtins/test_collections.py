@@ -419,6 +419,7 @@ def test_get_paths() -> None:
     assert call("get", [{"n": 1}, {"m": 2}], "n", default=0) == 0
     assert call("get", "abc", 1) == "b"
     assert call("get", range(5), -1) == 4
+    assert call("get", {"a.b": 1, "a": {"b": 2}}, "a.b") == 1
 
 
 def test_select_reject() -> None:

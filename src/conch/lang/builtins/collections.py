@@ -1232,6 +1232,8 @@ def _get_path(value: Any, segments: list[Any]) -> Any:
     ],
 )
 def get_(value: Any, path: String | Int | Array, default: Any = None) -> Any:
+    if type(path) is str and isinstance(value, dict) and path in value:
+        return value[path]  # a field whose name contains a dot
     found = _get_path(value, _segments(path))
     return default if found is _MISSING else found
 
