@@ -7,60 +7,104 @@ also carry ``op_line``/``op_col``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import inspect
+from dataclasses import KW_ONLY
+from typing import Any, TypeVar, dataclass_transform
+
+_T = TypeVar("_T", bound=type)
 
 
-@dataclass(eq=False)
+@dataclass_transform()
+def node(cls: _T) -> _T:
+    """Give a node class an ``__init__`` taking its annotated fields in order.
+
+    A hand-made stand-in for ``dataclass``: generating some forty dataclasses costs tens of
+    milliseconds at import, which every ``conch -c`` would pay.
+    """
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name in inspect.get_annotations(klass):
+            if name not in names and name not in ("_", "line", "col", "end_line", "end_col"):
+                names.append(name)
+    defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+    required = [n for n in names if n not in defaults]
+
+    def __init__(self: Any, *args: Any, line: int = 0, col: int = 0, end_line: int = 0, end_col: int = 0, **kwargs: Any) -> None:
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__} takes {len(names)} fields")
+        for name, value in zip(names, args, strict=False):
+            setattr(self, name, value)
+        for name in names[len(args) :]:
+            if name in kwargs:
+                setattr(self, name, kwargs.pop(name))
+            elif name in defaults:
+                setattr(self, name, defaults[name])
+            elif name in required:
+                raise TypeError(f"{cls.__name__} needs {name!r}")
+        if kwargs:
+            raise TypeError(f"{cls.__name__} has no field {next(iter(kwargs))!r}")
+        self.line, self.col, self.end_line, self.end_col = line, col, end_line, end_col
+
+    def __repr__(self: Any) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n, None)!r}" for n in names)
+        return f"{cls.__name__}({inner})"
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__repr__ = __repr__  # type: ignore[assignment]
+    return cls
+
+
+@node
 class Node:
-    line: int = field(default=0, kw_only=True)
-    col: int = field(default=0, kw_only=True)
-    end_line: int = field(default=0, kw_only=True)
-    end_col: int = field(default=0, kw_only=True)
+    _: KW_ONLY
+    line: int = 0
+    col: int = 0
+    end_line: int = 0
+    end_col: int = 0
 
 
 # -- expressions -------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@node
 class Literal(Node):
     value: Any
 
 
-@dataclass(eq=False)
+@node
 class Interp(Node):
     parts: list[str | Node]
 
 
-@dataclass(eq=False)
+@node
 class Name(Node):
     name: str
 
 
-@dataclass(eq=False)
+@node
 class Raw(Node):
     """A Python name supplied by the host (the input of a pipeline stage)."""
 
     pyname: str
 
 
-@dataclass(eq=False)
+@node
 class ArrayLit(Node):
     items: list[Node]
 
 
-@dataclass(eq=False)
+@node
 class RecordLit(Node):
     entries: list[tuple[str, Node]]
 
 
-@dataclass(eq=False)
+@node
 class Unary(Node):
     op: str  # "-", "!"
     operand: Node
 
 
-@dataclass(eq=False)
+@node
 class Binary(Node):
     op: str
     left: Node
@@ -69,7 +113,7 @@ class Binary(Node):
     op_col: int = 0
 
 
-@dataclass(eq=False)
+@node
 class RangeLit(Node):
     start: Node
     end: Node
@@ -78,7 +122,7 @@ class RangeLit(Node):
     op_col: int = 0
 
 
-@dataclass(eq=False)
+@node
 class Field(Node):
     obj: Node
     name: str
@@ -87,7 +131,7 @@ class Field(Node):
     op_col: int = 0
 
 
-@dataclass(eq=False)
+@node
 class Index(Node):
     obj: Node
     index: Node | None
@@ -99,60 +143,64 @@ class Index(Node):
     op_col: int = 0
 
 
-@dataclass(eq=False)
+@node
 class Call(Node):
     func: Node
     args: list[Node]
     kwargs: list[tuple[str, Node]]
 
 
-@dataclass(eq=False)
+@node
 class Pipe(Node):
     left: Node
     right: Node
 
 
-@dataclass(eq=False)
 class Param:
-    name: str
-    default: Node | None
-    line: int
-    col: int
+    __slots__ = ("col", "default", "line", "name")
+
+    def __init__(self, name: str, default: Node | None, line: int, col: int) -> None:
+        self.name = name
+        self.default = default
+        self.line = line
+        self.col = col
 
 
-@dataclass(eq=False)
+@node
 class Lambda(Node):
     params: list[Param]
     body: Node | Block  # an expression, or a block
     name: str | None = None
 
 
-@dataclass(eq=False)
+@node
 class Block(Node):
     stmts: list[Node]
 
 
-@dataclass(eq=False)
+@node
 class If(Node):
     cond: Node
     then: Block
     orelse: Block | If | None
 
 
-@dataclass(eq=False)
 class MatchArm:
-    pattern: Pattern
-    guard: Node | None
-    body: Node
+    __slots__ = ("body", "guard", "pattern")
+
+    def __init__(self, pattern: Pattern, guard: Node | None, body: Node) -> None:
+        self.pattern = pattern
+        self.guard = guard
+        self.body = body
 
 
-@dataclass(eq=False)
+@node
 class Match(Node):
     subject: Node
     arms: list[MatchArm]
 
 
-@dataclass(eq=False)
+@node
 class Try(Node):
     body: Block
     name: str | None
@@ -162,55 +210,55 @@ class Try(Node):
 # -- statements --------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@node
 class Let(Node):
     target: Pattern
     mutable: bool
     value: Node
 
 
-@dataclass(eq=False)
+@node
 class Assign(Node):
     name: str
     op: str  # "=", "+=", ...
     value: Node
 
 
-@dataclass(eq=False)
+@node
 class FnDef(Node):
     name: str
     fn: Lambda
 
 
-@dataclass(eq=False)
+@node
 class For(Node):
     var: Pattern
     iterable: Node
     body: Block
 
 
-@dataclass(eq=False)
+@node
 class While(Node):
     cond: Node
     body: Block
 
 
-@dataclass(eq=False)
+@node
 class Break(Node):
     pass
 
 
-@dataclass(eq=False)
+@node
 class Continue(Node):
     pass
 
 
-@dataclass(eq=False)
+@node
 class Return(Node):
     value: Node | None
 
 
-@dataclass(eq=False)
+@node
 class Throw(Node):
     value: Node
 
@@ -218,50 +266,50 @@ class Throw(Node):
 # -- patterns ----------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@node
 class Pattern(Node):
     pass
 
 
-@dataclass(eq=False)
+@node
 class PWild(Pattern):
     pass
 
 
-@dataclass(eq=False)
+@node
 class PBind(Pattern):
     name: str
 
 
-@dataclass(eq=False)
+@node
 class PLit(Pattern):
     value: Any
 
 
-@dataclass(eq=False)
+@node
 class PRange(Pattern):
     start: Any
     end: Any
     inclusive: bool
 
 
-@dataclass(eq=False)
+@node
 class PArray(Pattern):
     items: list[Pattern]
     rest: str | None  # the name after ``..`` ("_" or "" when unnamed)
     has_rest: bool = False
 
 
-@dataclass(eq=False)
+@node
 class PRecord(Pattern):
     fields: list[tuple[str, Pattern]]
 
 
-@dataclass(eq=False)
+@node
 class POr(Pattern):
     options: list[Pattern]
 
 
-@dataclass(eq=False)
+@node
 class Program(Node):
     stmts: list[Node]
