@@ -1,0 +1,151 @@
+"""The sandbox pool on its own: limits, OS limits of workers, kill-and-replace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conch.agents.sandbox import Job, SandboxPool, effective_limits
+from conch.config import Settings
+from conch.lang.context import Limits
+
+
+def _with_pool(
+    tmp_path: Path, body: Callable[[SandboxPool], Awaitable[Any]], **overrides: Any
+) -> Any:
+    overrides.setdefault("workers", 1)
+    overrides.setdefault("wall_time_s", 2.0)
+    settings = Settings(data_dir=tmp_path, **overrides)
+
+    async def main() -> Any:
+        pool = SandboxPool(settings)
+        await pool.start()
+        try:
+            return await body(pool)
+        finally:
+            await pool.close()
+
+    return asyncio.run(main())
+
+
+def test_effective_limits_only_lower() -> None:
+    configured = Limits(
+        wall_time_s=30, steps=1000, recursion=100, output_bytes=10, collection_size=5
+    )
+    got = effective_limits(configured, {"wall_time_s": 60, "steps": 10, "recursion": 1000})
+    assert (got.wall_time_s, got.steps, got.recursion) == (30, 10, 100)
+    assert (got.output_bytes, got.collection_size) == (10, 5)
+    unlimited = effective_limits(Limits(), {"steps": 7})
+    assert unlimited.steps == 7 and unlimited.wall_time_s is None
+
+
+def test_runs_in_a_separate_process_inside_the_workspace(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> Any:
+        return await pool.run(Job("program", source="pwd()")), pool.worker_pids()
+
+    result, pids = _with_pool(tmp_path, body)
+    assert result["success"], result
+    assert os.getpid() not in pids
+    assert result["result"] in ("/", str(tmp_path / "workspace"))
+
+
+def test_worker_has_os_limits(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> str:
+        await pool.run(Job("program", source="1"))
+        return Path(f"/proc/{pool.worker_pids()[0]}/limits").read_text()
+
+    limits = _with_pool(tmp_path, body, worker_memory_mb=300)
+    as_line = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+    assert str(300 * 1024 * 1024) in as_line
+    cpu_line = next(line for line in limits.splitlines() if line.startswith("Max cpu time"))
+    assert "unlimited" not in cpu_line.split()[3]
+
+
+def test_killed_worker_is_replaced_and_run_answered(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> tuple[dict[str, Any], int, list[int], dict[str, Any]]:
+        task = asyncio.create_task(pool.run(Job("program", source="sleep(5000)")))
+        while not pool.busy_pids():
+            await asyncio.sleep(0.01)
+        victim = pool.busy_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        result = await task
+        for _ in range(500):
+            if pool.idle == pool.size:
+                break
+            await asyncio.sleep(0.02)
+        after = await pool.run(Job("program", source="2 * 21"))
+        return result, victim, pool.worker_pids(), after
+
+    result, victim, pids, after = _with_pool(tmp_path, body)
+    assert result["success"] is False
+    assert result["error"]["kind"] == "LimitError"
+    assert "SIGKILL" in result["error"]["message"]
+    assert victim not in pids and len(pids) == 1
+    assert after["value"] == 42
+
+
+def test_wall_time_watchdog_kills_native_work(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> tuple[dict[str, Any], int]:
+        result = await pool.run(Job("program", source="10 ** 10 ** 9", limits={"wall_time_s": 0.5}))
+        return result, pool.restarts["timeout"] + pool.restarts["limit"]
+
+    result, restarts = _with_pool(tmp_path, body)
+    assert result["error"]["kind"] in ("TimeoutError", "LimitError")
+    assert restarts >= 1
+
+
+def test_memory_limit_answers_limit_error(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> dict[str, Any]:
+        return await pool.run(Job("program", source='"x" | repeat(2 * 10**9)'))
+
+    result = _with_pool(tmp_path, body, worker_memory_mb=400)
+    assert result["error"]["kind"] == "LimitError"
+
+
+def test_stream_events_are_incremental(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> list[str]:
+        kinds = []
+        job = Job("program", source='print("a")\n[1, 2]', stream=True)
+        async for event in pool.events(job):
+            kinds.append(event.kind)
+        return kinds
+
+    assert _with_pool(tmp_path, body) == ["progress", "data", "progress", "data", "data", "done"]
+
+
+def test_closing_a_run_early_kills_its_worker(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> tuple[int, list[int], int]:
+        job = Job("program", source="range(0, 10**9) | map(fn(x) => sleep(20))", stream=True)
+        events = pool.events(job)
+        async for event in events:
+            if event.kind == "data":
+                break
+        victim = pool.busy_pids()[0]
+        await events.aclose()
+        for _ in range(500):
+            if pool.idle == pool.size:
+                break
+            await asyncio.sleep(0.02)
+        return victim, pool.worker_pids(), pool.restarts["cancelled"]
+
+    victim, pids, cancelled = _with_pool(tmp_path, body)
+    assert cancelled == 1
+    assert victim not in pids
+
+
+@pytest.mark.parametrize("name", ["CONCH_API_KEY", "OPENAI_API_KEY", "HF_TOKEN"])
+def test_secrets_do_not_reach_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "must-not-leak")
+
+    async def body(pool: SandboxPool) -> dict[str, Any]:
+        return await pool.run(Job("program", source=f'env("{name}")'))
+
+    assert _with_pool(tmp_path, body)["value"] is None
