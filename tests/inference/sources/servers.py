@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,7 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    def send_bytes(self, data: bytes, headers: dict[str, str], cut_after: int | None = None) -> None:
+    def send_bytes(self, data: bytes, headers: dict[str, str], cut_after: int | None = None,
+                   delay: float = 0.0) -> None:
         """Answer with ``data`` honouring ``Range``; optionally drop the connection mid-body."""
         start, end = 0, len(data) - 1
         rng = self.headers.get("Range")
@@ -94,8 +96,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
             return
         view = memoryview(body)
-        for i in range(0, len(body), 1 << 20):
-            self.wfile.write(view[i : i + (1 << 20)])
+        step = 1 << 16 if delay else 1 << 20
+        try:
+            for i in range(0, len(body), step):
+                self.wfile.write(view[i : i + step])
+                if delay:
+                    time.sleep(delay)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
 
 # -- Hugging Face Hub -------------------------------------------------------------------------
@@ -200,6 +208,8 @@ class FileServer:
         self.files = files
         self.cut: dict[str, int] = {}
         self.ranges: list[str | None] = []
+        self.gate: threading.Event | None = None  # when set, bodies wait for it
+        self.chunk_delay = 0.0  # seconds between 64 KiB chunks (a slow link)
 
     @contextmanager
     def run(self) -> Iterator[str]:
@@ -216,7 +226,10 @@ class FileServer:
                     return self.send_json(404, {"error": "not found"})
                 fs.ranges.append(self.headers.get("Range"))
                 cut = fs.cut.pop(name, None)
-                self.send_bytes(data, {"Content-Type": "application/octet-stream"}, cut_after=cut)
+                if fs.gate is not None:
+                    fs.gate.wait(30)
+                self.send_bytes(data, {"Content-Type": "application/octet-stream"}, cut_after=cut,
+                                delay=fs.chunk_delay)
 
         with serving(Handler) as url:
             yield url
