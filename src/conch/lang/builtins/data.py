@@ -3,21 +3,17 @@
 Decoders return plain conch values: dates and times that YAML and TOML know about come back
 as ISO-8601 strings, since conch has no date type. Every failure is a ValueError that says
 what was wrong and where (line and column when the format reports them).
+
+The codec modules are imported where used: every run of conch loads this module, few of them
+encode anything.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import csv
 import datetime as _dt
-import hashlib
-import io
 import json
 import math
 import re
-import tomllib
-import uuid as _uuid
 from typing import Any
 
 from conch.lang import values
@@ -55,6 +51,8 @@ def _from_decoded(value: Any) -> Any:
     if isinstance(value, _dt.date | _dt.time):
         return value.isoformat()
     if isinstance(value, bytes):
+        import base64
+
         return base64.b64encode(value).decode("ascii")
     return value
 
@@ -133,6 +131,9 @@ def _csv_cell(value: Any) -> str:
 def to_csv(table: Table, separator: String = ",") -> String:
     if len(separator) != 1:
         raise _value_error(f"to_csv: separator must be one character, got {separator!r}")
+    import csv
+    import io
+
     rows = values.as_list(table)
     buf = io.StringIO()
     writer = csv.writer(buf, delimiter=separator, lineterminator="\n")
@@ -209,6 +210,9 @@ def from_csv(
 ) -> Table:
     if len(separator) != 1:
         raise _value_error(f"from_csv: separator must be one character, got {separator!r}")
+    import csv
+    import io
+
     reader = csv.reader(io.StringIO(text), delimiter=separator, strict=True)
     try:
         rows = [r for r in reader if r]
@@ -333,6 +337,8 @@ def to_toml(value: Record) -> String:
     ],
 )
 def from_toml(text: String) -> Record:
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -515,6 +521,8 @@ def hash_(value: Any, algorithm: String = "sha256") -> String:
             f"hash: unknown algorithm {algorithm!r}",
             hint=did_you_mean(name, _HASHES) or f"use one of {', '.join(_HASHES)}",
         )
+    import hashlib
+
     text = value if type(value) is str else values.render(value)
     return hashlib.new(name, text.encode("utf-8")).hexdigest()
 
@@ -530,6 +538,8 @@ def hash_(value: Any, algorithm: String = "sha256") -> String:
     ],
 )
 def base64_encode(text: String, url_safe: Bool = False) -> String:
+    import base64
+
     raw = text.encode("utf-8")
     out = base64.urlsafe_b64encode(raw) if url_safe else base64.b64encode(raw)
     return out.decode("ascii")
@@ -546,6 +556,9 @@ def base64_encode(text: String, url_safe: Bool = False) -> String:
     ],
 )
 def base64_decode(text: String) -> String:
+    import base64
+    import binascii
+
     compact = "".join(text.split()).replace("-", "+").replace("_", "/")
     compact += "=" * (-len(compact) % 4)
     try:
@@ -575,4 +588,6 @@ def _short(text: str) -> str:
     ],
 )
 def uuid() -> String:
+    import uuid as _uuid
+
     return str(_uuid.uuid4())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import socket
 import time
 from typing import Any
 
@@ -177,6 +176,8 @@ def sleep(ms: Int | Float) -> None:
     examples=[Example("hostname()", type="String")],
 )
 def hostname() -> String:
+    import socket
+
     return socket.gethostname()
 
 
