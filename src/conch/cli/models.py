@@ -14,10 +14,10 @@ import typer
 app = typer.Typer(help="The model inference server and the local model store.", no_args_is_help=True)
 
 
-def _settings(**overrides: object) -> object:
+def _settings() -> object:
     from conch.config import load_settings
 
-    return load_settings(**overrides)
+    return load_settings()
 
 
 def _store() -> object:

@@ -7,6 +7,7 @@ shut down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated, Any
 
 import typer
@@ -60,7 +61,5 @@ def up(
         f"conch agent server on http://{settings.host}:{settings.port}, "
         f"inference server on http://{settings.models_host}:{settings.models_port}/v1"
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_both(servers))
-    except KeyboardInterrupt:
-        pass

@@ -212,6 +212,9 @@ def parse_tool_calls(text: str, tools: list[ToolSpec]) -> tuple[str, list[dict[s
 
 # -- running ---------------------------------------------------------------------------------
 def build_prompt(engine: LlamaEngine, spec: ChatSpec) -> list[int]:
+    if spec.sampling.grammar and not engine.check_grammar(spec.sampling.grammar):
+        param = "tools" if spec.tools and spec.tool_choice != "none" else "response_format"
+        raise ChatInputError("The schema could not be turned into a grammar llama.cpp accepts", param)
     tools_active = bool(spec.tools) and spec.tool_choice != "none"
     messages = render_messages(spec.messages, spec.tools if tools_active else [], inject_tools=True)
     try:

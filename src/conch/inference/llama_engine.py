@@ -332,6 +332,15 @@ class LlamaEngine(Engine):
         with self._cond:
             self._cond.notify()
 
+    def check_grammar(self, grammar: str) -> bool:
+        """Whether llama.cpp accepts this GBNF grammar (checked before a request is queued)."""
+        llama_cpp = _init_backend()
+        smpl = llama_cpp.llama_sampler_init_grammar(self._model.vocab, grammar.encode("utf-8"), b"root")
+        if not smpl:
+            return False
+        llama_cpp.llama_sampler_free(smpl)
+        return True
+
     def _make_sampler(self, params: SamplingParams) -> Any:
         llama_cpp = _init_backend()
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())

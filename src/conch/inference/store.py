@@ -10,6 +10,8 @@ never touches the file.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import os
 import re
 import shutil
@@ -48,7 +50,7 @@ class ModelRecord(BaseModel):
     architecture: str | None = None
     context_length: int | None = None
     quantization: str | None = None
-    capabilities: list[Capability] = Field(default_factory=lambda: ["chat"])
+    capabilities: list[Capability] = Field(default_factory=lambda: ["chat"])  # type: ignore[arg-type]
     source: str | None = None
     revision: str | None = None
     files: list[str] = Field(default_factory=list)
@@ -89,10 +91,8 @@ def dir_size(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += (Path(root) / f).lstat().st_size
-            except OSError:
-                pass
     return total
 
 
@@ -121,7 +121,7 @@ class ModelStore:
         return ModelRecord.model_validate(data)
 
     # -- queries -------------------------------------------------------------------------
-    def list(self) -> list[ModelRecord]:
+    def list(self) -> builtins.list[ModelRecord]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(db.models).order_by(db.models.c.created, db.models.c.id))
             return [self._from_row(r) for r in rows]
@@ -236,7 +236,7 @@ class ModelStore:
             storage_path=str(self.settings.models_dir),
         )
 
-    def cleanup(self) -> tuple[int, list[str]]:
+    def cleanup(self) -> tuple[int, builtins.list[str]]:
         """Remove temporary files, partial downloads, cache entries and orphaned model dirs.
 
         Staging directories of models that are still downloading or converting are kept, and
@@ -250,7 +250,7 @@ class ModelStore:
         keep_paths = {Path(r.path).resolve() for r in records if r.path}
 
         freed = 0
-        removed: list[str] = []
+        removed: builtins.list[str] = []
 
         def remove(p: Path) -> None:
             nonlocal freed

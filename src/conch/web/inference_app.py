@@ -25,7 +25,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 import conch
 from conch.config import Settings
 from conch.inference.bundled import ensure_bundled_model
-from conch.inference.chat import ChatEvent, ChatInputError, ChatSpec, ToolSpec, build_prompt, plan_constraints, start_chat
+from conch.inference.chat import (
+    ChatEvent,
+    ChatInputError,
+    ChatSpec,
+    ToolSpec,
+    build_prompt,
+    plan_constraints,
+    start_chat,
+)
 from conch.inference.engine import ContextLengthExceeded, EngineError, QueueFull, SamplingParams
 from conch.inference.manager import ModelManager, ModelNotFound, ModelNotReady
 from conch.inference.store import ModelRecord, ModelStore
@@ -448,7 +456,7 @@ def create_app(settings: Settings) -> FastAPI:
         t0 = time.perf_counter()
         records = await asyncio.to_thread(store.list)
         ready = [r for r in records if r.status == "ready"]
-        latency = int(round((time.perf_counter() - t0) * 1000))
+        latency = round((time.perf_counter() - t0) * 1000)
         return p.ProviderValidation(provider="local", valid=True, latency_ms=latency, models_available=len(ready))
 
     # -- storage ---------------------------------------------------------------------------
@@ -482,8 +490,8 @@ def create_app(settings: Settings) -> FastAPI:
         return PlainTextResponse(_render_metrics(app.state.metrics, manager), media_type="text/plain; version=0.0.4")
 
     if settings.enable_openapi:
-        from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
         from starlette.staticfiles import StaticFiles
+        from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
 
         app.mount("/swagger-ui/assets", StaticFiles(directory=str(swagger_ui_path)), name="swagger-assets")
 

@@ -1,0 +1,58 @@
+"""Property-based tests of the inference server from its own OpenAPI document: no input, however
+odd, may produce a 5xx. Runs against a separate real server so deletes cannot disturb other tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from tests.web.conftest import RunningServer, start_server
+
+
+@pytest.fixture(scope="module")
+def schema_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running, server, thread = start_server(Path(tmp_path_factory.mktemp("schema-data")), n_ctx=512, n_parallel=2)
+    yield running
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def _bound_generation(case: Any) -> None:
+    """Keep each generated chat short: the point is input handling, not long decoding."""
+    if case.path == "/v1/chat/completions" and isinstance(case.body, dict):
+        case.body["max_tokens"] = 3
+        case.body.pop("max_completion_tokens", None)
+        if isinstance(case.body.get("n"), int) and case.body["n"] > 2:
+            case.body["n"] = 2
+
+
+def test_no_server_errors(schema_server: RunningServer) -> None:
+    schema = schemathesis.openapi.from_url(schema_server.url + "/api-docs/openapi.json")
+    failures: list[str] = []
+    operations = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def run(case: Any) -> None:
+            _bound_generation(case)
+            response = case.call(timeout=120)
+            # Download and conversion belong to a later issue: their documented answer is 501.
+            planned = response.status_code == 501 and case.path.endswith(("/download", "/convert"))
+            if response.status_code >= 500 and not planned:
+                failures.append(f"{case.method} {case.formatted_path} {case.body!r}: {response.status_code} {response.text[:300]}")
+                return
+            if response.status_code >= 400:
+                body = response.json()
+                assert set(body["error"]) == {"message", "type", "param", "code"}, body
+
+        run()
+    assert operations >= 14
+    assert not failures, "\n".join(failures[:10])
