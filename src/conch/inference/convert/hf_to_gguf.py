@@ -77,7 +77,7 @@ def _gguf() -> Any:
     import gguf
 
     # The gguf package logs every key it writes at INFO; conch reports progress itself.
-    logging.getLogger("gguf").setLevel(logging.WARNING)
+    logging.getLogger("gguf").setLevel(logging.ERROR)
     return gguf
 
 
