@@ -254,6 +254,46 @@ def _checker(type_name: str) -> Callable[[Any], bool] | None:
     return lambda v: any(p(v) for p in preds)
 
 
+# The same checks as Python expressions, inlined in generated wrappers: a builtin called once
+# per element of a large pipeline (upper, split, join) should not pay a call per parameter.
+_INLINE: dict[str, str] = {
+    "Null": "{v} is None",
+    "None": "{v} is None",
+    "Bool": "_type({v}) is _bool",
+    "Int": "_type({v}) is _int",
+    "Float": "_type({v}) is _float",
+    "Number": "_type({v}) is _int or _type({v}) is _float",
+    "String": "_type({v}) is _str",
+    "Array": "_isinstance({v}, _array_types)",
+    "Table": "_isinstance({v}, _array_types)",
+    "Record": "_isinstance({v}, _dict)",
+    "Range": "_type({v}) is _range",
+    "Function": "_callable({v})",
+    "Error": "_type({v}) is _error_value",
+}
+# Python's own names under private aliases: the wrapper of the builtin ``int`` is itself
+# called ``int`` in the generated namespace.
+_INLINE_NAMES: dict[str, Any] = {
+    "_type": type,
+    "_bool": bool,
+    "_int": int,
+    "_float": float,
+    "_str": str,
+    "_dict": dict,
+    "_range": range,
+    "_isinstance": isinstance,
+    "_callable": callable,
+}
+
+
+def _inline_check(type_name: str, var: str) -> str | None:
+    """A Python expression true when ``var`` has the declared type, or None for Any."""
+    names = [t.strip() for t in type_name.replace("?", " | Null").split("|")]
+    if "Any" in names:
+        return None
+    return " or ".join(f"({_INLINE[n].format(v=var)})" for n in names)
+
+
 def _type_error(builtin: str, param: str, expected: str, got: Any) -> ConchError:
     return ConchError(
         "TypeError",
@@ -288,16 +328,18 @@ def _make_wrapper(b: Builtin, sig: inspect.Signature) -> Callable[..., Any]:
                 params_src.append(f"{pname}=_d_{pname}")
             call_args.append(f"{pname}={pname}" if p.kind is p.KEYWORD_ONLY else pname)
     for param in b.params:
-        pred = _checker(param.type)
-        if pred is None:
-            continue
-        checks[f"_c_{param.name}"] = pred
         if param.variadic:
+            test = _inline_check(param.type, "_v")
+            if test is None:
+                continue
             lines.append(f"    for _v in {param.name}:")
-            lines.append(f"        if not _c_{param.name}(_v):")
+            lines.append(f"        if not ({test}):")
             lines.append(f"            raise _terr({b.name!r}, {param.name!r}, {param.type!r}, _v)")
             continue
-        cond = f"not _c_{param.name}({param.name})"
+        test = _inline_check(param.type, param.name)
+        if test is None:
+            continue
+        cond = f"not ({test})"
         if not param.required:
             cond = f"{param.name} is not _d_{param.name} and {cond}"
         lines.append(f"    if {cond}:")
@@ -308,7 +350,15 @@ def _make_wrapper(b: Builtin, sig: inspect.Signature) -> Callable[..., Any]:
     src = f"def {fname}({', '.join(params_src)}):\n"
     src += "\n".join(lines) + ("\n" if lines else "")
     src += f"    return _impl({', '.join(call_args)})\n"
-    namespace: dict[str, Any] = {"_impl": b.impl, "_terr": _type_error, "_current": current, **checks}
+    namespace: dict[str, Any] = {
+        "_impl": b.impl,
+        "_terr": _type_error,
+        "_current": current,
+        "_array_types": values.ARRAY_TYPES,
+        "_error_value": values.ErrorValue,
+        **_INLINE_NAMES,
+        **checks,
+    }
     exec(compile(src, f"<builtin {b.name}>", "exec"), namespace)
     wrapper: Callable[..., Any] = namespace[fname]
     wrapper.__doc__ = b.description
