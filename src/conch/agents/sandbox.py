@@ -313,8 +313,11 @@ class SandboxPool:
         limits = effective_limits(base, job.limits)
         wall = limits.wall_time_s or 0.0
         try:
-            async with asyncio.timeout(QUEUE_TIMEOUT_S):
-                worker = await self._idle.get()
+            if self._idle.empty():
+                async with asyncio.timeout(QUEUE_TIMEOUT_S):
+                    worker = await self._idle.get()
+            else:
+                worker = self._idle.get_nowait()
         except TimeoutError:
             yield _done_error(
                 job, "TimeoutError", f"no sandbox worker became free within {QUEUE_TIMEOUT_S:g} s"

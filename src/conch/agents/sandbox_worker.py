@@ -99,16 +99,36 @@ def _cpu_used() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _apply_cpu_budget(seconds: float) -> None:
-    """Let the next job use at most ``seconds`` of CPU: RLIMIT_CPU counts the process's whole
-    life, so the soft limit is moved to the time used so far plus the budget. Past it the
-    kernel sends SIGXCPU, whose default action ends the worker; the server sees that and
-    answers ``TimeoutError``."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(_cpu_used() + max(1.0, seconds))
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+class _CpuBudget:
+    """Keeps ``RLIMIT_CPU`` ahead of each job without a system call per job.
+
+    RLIMIT_CPU counts the process's whole life, so before a job the soft limit must sit at
+    least ``budget`` seconds above the CPU used so far. CPU time never exceeds wall time in
+    this single-threaded worker, so wall time spent in jobs bounds the CPU used since the
+    limit was last set; the limit is moved (with some slack) only when that bound says the
+    next job might not fit. Past the soft limit the kernel sends SIGXCPU. The wall-time
+    watchdog in the server remains the precise per-run bound; this is the backstop that
+    also ends a worker whose server is gone.
+    """
+
+    SLACK_S = 30.0
+
+    def __init__(self) -> None:
+        self.remaining = 0.0
+
+    def before(self, budget: float) -> None:
+        budget = max(1.0, budget)
+        if self.remaining >= budget:
+            return
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = math.ceil(_cpu_used() + budget + self.SLACK_S)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        self.remaining = budget + self.SLACK_S
+
+    def spent(self, seconds: float) -> None:
+        self.remaining -= seconds
 
 
 def worker_main(sock: socket.socket) -> None:
@@ -130,12 +150,15 @@ def worker_main(sock: socket.socket) -> None:
     signal.signal(signal.SIGXCPU, _on_cpu_limit)
     _apply_memory_limit(config.memory_mb)
     chan.send(["ready", os.getpid()])
+    cpu = _CpuBudget()
     while True:
         job = chan.recv()
         if job is None:
             return
-        _apply_cpu_budget(float(job.get("cpu_s") or 60.0))
+        cpu.before(float(job.get("cpu_s") or 60.0))
+        started = time.perf_counter()
         runner.run(job, chan)
+        cpu.spent(time.perf_counter() - started)
         if _State.cpu_exceeded:
             return
 

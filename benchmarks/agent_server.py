@@ -1,0 +1,212 @@
+"""Agent server throughput and latency, side by side with a bare Starlette JSON endpoint.
+
+Both servers run in their own processes under the same uvicorn settings; this process is
+the load generator (a minimal keep-alive HTTP/1.1 client on asyncio, so that the client is
+not the bottleneck). For 1 and 16 concurrent clients it measures requests/s and p50/p99
+latency of ``POST /api/v1/execute {"command": "1 + 1"}`` and of a 10,000-element pipeline,
+and the same bodies posted to the bare endpoint (the ceiling). Idle RSS is read from /proc.
+
+Targets (issue 3): execute throughput >= 0.5x the ceiling; p50 <= 3 ms at 1 client; idle
+server RSS <= 150 MB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DURATION_S = float(os.environ.get("CONCH_BENCH_SECONDS", "3"))
+CONCURRENCY = (1, 16)
+
+_AGENT = """
+import sys, uvicorn
+from conch.config import Settings
+from conch.web.agent_app import create_app
+settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]))
+uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
+            log_level="warning", access_log=False)
+"""
+
+_CEILING = """
+import sys, uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+async def endpoint(request: Request) -> JSONResponse:
+    body = await request.json()
+    return JSONResponse({"success": True, "result": "2", "type": "Int", "echo": len(body)})
+
+app = Starlette(routes=[Route("/api/v1/execute", endpoint, methods=["POST"]),
+                        Route("/api/v1/pipeline", endpoint, methods=["POST"]),
+                        Route("/health", endpoint, methods=["GET"])])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(code: str, data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    proc = subprocess.Popen([sys.executable, "-c", code, data_dir, str(port)], env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.05)
+    time.sleep(1.0)  # let the agent server's sandbox workers finish starting
+    return proc, port
+
+
+def _request(path: str, body: bytes, port: int) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _client(port: int, request: bytes, stop: float, latencies: list[float]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.perf_counter() < stop:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            body = await reader.readexactly(length)
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+            latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+async def _load(port: int, path: str, body: bytes, clients: int) -> dict[str, float]:
+    request = _request(path, body, port)
+    # Warm up (connections, caches, worker code paths).
+    await asyncio.gather(
+        *(_client(port, request, time.perf_counter() + 0.3, []) for _ in range(clients))
+    )
+    latencies: list[float] = []
+    started = time.perf_counter()
+    stop = started + DURATION_S
+    await asyncio.gather(*(_client(port, request, stop, latencies) for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "requests": len(latencies),
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def run() -> dict[str, Any]:
+    execute = json.dumps({"command": "1 + 1"}).encode()
+    pipeline = json.dumps(
+        {
+            "input": list(range(10_000)),
+            "steps": ["map(fn(x) => x * 2)", "where(fn(x) => x % 3 == 0)", "sum"],
+        }
+    ).encode()
+    results: dict[str, Any] = {"duration_s": DURATION_S, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory() as data:
+        agent, agent_port = _start(_AGENT, data)
+        ceiling, ceiling_port = _start(_CEILING, data)
+        try:
+            time.sleep(1.0)
+            workers = _children(agent.pid)
+            results["idle_rss_mb"] = {
+                "server": round(_rss_mb(agent.pid), 1),
+                "sandbox_workers": round(sum(_rss_mb(p) for p in workers), 1),
+                "workers": len(workers),
+            }
+            for name, path, body in (
+                ("execute", "/api/v1/execute", execute),
+                ("pipeline_10k", "/api/v1/pipeline", pipeline),
+            ):
+                for clients in CONCURRENCY:
+                    for label, port in (("conch", agent_port), ("ceiling", ceiling_port)):
+                        key = f"{name}/{clients}/{label}"
+                        results[key] = asyncio.run(_load(port, path, body, clients))
+        finally:
+            for proc in (agent, ceiling):
+                proc.terminate()
+                proc.wait(timeout=30)
+    return results
+
+
+def main() -> None:
+    results = run()
+    rss = results["idle_rss_mb"]
+    print(
+        f"idle RSS: server {rss['server']} MB (+ {rss['workers']} sandbox workers, {rss['sandbox_workers']} MB)"
+    )
+    print(f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}")
+    for name in ("execute", "pipeline_10k"):
+        for clients in CONCURRENCY:
+            conch = results[f"{name}/{clients}/conch"]
+            ceiling = results[f"{name}/{clients}/ceiling"]
+            ratio = conch["rps"] / ceiling["rps"]
+            for label, r in (("conch", conch), ("ceiling", ceiling)):
+                suffix = f"{ratio:>11.2f}x" if label == "conch" else ""
+                print(
+                    f"{name + ' c=' + str(clients) + ' ' + label:<28}{r['rps']:>10.0f}"
+                    f"{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{suffix}"
+                )
+    ex1 = results["execute/1/conch"]
+    ratio16 = results["execute/16/conch"]["rps"] / results["execute/16/ceiling"]["rps"]
+    ratio1 = ex1["rps"] / results["execute/1/ceiling"]["rps"]
+    print("targets:")
+    print(
+        f"  execute throughput >= 0.5x ceiling: 1 client {ratio1:.2f}x, 16 clients {ratio16:.2f}x"
+    )
+    print(f"  execute p50 <= 3 ms at 1 client: {ex1['p50_ms']:.2f} ms")
+    print(f"  idle server RSS <= 150 MB: {rss['server']} MB")
+    if "--json" in sys.argv:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
