@@ -30,9 +30,10 @@ from conch.lang.errors import ConchError
 FILENAME = "<conch>"
 MAIN = "$main"
 
-_CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE, "in": py.In, "not in": py.NotIn}
+_CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE}
 _ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.FloorDiv, "%": py.Mod, "**": py.Pow}
 _BOOL_NODES = (py.Compare, py.BoolOp)
+_BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 
 
 @dataclass(eq=False)
@@ -504,7 +505,7 @@ class Compiler:
             return e
         if isinstance(e, py.Constant) and isinstance(e.value, bool):
             return e
-        if isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in ("$eq", "$ne", "$rematch", "$truth"):
+        if isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS:
             return e
         return self.at(_call("$truth", [e]), node)
 
@@ -566,6 +567,8 @@ class Compiler:
             return self.at(_call("$eq" if op == "==" else "$ne", [left, right]), n, oppos)
         if op == "=~":
             return self.at(_call("$rematch", [left, right]), n, oppos)
+        if op in ("in", "not in"):
+            return self.at(_call("$in" if op == "in" else "$notin", [left, right]), n, oppos)
         if self.in_guard and op in ("<", "<=", ">", ">="):
             return self.at(_call("$gcmp", [left, right, _const(op)]), n, oppos)
         return self.at(py.Compare(left, [_CMP_OPS[op]()], [right]), n, oppos)

@@ -48,12 +48,28 @@ def eq(a: Any, b: Any) -> bool:
     if a is b:
         return True
     ta = type(a)
-    tb = type(b)
-    if ta is bool or tb is bool:
-        return ta is tb and a == b
-    if ta is not tb and isinstance(a, _ARRAYS) and isinstance(b, _ARRAYS):
-        return bool(values.as_list(a) == values.as_list(b))
-    return bool(a == b)
+    if ta is type(b) and (ta is int or ta is str or ta is float):
+        return bool(a == b)
+    return values.equal(a, b)
+
+
+def contains(item: Any, container: Any) -> bool:
+    """``item in container`` with the equality of ``==`` (``true in [1]`` is false)."""
+    tc = type(container)
+    if tc is list or tc is range or tc is LazyList or tc is tuple:
+        return values.member(item, container)
+    if tc is str:
+        if type(item) is not str:
+            raise _type_error(f"'in' a String needs a String on the left, got {type_of(item)}",
+                              "a String contains substrings: \"sh\" in \"conch shell\"")
+        return item in container
+    if isinstance(container, dict):
+        return type(item) is str and item in container
+    raise _type_error(f"'in' needs an Array, Range, String or Record on the right, got {type_of(container)}")
+
+
+def not_contains(item: Any, container: Any) -> bool:
+    return not contains(item, container)
 
 
 def ne(a: Any, b: Any) -> bool:
@@ -264,6 +280,8 @@ HELPERS: dict[str, Any] = {
     "$add": add,
     "$eq": eq,
     "$ne": ne,
+    "$in": contains,
+    "$notin": not_contains,
     "$truth": truth,
     "$field": field,
     "$ofield": opt_field,

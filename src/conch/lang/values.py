@@ -121,6 +121,50 @@ def as_list(value: Any) -> list[Any]:
     return list(value)
 
 
+def equal(a: Any, b: Any) -> bool:
+    """Conch ``==``: structural, numbers by value (``1 == 1.0``), a Bool equal only to a Bool
+    at any depth (Python's ``True == 1`` must not leak into ``==``, ``in`` or ``contains``),
+    and any two Arrays (list, Range, lazy) equal when their elements are."""
+    if a is b:
+        return True
+    ta = type(a)
+    tb = type(b)
+    if ta is tb:
+        if ta is list or ta is tuple:
+            return len(a) == len(b) and all(map(equal, a, b))
+        if ta is dict or ta is ErrorValue:
+            return len(a) == len(b) and all(k in b and equal(v, b[k]) for k, v in a.items())
+        if ta is LazyList:
+            return equal(a.materialize(), b.materialize())
+        return bool(a == b)
+    if ta is bool or tb is bool:
+        return False
+    if (ta is int or ta is float) and (tb is int or tb is float):
+        return bool(a == b)
+    if isinstance(a, ARRAY_TYPES) and isinstance(b, ARRAY_TYPES):
+        return equal(as_list(a), as_list(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return equal(dict(a), dict(b))
+    return bool(a == b)
+
+
+def member(item: Any, items: Iterable[Any]) -> bool:
+    """Whether an Array holds an element ``equal`` to ``item``."""
+    t = type(item)
+    if type(items) is range:
+        return (t is int or t is float) and item in items
+    if t is str or item is None:
+        return item in items  # type: ignore[operator]
+    if t is int or t is float:
+        if item != 0 and item != 1:
+            # only 0 and 1 are equal to a Bool in Python: its C-speed ``in`` is exact here
+            return item in items  # type: ignore[operator]
+        return any(x == item and x is not True and x is not False for x in items)
+    if t is bool:
+        return any(x is item for x in items)
+    return any(equal(x, item) for x in items)
+
+
 def is_array(value: Any) -> bool:
     return isinstance(value, ARRAY_TYPES)
 

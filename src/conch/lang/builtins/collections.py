@@ -29,7 +29,7 @@ from typing import Any
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Bool, Function, Int, Range, Record, String
 from conch.lang.errors import ConchError, did_you_mean
-from conch.lang.values import ErrorValue, LazyList, as_list, is_array, render
+from conch.lang.values import ErrorValue, LazyList, as_list, equal, is_array, member, render
 
 _ARRAYS = (list, tuple, range, LazyList)
 _NONE = type(None)
@@ -190,8 +190,8 @@ def hash_key(value: Any) -> Any:
 
 
 def same(a: Any, b: Any) -> Bool:
-    """Structural equality that keeps Bools apart from numbers at the top level."""
-    return bool(a == b) and (type(a) is bool) == (type(b) is bool)
+    """Equality as conch ``==`` has it: structural, and a Bool never equals a number."""
+    return equal(a, b)
 
 
 _PLAIN_HASHABLE = frozenset((str, int, float, _NONE))
@@ -966,9 +966,7 @@ def contains_(haystack: Array | String | Record, needle: Any) -> Bool:
         return needle in haystack
     if isinstance(haystack, dict):
         return needle in haystack if type(needle) is str else False
-    if t is range:
-        return type(needle) is not bool and needle in haystack
-    return builtins.any(same(x, needle) for x in haystack)
+    return member(needle, haystack)
 
 
 @builtin(
