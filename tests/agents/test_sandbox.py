@@ -149,3 +149,20 @@ def test_secrets_do_not_reach_workers(
         return await pool.run(Job("program", source=f'env("{name}")'))
 
     assert _with_pool(tmp_path, body)["value"] is None
+
+
+def test_worker_dead_while_idle_is_a_crash_not_a_server_error(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> tuple[dict[str, Any], dict[str, Any]]:
+        victim = pool.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        await asyncio.sleep(0.2)
+        first = await pool.run(Job("program", source="1"))
+        for _ in range(500):
+            if pool.idle == pool.size:
+                break
+            await asyncio.sleep(0.02)
+        return first, await pool.run(Job("program", source="1"))
+
+    first, second = _with_pool(tmp_path, body)
+    assert first["success"] is False and first["error"]["kind"] == "LimitError"
+    assert second["value"] == 1

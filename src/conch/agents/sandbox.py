@@ -328,7 +328,10 @@ class SandboxPool:
         self.active += 1
         self._busy.add(worker)
         try:
-            await worker.send(job.payload(limits))
+            # A worker that died while idle (the OOM killer, say) cannot take the job; the
+            # closed channel is then reported by the receive below, as a crash.
+            with contextlib.suppress(ConnectionError, OSError):
+                await worker.send(job.payload(limits))
             worker.jobs += 1
             while True:
                 remaining = deadline - time.monotonic()
