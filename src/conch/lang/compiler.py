@@ -43,6 +43,9 @@ class Binding:
     is_fn: bool
     func: Func
     is_global: bool = False
+    # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic, a
+    # Range loop variable): arithmetic on it needs no Bool check
+    num: bool = False
 
 
 @dataclass(eq=False)
@@ -120,6 +123,10 @@ def _assign(pyname: str, value: py.expr) -> py.Assign:
     return py.Assign([_store(pyname)], value)
 
 
+def _and(tests: list[py.expr]) -> py.expr:
+    return tests[0] if len(tests) == 1 else py.BoolOp(py.And(), tests)
+
+
 def _is_trivial(e: py.expr) -> bool:
     return isinstance(e, py.Constant | py.Name)
 
@@ -195,19 +202,20 @@ class Compiler:
         self.used.add(pyname)
         return pyname
 
-    def declare(self, name: str, mutable: bool = False, is_fn: bool = False) -> Binding:
+    def declare(self, name: str, mutable: bool = False, is_fn: bool = False, num: bool = False) -> Binding:
         scope = self.scope
         if scope.top and self.session:
             prev = scope.names.get(name)
             if prev is not None and prev.is_global:
                 prev.mutable = mutable
                 prev.is_fn = is_fn
+                prev.num = num and not mutable
                 self.main_func.globals.add(prev.pyname)
                 return prev
-            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, is_global=True)
+            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, is_global=True, num=num and not mutable)
             self.main_func.globals.add(b.pyname)
         else:
-            b = Binding(self.new_pyname(name), mutable, is_fn, self.func)
+            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, num=num and not mutable)
         scope.names[name] = b
         return b
 
@@ -364,7 +372,7 @@ class Compiler:
     def let(self, s: A.Let) -> None:
         value = self.expr(s.value)
         if isinstance(s.target, A.PBind):
-            b = self.declare(s.target.name, mutable=s.mutable)
+            b = self.declare(s.target.name, mutable=s.mutable, num=self.never_bool(s.value))
             self.emit(self.at(_assign(b.pyname, value), s))
             return
         subject = self.spill(value)
@@ -386,7 +394,7 @@ class Compiler:
             if op == "+":
                 value = self.at(_call("$add", [cur, value]), s)
             else:
-                value = self.at(py.BinOp(cur, _ARITH[op](), value), s)
+                value = self.numeric_op(op, cur, value, s, None, s.value, None)
         if b.func is not self.func:
             if b.is_global:
                 self.func.globals.add(b.pyname)
@@ -409,7 +417,7 @@ class Compiler:
             if self.checked:
                 self.emit(py.Expr(_call("$tick", [])))
             if isinstance(s.var, A.PBind):
-                target = self.declare(s.var.name).pyname
+                target = self.declare(s.var.name, num=isinstance(s.iterable, A.RangeLit)).pyname
             else:
                 target = self.fresh("it")
                 test = self.pattern(s.var, _name(target))
@@ -505,6 +513,8 @@ class Compiler:
             return e
         if isinstance(e, py.Constant) and isinstance(e.value, bool):
             return e
+        if isinstance(e, py.IfExp) and isinstance(e.body, py.Compare):
+            return e  # an ordering guarded against Bools: a Bool or an error
         if isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS:
             return e
         return self.at(_call("$truth", [e]), node)
@@ -547,8 +557,75 @@ class Compiler:
 
     def x_Unary(self, n: A.Unary) -> py.expr:
         if n.op == "-":
-            return self.at(py.UnaryOp(py.USub(), self.expr(n.operand)), n)
+            operand = self.expr(n.operand)
+            if self.never_bool(n.operand):
+                return self.at(py.UnaryOp(py.USub(), operand), n)
+            ref, tests = self.bool_guard(operand)
+            fail = _call("$boolop", [_const("unary -"), ref])
+            return self.at(py.IfExp(_and(tests), py.UnaryOp(py.USub(), ref), fail), n)
         return self.at(py.UnaryOp(py.Not(), self.cond(n.operand)), n)
+
+    def never_bool(self, n: A.Node) -> bool:
+        """Whether ``n`` cannot evaluate to a Bool, so arithmetic on it needs no Bool check."""
+        if isinstance(n, A.Name):
+            b = self.scope.lookup(n.name)
+            return b is not None and b.num
+        if isinstance(n, A.Literal):
+            return type(n.value) is not bool
+        if isinstance(n, A.Binary):
+            return n.op in _ARITH or n.op == "+"
+        if isinstance(n, A.Unary):
+            return n.op == "-"
+        return isinstance(n, A.Interp | A.ArrayLit | A.RecordLit | A.RangeLit)
+
+    def bool_guard(self, e: py.expr) -> tuple[py.expr, list[py.expr]]:
+        """A reference to ``e``'s value and the tests that it is not a Bool.
+
+        Python treats True as 1 in arithmetic; conch does not. Two identity tests cost a few
+        nanoseconds, where a helper call would double the cost of ``x * 2``.
+        """
+        if _is_trivial(e):
+            ref: py.expr = e
+            first: py.expr = e
+        else:
+            t = self.fresh()
+            ref = _name(t)
+            first = py.NamedExpr(_store(t), e)
+        return ref, [py.Compare(first, [py.IsNot()], [_const(True)]),
+                     py.Compare(ref, [py.IsNot()], [_const(False)])]
+
+    def numeric_op(self, op: str, left: py.expr, right: py.expr, n: A.Node, lnode: A.Node | None,
+                   rnode: A.Node, oppos: tuple[int, int, int] | None) -> py.expr:
+        """``left op right`` for an arithmetic or ordering operator, failing on a Bool operand."""
+        need_l = lnode is None or not self.never_bool(lnode)
+        need_r = not self.never_bool(rnode)
+
+        def build(a: py.expr, b: py.expr) -> py.expr:
+            if op in _ARITH:
+                return py.BinOp(a, _ARITH[op](), b)
+            return py.Compare(a, [_CMP_OPS[op]()], [b])
+
+        if not need_l and not need_r:
+            return self.at(build(left, right), n, oppos)
+        # The tests run before the operation: keep operands evaluated left to right, once.
+        if need_r and not _is_trivial(left) and not _is_trivial(right):
+            left = self.spill(left)
+        tests: list[py.expr] = []
+        lref, rref = left, right
+        if need_r and _is_trivial(left):
+            rref, rtests = self.bool_guard(right)
+            tests += rtests
+            if need_l:
+                tests += self.bool_guard(left)[1]
+        else:
+            if need_l:
+                lref, ltests = self.bool_guard(left)
+                tests += ltests
+            if need_r:
+                rref, rtests = self.bool_guard(right)
+                tests += rtests
+        fail = self.at(_call("$boolop", [_const(op), lref, rref]), n, oppos)
+        return self.at(py.IfExp(_and(tests), self.at(build(lref, rref), n, oppos), fail), n, oppos)
 
     def x_Binary(self, n: A.Binary) -> py.expr:
         op = n.op
@@ -559,7 +636,7 @@ class Compiler:
         if op == "+":
             return self.at(_call("$add", [left, right]), n, oppos)
         if op in _ARITH:
-            return self.at(py.BinOp(left, _ARITH[op](), right), n, oppos)
+            return self.numeric_op(op, left, right, n, n.left, n.right, oppos)
         if op in ("==", "!="):
             if self.native_eq(n.left) or self.native_eq(n.right):
                 cmp_op: Any = py.Eq() if op == "==" else py.NotEq()
@@ -571,7 +648,7 @@ class Compiler:
             return self.at(_call("$in" if op == "in" else "$notin", [left, right]), n, oppos)
         if self.in_guard and op in ("<", "<=", ">", ">="):
             return self.at(_call("$gcmp", [left, right, _const(op)]), n, oppos)
-        return self.at(py.Compare(left, [_CMP_OPS[op]()], [right]), n, oppos)
+        return self.numeric_op(op, left, right, n, n.left, n.right, oppos)
 
     @staticmethod
     def native_eq(n: A.Node) -> bool:

@@ -208,8 +208,20 @@ _ORDER = {
 }
 
 
+def bool_operand(op: str, a: Any, b: Any = None) -> Any:
+    """The failure of an arithmetic or ordering operator given a Bool (Python's True is 1)."""
+    hint = "a Bool is not a number: convert it explicitly with int(b) or if b { 1 } else { 0 }"
+    if op in _ORDER:
+        raise _type_error(f"cannot compare {type_of(a)} with {type_of(b)} using '{op}'", hint)
+    if op == "unary -":
+        raise _type_error(f"cannot apply unary '-' to {type_of(a)}", hint)
+    raise _type_error(f"cannot apply '{op}' to {type_of(a)} and {type_of(b)}", hint)
+
+
 def guard_compare(a: Any, b: Any, op: str) -> bool:
     """An ordering test inside a match guard: values of incompatible types do not match."""
+    if a is True or a is False or b is True or b is False:
+        return False
     try:
         return bool(_ORDER[op](a, b))
     except TypeError:
@@ -290,6 +302,7 @@ HELPERS: dict[str, Any] = {
     "$rematch": rematch,
     "$range": make_range,
     "$gcmp": guard_compare,
+    "$boolop": bool_operand,
     "$inrange": in_range,
     "$asarray": as_array,
     "$isrecord": is_record,
