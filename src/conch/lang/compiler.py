@@ -17,6 +17,8 @@ Generated helper and builtin names contain ``$`` so they can never collide with 
 from __future__ import annotations
 
 import ast as py
+import copy
+import itertools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,6 +123,21 @@ def _call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | N
 
 def _assign(pyname: str, value: py.expr) -> py.Assign:
     return py.Assign([_store(pyname)], value)
+
+
+def _chain_child(n: A.Node) -> A.Node | None:
+    if isinstance(n, A.Field | A.Index):
+        return n.obj
+    if isinstance(n, A.Call):
+        return n.func
+    return None
+
+
+def _set_chain_child(n: A.Field | A.Index | A.Call, child: A.Node) -> None:
+    if isinstance(n, A.Call):
+        n.func = child
+    else:
+        n.obj = child
 
 
 def _and(tests: list[py.expr]) -> py.expr:
@@ -683,7 +700,31 @@ class Compiler:
         start, stop = self.seq([n.start, n.end])
         return self.at(_call("$range", [start, stop, _const(n.inclusive)]), n, (n.op_line, n.op_col, 2))
 
+    def short_circuit(self, n: A.Field | A.Index | A.Call) -> py.expr | None:
+        """``a?.b.c``: null when ``a?.b`` is null, without evaluating the rest of the chain."""
+        path: list[A.Field | A.Index | A.Call] = [n]
+        cur = _chain_child(n)
+        while isinstance(cur, A.Field | A.Index | A.Call):
+            if isinstance(cur, A.Field) and cur.optional:
+                break
+            path.append(cur)
+            cur = _chain_child(cur)
+        else:
+            return None
+        t = self.fresh("opt")
+        test = py.Compare(py.NamedExpr(_store(t), self.expr(cur)), [py.Is()], [_const(None)])
+        copies = [copy.copy(x) for x in path]
+        for parent, child in itertools.pairwise(copies):
+            _set_chain_child(parent, child)
+        _set_chain_child(copies[-1], A.Raw(t, line=cur.line, col=cur.col))
+        rest = self.expr(copies[0])
+        return self.at(py.IfExp(test, _const(None), rest), n)
+
     def x_Field(self, n: A.Field) -> py.expr:
+        if not n.optional and n.obj is not None:
+            sc = self.short_circuit(n)
+            if sc is not None:
+                return sc
         if n.obj is None:
             obj = self.pipe_input[-1]
             if obj is None:
@@ -696,6 +737,9 @@ class Compiler:
         return self.at(_call(helper, [obj, _const(n.name)]), n, (n.op_line, n.op_col, len(n.name)))
 
     def x_Index(self, n: A.Index) -> py.expr:
+        sc = self.short_circuit(n)
+        if sc is not None:
+            return sc
         pos = (n.op_line, n.op_col, 1)
         if n.index is not None:
             obj, idx = self.seq([n.obj, n.index])
@@ -713,6 +757,10 @@ class Compiler:
         return self.at(_call("$slice", [obj, start, stop, _const(n.inclusive)]), n, pos)
 
     def x_Call(self, n: A.Call, first: py.expr | None = None) -> py.expr:
+        if first is None:
+            sc = self.short_circuit(n)
+            if sc is not None:
+                return sc
         func = self.expr(n.func)
         nodes = list(n.args) + [v for _, v in n.kwargs]
         if first is not None:
