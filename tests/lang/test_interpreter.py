@@ -216,3 +216,18 @@ def test_pipeline_speed_close_to_python() -> None:
     assert program.run() == sum(y for y in (x * 2 for x in range(0, 300000)) if y % 3 == 0)
     # SPEC §1.6 asks for a small constant factor; the measured ratio is about 2-2.7x.
     assert conch_t < python_t * 6, (conch_t, python_t)
+
+
+def test_session_functions_may_name_later_functions() -> None:
+    session = Session()
+    session.run("fn f(x) => g(x) + 1")
+    with pytest.raises(ConchError) as info:
+        session.run("f(1)")
+    assert (info.value.kind, info.value.line, info.value.column) == ("NameError", 1, 12)
+    session.run("fn g(x) => x * 10")
+    assert session.run("f(1)") == 11
+    # top-level code still reports unknown names before it runs
+    with pytest.raises(ConchError) as info:
+        session.run("let z = 1\nnope()")
+    assert info.value.kind == "NameError"
+    assert "z" not in session.variables

@@ -65,6 +65,8 @@ class Scope:
     parent: Scope | None
     names: dict[str, Binding] = field(default_factory=dict)
     top: bool = False
+    # every binding declared in the scope, in order (shadowed ones included)
+    declared: list[Binding] = field(default_factory=list)
 
     def lookup(self, name: str) -> Binding | None:
         s: Scope | None = self
@@ -90,6 +92,7 @@ class Unresolved:
     line: int
     col: int
     candidates: list[str]
+    in_function: bool = False
 
 
 @dataclass
@@ -174,6 +177,7 @@ class Compiler:
         self.loop_depth = 0
         self.in_guard = False
         self.pipe_used = False
+        self.last_captures: list[Binding] = []
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
@@ -228,12 +232,14 @@ class Compiler:
                 prev.is_fn = is_fn
                 prev.num = num and not mutable
                 self.main_func.globals.add(prev.pyname)
+                scope.declared.append(prev)
                 return prev
             b = Binding(self.new_pyname(name), mutable, is_fn, self.func, is_global=True, num=num and not mutable)
             self.main_func.globals.add(b.pyname)
         else:
             b = Binding(self.new_pyname(name), mutable, is_fn, self.func, num=num and not mutable)
         scope.names[name] = b
+        scope.declared.append(b)
         return b
 
     def load(self, name: str, node: A.Node) -> py.expr:
@@ -246,7 +252,7 @@ class Compiler:
                 return self.at(_name(key), node)
             if name not in self.known_globals:
                 cands = sorted(self.scope.visible() | set(REGISTRY))
-                self.unresolved.append(Unresolved(name, node.line, node.col, cands))
+                self.unresolved.append(Unresolved(name, node.line, node.col, cands, self.func is not self.main_func))
             return self.at(_name(name), node)
         self.access(b, self.func)
         return self.at(_name(b.pyname), node)
@@ -342,13 +348,30 @@ class Compiler:
     def statements(self, stmts: list[A.Node], want_value: bool, top: bool = False) -> py.expr:
         n = len(stmts)
         value: py.expr = _const(None)
+        mark = len(self.out)
+        first_local = len(self.scope.declared)
+        hoisted: list[py.stmt] = []
         for i, s in enumerate(stmts):
             if top:
                 self.emit(self.at(py.Expr(_call("$onst", [_const(i)])), s))
-            if i == n - 1 and want_value:
+            if isinstance(s, A.FnDef):
+                buf: list[py.stmt] = []
+                with self.into(buf):
+                    self.stmt(s)
+                # Named functions are defined on entry to their block, so they may be called
+                # above their definition; not one that needs a value only computed by then.
+                local = self.scope.declared[first_local:]
+                needs_local = any(b in local for b in self.last_captures)
+                plain_defaults = all(p.default is None or isinstance(p.default, A.Literal) for p in s.fn.params)
+                if needs_local or not plain_defaults:
+                    self.out.extend(buf)
+                else:
+                    hoisted.extend(buf)
+            elif i == n - 1 and want_value:
                 value = self.value_stmt(s)
             else:
                 self.stmt(s)
+        self.out[mark:mark] = hoisted
         return value
 
     def value_stmt(self, s: A.Node) -> py.expr:
@@ -492,6 +515,7 @@ class Compiler:
             self.func, self.scope, self.loop_depth = outer_func, outer_scope, outer_loop
             self.pipe_input.pop()
         captured = list(func.captures.values())
+        self.last_captures = captured
         for b in captured:
             self.access(b, outer_func)
         kwonly = [py.arg(b.pyname) for b in captured]

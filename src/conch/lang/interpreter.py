@@ -283,8 +283,9 @@ def _execute(
     ctx: Context,
     on_statement: StatementHook | None,
     texts: Callable[[], list[str]] | None,
+    session: bool = False,
 ) -> Any:
-    _check_names(compiled, namespace)
+    _check_names(compiled, namespace, session)
     namespace["$catch"] = _catch
     if _has_limits(ctx):
         namespace.update(_checks(ctx))
@@ -312,9 +313,11 @@ def _execute(
     return value
 
 
-def _check_names(compiled: Compiled, namespace: dict[str, Any]) -> None:
+def _check_names(compiled: Compiled, namespace: dict[str, Any], session: bool = False) -> None:
     for u in compiled.unresolved:
-        if u.name not in namespace:
+        # A session's function may name a function a later input defines: it is looked up
+        # when called (an unknown name then is a NameError at that point).
+        if u.name not in namespace and not (session and u.in_function):
             raise ConchError(
                 "NameError",
                 f"unknown name '{u.name}'",
@@ -404,7 +407,7 @@ class Session:
             prog.source, prog.tree, prog._texts = source, tree, None
             prog_texts = prog.statement_texts
         try:
-            return _execute(compiled, self.namespace, ctx, on_statement, prog_texts)
+            return _execute(compiled, self.namespace, ctx, on_statement, prog_texts, session=True)
         finally:
             # Bindings made before a failure stay, as in any REPL.
             for name, b in compiled.top_bindings.items():
