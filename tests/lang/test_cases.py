@@ -6,7 +6,9 @@ Format (see docs/architecture.md)::
     program lines
     --> JSON value | !Kind | !Kind@line:col
 
-Each case runs in a fresh temporary workspace, with printed output collected.
+Each case runs in a fresh temporary workspace, with printed output collected. A program line
+``#! limits collection_size=10 wall_time_s=0.5`` (a conch comment) runs the case with those
+limits.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conch.lang import run, values
-from conch.lang.context import Context
+from conch.lang.context import Context, Limits
 from conch.lang.errors import ConchError
 
 CASES_DIR = Path(__file__).parent / "cases"
@@ -57,6 +59,16 @@ def parse_cases(path: Path) -> list[Case]:
     return cases
 
 
+def case_limits(program: str) -> Limits:
+    limits = Limits()
+    for line in program.splitlines():
+        if line.startswith("#! limits "):
+            for pair in line.removeprefix("#! limits ").split():
+                key, _, value = pair.partition("=")
+                setattr(limits, key, float(value) if "." in value else int(value))
+    return limits
+
+
 ALL_CASES = [c for f in sorted(CASES_DIR.glob("*.txt")) for c in parse_cases(f)]
 
 
@@ -73,7 +85,7 @@ def test_corpus_is_large_and_names_are_unique() -> None:
 @pytest.mark.parametrize("case", ALL_CASES, ids=[f"{c.file}:{c.line}:{c.name}" for c in ALL_CASES])
 def test_case(case: Case, tmp_path: Path) -> None:
     printed: list[str] = []
-    ctx = Context(workspace=tmp_path, output=printed.append)
+    ctx = Context(workspace=tmp_path, output=printed.append, limits=case_limits(case.program))
     expected = case.expected
     try:
         result = values.to_json_value(run(case.program, context=ctx))

@@ -646,6 +646,9 @@ class Compiler:
                 return py.BinOp(a, _ARITH[op](), b)
             return py.Compare(a, [_CMP_OPS[op]()], [b])
 
+        if op == "*" and self.checked:
+            # a limited run: ``"ab" * n`` and ``[0] * n`` are bounded by the collection limit
+            return self.at(_call("$mul", [left, right]), n, oppos)
         if not need_l and not need_r:
             return self.at(build(left, right), n, oppos)
         # The tests run before the operation: keep operands evaluated left to right, once.

@@ -149,7 +149,8 @@ def _catch(exc: BaseException) -> Any:
 
 def _has_limits(ctx: Context) -> bool:
     lim = ctx.limits
-    return lim.steps is not None or lim.wall_time_s is not None or lim.recursion is not None
+    return (lim.steps is not None or lim.wall_time_s is not None or lim.recursion is not None
+            or lim.collection_size is not None)
 
 
 def _checks(ctx: Context) -> dict[str, Any]:
@@ -186,7 +187,10 @@ def _checks(ctx: Context) -> dict[str, Any]:
         if depth > 0:
             depth -= 1
 
-    return {"$tick": tick, "$enter": enter, "$leave": leave}
+    checks: dict[str, Any] = {"$tick": tick, "$enter": enter, "$leave": leave, "$mul": runtime.mul_bounded}
+    if lim.collection_size is not None:
+        checks["$add"] = runtime.add_bounded
+    return checks
 
 
 def _guard_lazy(value: LazyList, ctx: Context) -> LazyList:

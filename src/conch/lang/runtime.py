@@ -44,6 +44,28 @@ def add(a: Any, b: Any) -> Any:
     raise _type_error(f"cannot add {type_of(a)} and {type_of(b)}", hint)
 
 
+def add_bounded(a: Any, b: Any) -> Any:
+    """``+`` for runs with a collection limit: concatenations stay within it."""
+    r = add(a, b)
+    tr = type(r)
+    if tr is list or tr is str:
+        values.check_size(len(r), "Array" if tr is list else "String")
+    return r
+
+
+def mul_bounded(a: Any, b: Any) -> Any:
+    """``*`` for runs with a collection limit: a repeated String or Array stays within it."""
+    if a is True or a is False or b is True or b is False:
+        bool_operand("*", a, b)
+    ta = type(a)
+    tb = type(b)
+    if (ta is str or ta is list) and tb is int:
+        values.check_size(len(a) * b, "String" if ta is str else "Array")
+    elif (tb is str or tb is list) and ta is int:
+        values.check_size(len(b) * a, "String" if tb is str else "Array")
+    return a * b
+
+
 def eq(a: Any, b: Any) -> bool:
     if a is b:
         return True

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from conch.lang import context as _context
 from conch.lang.errors import ConchError
 
 TYPE_NAMES = (
@@ -70,7 +71,7 @@ class LazyList:
     def materialize(self) -> list[Any]:
         """All elements as a list (consumes the source)."""
         if self._cache is None:
-            self._cache = list(self._source.__copy__())  # type: ignore[union-attr]
+            self._cache = bounded_list(self._source.__copy__())  # type: ignore[union-attr]
             self._source = None
         return self._cache
 
@@ -118,7 +119,40 @@ def as_list(value: Any) -> list[Any]:
         return value
     if isinstance(value, LazyList):
         return value.materialize()
+    if type(value) is range:
+        check_size(len(value))
     return list(value)
+
+
+def collection_limit() -> int | None:
+    """The run's limit on the elements of an Array (None: unlimited)."""
+    return _context.current().limits.collection_size
+
+
+def check_size(n: int, what: str = "Array") -> None:
+    """Refuse to build ``what`` (an Array, or a String counted in characters) of ``n``
+    elements beyond the run's collection limit."""
+    limit = _context.current().limits.collection_size
+    if limit is not None and n > limit:
+        raise size_error(limit, n, what)
+
+
+def size_error(limit: int, n: int | None = None, what: str = "Array") -> ConchError:
+    unit = "characters" if what == "String" else "elements"
+    size = f": a {what} of {n} {unit}" if n is not None else ""
+    return ConchError("LimitError", f"collection size limit of {limit} exceeded{size}",
+                      hint="work on the elements lazily (take, where) or raise the limit")
+
+
+def bounded_list(items: Iterable[Any]) -> list[Any]:
+    """``list(items)``, stopping with a LimitError past the run's collection limit."""
+    limit = _context.current().limits.collection_size
+    if limit is None:
+        return list(items)
+    out = list(itertools.islice(items, limit + 1))
+    if len(out) > limit:
+        raise size_error(limit)
+    return out
 
 
 def equal(a: Any, b: Any) -> bool:

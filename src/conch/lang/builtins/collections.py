@@ -29,7 +29,16 @@ from typing import Any
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Bool, Function, Int, Range, Record, String
 from conch.lang.errors import ConchError, did_you_mean
-from conch.lang.values import ErrorValue, LazyList, as_list, equal, is_array, member, render
+from conch.lang.values import (
+    ErrorValue,
+    LazyList,
+    as_list,
+    bounded_list,
+    equal,
+    is_array,
+    member,
+    render,
+)
 
 _ARRAYS = (list, tuple, range, LazyList)
 _NONE = type(None)
@@ -45,7 +54,7 @@ def _out(items: Any, result: Iterable[Any]) -> Any:
     """A list for a list input, a LazyList for a lazy one (the lazy rule)."""
     if _lazy(items):
         return LazyList(result)
-    return list(result)
+    return bounded_list(result)
 
 
 # -- type names and ordering -----------------------------------------------------------
@@ -567,7 +576,7 @@ def slice_(items: Array | String, start: Int, end: Int | None = None) -> Array |
 def sort_(items: Array, desc: Bool = False) -> Array:
     if type(items) is range:
         ascending = items.step > 0
-        return list(items) if ascending != desc else list(reversed(items))
+        return as_list(items) if ascending != desc else as_list(items[::-1])
     seq = as_list(items)
     types = set(map(type, seq))
     if _NONE in types:

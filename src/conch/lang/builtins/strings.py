@@ -420,8 +420,11 @@ def repeat(value: String | Array, n: Int) -> String | Array:
     if n < 0:
         raise _value_error(f"repeat: n must not be negative, got {n}")
     if type(value) is str:
+        values.check_size(len(value) * n, "String")
         return value * n
-    return values.as_list(value) * n
+    items = values.as_list(value)
+    values.check_size(len(items) * n)
+    return items * n
 
 
 # -- formatting ---------------------------------------------------------------------------
