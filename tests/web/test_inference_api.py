@@ -13,7 +13,14 @@ import pytest
 from conch.inference.bundled import BUNDLED_ID
 from conch.inference.store import ModelStore
 from tests.web.conftest import RunningServer
-from tests.web.openai_shapes import EMBEDDING_RESPONSE, MODEL, MODEL_DELETED, MODEL_LIST, check, check_error
+from tests.web.openai_shapes import (
+    EMBEDDING_RESPONSE,
+    MODEL,
+    MODEL_DELETED,
+    MODEL_LIST,
+    check,
+    check_error,
+)
 
 M = BUNDLED_ID
 
@@ -125,10 +132,15 @@ def test_delete_with_the_openai_client(inference_server: RunningServer) -> None:
         client.models.delete("scratch-copy")
 
 
-def test_download_and_convert_are_501(inference_server: RunningServer) -> None:
+def test_download_and_convert_never_fake_success(inference_server: RunningServer) -> None:
+    """Until the download/convert module is installed these answer 501; with it, bad input is a 4xx."""
     with inference_server.client() as c:
-        check_error(c.post(f"/v1/models/{M}/download", json={"source": "huggingface"}), 501, "not_implemented")
-        check_error(c.post("/v1/models/org/name/convert", json={"target_format": "gguf", "quantization": "q4_0"}), 501)
+        r = c.post(f"/v1/models/{M}/download", json={"source": "no-such-source"})
+        check_error(r, r.status_code)
+        assert r.status_code in (400, 501)
+        r = c.post("/v1/models/org/never-there/convert", json={"target_format": "gguf", "quantization": "q4_0"})
+        check_error(r, r.status_code)
+        assert r.status_code in (404, 501)
 
 
 # -- providers, storage ------------------------------------------------------------------------

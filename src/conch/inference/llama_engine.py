@@ -90,6 +90,7 @@ class _Job:
     sampler: Any = None
     n_past: int = 0  # tokens of this sequence already in the KV cache
     n_gen: int = 0
+    generated: list[int] = field(default_factory=list)
     last_token: int = -1
     text: str = ""
     emitted: int = 0
@@ -136,7 +137,9 @@ class LlamaEngine(Engine):
         *,
         n_ctx: int = 2048,
         n_threads: int | None = None,
+        n_threads_batch: int | None = None,
         n_parallel: int = 4,
+        cache_prompt: bool = False,
         n_batch: int = 512,
         max_queue: int = 64,
         chat_template: str | None = None,
@@ -147,6 +150,10 @@ class LlamaEngine(Engine):
         # Half the logical CPUs (physical cores on SMT machines), as llama-cpp-python does:
         # oversubscribed OpenMP threads spin and slow decoding down badly.
         self.n_threads = n_threads or max((os.cpu_count() or 2) // 2, 1)
+        # Steps with several tokens (prompts, many sequences) scale with cores, as in
+        # llama-cpp-python's defaults.
+        self.n_threads_batch = n_threads_batch or max(os.cpu_count() or 1, 1)
+        self.cache_prompt = cache_prompt
         self.n_parallel = max(1, n_parallel)
         self.n_batch = n_batch
         self.max_queue = max_queue
@@ -163,6 +170,8 @@ class LlamaEngine(Engine):
         self._pending: deque[_Job] = deque()
         self._active: list[_Job] = []
         self._free_seqs: list[int] = []
+        # Tokens still in the KV cache of each idle sequence, for prompt-prefix reuse.
+        self._seq_cache: dict[int, list[int]] = {}
         self._thread: threading.Thread | None = None
         self._stop = False
         self._template: Any = None
@@ -194,20 +203,25 @@ class LlamaEngine(Engine):
 
         if self.has_decoder and not self.has_encoder:
             cparams = llama_cpp.llama_context_default_params()
-            # Each sequence gets the full requested context: the KV cache holds n_parallel of them.
-            cparams.n_ctx = self.n_ctx * self.n_parallel
+            # One KV pool shared by all sequences (unified): any sequence may grow to n_ctx,
+            # and the pool holds two full contexts. Short chats fit many at once; when the pool
+            # runs out, the newest sequence is preempted and replayed later (see _make_room).
+            # A pool of n_parallel full contexts would cost ~24 MB per 1k tokens for nothing.
+            self.kv_total = self.n_ctx * (2 if self.n_parallel > 1 else 1)
+            cparams.n_ctx = self.kv_total
             cparams.n_batch = self.n_batch
             cparams.n_ubatch = self.n_batch
             cparams.n_seq_max = self.n_parallel
             cparams.n_threads = self.n_threads
-            cparams.n_threads_batch = self.n_threads
-            cparams.kv_unified = False
+            cparams.n_threads_batch = self.n_threads_batch
+            cparams.kv_unified = True
             cparams.no_perf = True
             from llama_cpp._internals import LlamaContext
 
             self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
             self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
             self._free_seqs = list(range(self.n_parallel))
+            self._seq_cache = {}
             self._stop = False
             self._thread = threading.Thread(
                 target=self._run, name=f"conch-llama-{self.model_id}", daemon=True
@@ -392,7 +406,16 @@ class LlamaEngine(Engine):
         if job in self._active:
             self._active.remove(job)
         if job.seq >= 0:
-            llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, -1, -1)
+            if reason == "error":
+                llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, -1, -1)
+                self._seq_cache[job.seq] = []
+            else:
+                # Keep the KV cache: the next prompt sharing a prefix skips that much prefill.
+                n_prompt = len(job.tokens)
+                if job.n_past <= n_prompt:
+                    self._seq_cache[job.seq] = job.tokens[: job.n_past]
+                else:
+                    self._seq_cache[job.seq] = job.tokens + job.generated[: job.n_past - n_prompt]
             self._free_seqs.append(job.seq)
             job.seq = -1
         if job.sampler is not None:
@@ -414,17 +437,26 @@ class LlamaEngine(Engine):
                     self._cond.wait()
                 if self._stop:
                     return
-                # Admit waiting requests into free sequences, oldest first.
+                # Admit waiting requests into free sequences, oldest first, while the KV pool
+                # has room for their prompts.
                 while self._pending and self._free_seqs:
-                    job = self._pending.popleft()
+                    job = self._pending[0]
                     if job.cancelled:
+                        self._pending.popleft()
+                        if job.sampler is not None:
+                            llama_cpp.llama_sampler_free(job.sampler)
+                            job.sampler = None
                         continue
-                    try:
-                        job.sampler = self._make_sampler(job.params)
-                    except EngineError as exc:
-                        job.push(TokenEvent("", 0, "error", str(exc)))
-                        continue
-                    job.seq = self._free_seqs.pop()
+                    if not self._room_for(len(job.tokens) + 1):
+                        break
+                    self._pending.popleft()
+                    if job.sampler is None:
+                        try:
+                            job.sampler = self._make_sampler(job.params)
+                        except EngineError as exc:
+                            job.push(TokenEvent("", 0, "error", str(exc)))
+                            continue
+                    self._assign_seq(job)
                     self._active.append(job)
                 # Dropped between two tokens: this is the "stops within one token" guarantee.
                 for job in [j for j in self._active if j.cancelled]:
@@ -432,6 +464,8 @@ class LlamaEngine(Engine):
                 active = list(self._active)
             if not active:
                 continue
+
+            active = self._make_room(active)
 
             # Generating sequences first (one token each), then prompt chunks with what is left.
             n = 0
@@ -494,6 +528,7 @@ class LlamaEngine(Engine):
                 job.n_gen += 1
                 self.stats.completion_tokens += 1
                 job.last_token = tok
+                job.generated.append(tok)
                 piece = self._piece(tok)
                 reason = self._append_text(job, job.decoder.decode(piece))
                 if reason is None and job.n_gen >= job.max_tokens:
@@ -504,6 +539,90 @@ class LlamaEngine(Engine):
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
+
+    def _kv_used(self) -> int:
+        return sum(j.n_past for j in self._active) + sum(len(c) for c in self._seq_cache.values())
+
+    def _evict_idle(self, need: int) -> None:
+        """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free."""
+        llama_cpp = _init_backend()
+        for seq, cached in sorted(self._seq_cache.items(), key=lambda kv: -len(kv[1])):
+            if self.kv_total - self._kv_used() >= need:
+                return
+            if cached:
+                llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
+                self._seq_cache[seq] = []
+
+    def _room_for(self, need: int) -> bool:
+        if self.kv_total - self._kv_used() < need:
+            self._evict_idle(need)
+        # With nothing running, the oldest request always gets in (a prompt is < n_ctx).
+        return not self._active or self.kv_total - self._kv_used() >= need
+
+    def _make_room(self, active: list[_Job]) -> list[_Job]:
+        """Ensure the next step fits the KV pool, preempting the newest sequences if needed.
+
+        A preempted request keeps its sampler and text; its generated tokens join its prompt
+        and it waits at the head of the queue, so its stream pauses and later resumes.
+        """
+        llama_cpp = _init_backend()
+
+        def step_need(jobs: list[_Job]) -> int:
+            budget, need = self.n_batch, 0
+            for j in jobs:
+                if j.n_past >= len(j.tokens):
+                    need += 1
+                    budget -= 1
+            for j in jobs:
+                remaining = len(j.tokens) - j.n_past
+                if remaining > 0 and budget > 0:
+                    take = min(remaining, budget)
+                    need += take
+                    budget -= take
+            return need
+
+        need = step_need(active)
+        if self.kv_total - self._kv_used() >= need:
+            return active
+        with self._cond:
+            self._evict_idle(need)
+            while len(self._active) > 1 and self.kv_total - self._kv_used() < step_need(self._active):
+                job = self._active.pop()
+                llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, -1, -1)
+                self._seq_cache[job.seq] = []
+                self._free_seqs.append(job.seq)
+                job.seq = -1
+                job.tokens = job.tokens + job.generated
+                job.generated = []
+                job.n_past = 0
+                self._pending.appendleft(job)
+            return list(self._active)
+
+    def _assign_seq(self, job: _Job) -> None:
+        """Give the job the idle sequence whose cached tokens share the longest prefix with its prompt."""
+        llama_cpp = _init_backend()
+        best, best_len = self._free_seqs[-1], -1
+        for seq in self._free_seqs:
+            cached = self._seq_cache.get(seq, [])
+            n = 0
+            for a, b in zip(cached, job.tokens, strict=False):
+                if a != b:
+                    break
+                n += 1
+            if n > best_len:
+                best, best_len = seq, n
+        self._free_seqs.remove(best)
+        # At least one prompt token is decoded again: its logits give the first sample.
+        # Decoding the tail alone gives slightly different logits than decoding the prompt
+        # whole, so reuse is opt-in: without it, same seed and input give the same output.
+        keep = min(best_len, len(job.tokens) - 1) if self.cache_prompt else 0
+        if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
+            job.n_past = keep
+        else:
+            llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, -1, -1)
+            job.n_past = 0
+        self._seq_cache.pop(best, None)
+        job.seq = best
 
     _piece_buf = ctypes.create_string_buffer(256)
 
@@ -561,7 +680,7 @@ class LlamaEngine(Engine):
             cparams.n_seq_max = _EMBED_SEQS
             cparams.kv_unified = True
             cparams.n_threads = self.n_threads
-            cparams.n_threads_batch = self.n_threads
+            cparams.n_threads_batch = self.n_threads_batch
             cparams.embeddings = True
             cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
             cparams.no_perf = True
@@ -622,7 +741,9 @@ def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str |
         path,
         n_ctx=settings.n_ctx,
         n_threads=settings.n_threads,
+        n_threads_batch=settings.n_threads_batch,
         n_parallel=settings.n_parallel,
+        cache_prompt=settings.cache_prompt,
         max_queue=settings.max_queue,
         chat_template=chat_template,
     )

@@ -408,20 +408,28 @@ def create_app(settings: Settings) -> FastAPI:
         records = await asyncio.to_thread(store.list)
         return p.ModelList(data=[p.Model(id=r.id, created=r.created, owned_by=r.owned_by) for r in records])
 
-    @app.post("/v1/models/{model_id:path}/download", status_code=201, response_model=p.ModelDetails, responses={**ERRORS, 501: {"model": p.ErrorResponse, "description": "Not available yet"}}, tags=["models"])
-    async def download_model(model_id: str, req: p.DownloadRequest | None = None) -> Any:
-        raise APIError(
-            501,
-            "Model download is not available in this version of conch yet; "
-            "the bundled model and models registered in the store can be used",
-            code="not_implemented",
-        )
+    try:
+        # Downloads and conversions live in their own module; without it the routes say so.
+        from conch.web import model_ops
+    except ImportError:
+        model_ops = None  # type: ignore[assignment]
+    if model_ops is not None:
+        app.include_router(model_ops.router(settings, store, details))
+    else:
+        @app.post("/v1/models/{model_id:path}/download", status_code=201, response_model=p.ModelDetails, responses={**ERRORS, 501: {"model": p.ErrorResponse, "description": "Not available yet"}}, tags=["models"])
+        async def download_model(model_id: str, req: p.DownloadRequest | None = None) -> Any:
+            raise APIError(
+                501,
+                "Model download is not available in this version of conch yet; "
+                "the bundled model and models registered in the store can be used",
+                code="not_implemented",
+            )
 
-    @app.post("/v1/models/{model_id:path}/convert", status_code=201, response_model=p.ModelDetails, responses={**ERRORS, 501: {"model": p.ErrorResponse, "description": "Not available yet"}}, tags=["models"])
-    async def convert_model(model_id: str, req: p.ConvertRequest | None = None) -> Any:
-        raise APIError(
-            501, "Model conversion is not available in this version of conch yet", code="not_implemented"
-        )
+        @app.post("/v1/models/{model_id:path}/convert", status_code=201, response_model=p.ModelDetails, responses={**ERRORS, 501: {"model": p.ErrorResponse, "description": "Not available yet"}}, tags=["models"])
+        async def convert_model(model_id: str, req: p.ConvertRequest | None = None) -> Any:
+            raise APIError(
+                501, "Model conversion is not available in this version of conch yet", code="not_implemented"
+            )
 
     @app.get("/v1/models/{model_id:path}", response_model=p.ModelDetails, responses=ERRORS, tags=["models"])
     async def get_model(model_id: str) -> Any:

