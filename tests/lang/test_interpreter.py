@@ -231,3 +231,15 @@ def test_session_functions_may_name_later_functions() -> None:
         session.run("let z = 1\nnope()")
     assert info.value.kind == "NameError"
     assert "z" not in session.variables
+
+
+def test_sleep_stops_at_the_run_deadline() -> None:
+    ctx = Context(limits=Limits(wall_time_s=0.3))
+    start = time.monotonic()
+    err = error_of("sleep(200)\nsleep(200)\nsleep(200)", context=ctx)
+    elapsed = time.monotonic() - start
+    assert (err.kind, err.line) == ("TimeoutError", 2)
+    assert 0.25 < elapsed < 0.45
+    # the deadline belongs to the run: the next run on the same context starts afresh
+    assert ctx.deadline is None
+    assert run("sleep(100)\n1", context=ctx) == 1

@@ -53,6 +53,9 @@ class Context:
     # Settings of the host (model endpoints, network policy, ...) for the ai/http builtins.
     settings: Any = None
     output_used: int = 0
+    # When the run in progress must end (a time.monotonic() value), set while a run with a
+    # wall-time limit is in progress: builtins that wait (sleep) stop there.
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if self.workspace is not None:

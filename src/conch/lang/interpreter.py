@@ -157,7 +157,7 @@ def _checks(ctx: Context) -> dict[str, Any]:
     lim = ctx.limits
     max_steps = lim.steps if lim.steps is not None else -1
     max_depth = lim.recursion if lim.recursion is not None else -1
-    deadline = time.monotonic() + lim.wall_time_s if lim.wall_time_s is not None else None
+    deadline = ctx.deadline
     cancelled = ctx.cancelled
     monotonic = time.monotonic
     steps = 0
@@ -291,6 +291,24 @@ def _execute(
 ) -> Any:
     _check_names(compiled, namespace, session)
     namespace["$catch"] = _catch
+    outer_deadline = ctx.deadline
+    if ctx.limits.wall_time_s is not None:
+        deadline = time.monotonic() + ctx.limits.wall_time_s
+        # a run started by a builtin of a run in progress ends no later than that run
+        ctx.deadline = deadline if outer_deadline is None else min(deadline, outer_deadline)
+    try:
+        return _run_main(compiled, namespace, ctx, on_statement, texts)
+    finally:
+        ctx.deadline = outer_deadline
+
+
+def _run_main(
+    compiled: Compiled,
+    namespace: dict[str, Any],
+    ctx: Context,
+    on_statement: StatementHook | None,
+    texts: Callable[[], list[str]] | None,
+) -> Any:
     if _has_limits(ctx):
         namespace.update(_checks(ctx))
     if on_statement is not None and texts is not None:

@@ -146,9 +146,9 @@ def sleep(ms: Int | Float) -> None:
     start = time.monotonic()
     end = start + ms / 1000
     limit = ctx.limits.wall_time_s
-    deadline = getattr(ctx, "deadline", None)
+    deadline = ctx.deadline
     if deadline is None and limit is not None:
-        # Without the run's own start time, the sleep alone must fit in the limit.
+        # Called outside a run (a lazy result consumed later): the sleep alone must fit.
         deadline = start + limit
     cancelled = ctx.cancelled
     while True:
