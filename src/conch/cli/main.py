@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+
+# typing costs milliseconds of every start-up; the annotations are strings
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 EXIT_OK = 0
 EXIT_ERROR = 1

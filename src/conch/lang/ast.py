@@ -7,11 +7,17 @@ also carry ``op_line``/``op_col``.
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import KW_ONLY
-from typing import Any, TypeVar, dataclass_transform
+# typing, dataclasses and inspect cost milliseconds at start-up: only type checkers see them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dataclasses import KW_ONLY
+    from typing import Any, TypeVar, dataclass_transform
 
-_T = TypeVar("_T", bound=type)
+    _T = TypeVar("_T", bound=type)
+else:
+
+    def dataclass_transform():  # type: ignore[no-redef]
+        return lambda f: f
 
 
 @dataclass_transform()
@@ -23,7 +29,8 @@ def node(cls: _T) -> _T:
     """
     names: list[str] = []
     for klass in reversed(cls.__mro__):
-        for name in inspect.get_annotations(klass):
+        # not inspect.get_annotations: importing inspect costs milliseconds at start-up
+        for name in klass.__dict__.get("__annotations__", {}):  # noqa: RUF063
             if name not in names and name not in ("_", "line", "col", "end_line", "end_col"):
                 names.append(name)
     defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}

@@ -16,18 +16,20 @@ Generated helper and builtin names contain ``$`` so they can never collide with 
 
 from __future__ import annotations
 
-import ast as py
-import copy
+# _ast holds the node classes that the ast module re-exports; ast itself (with enum and
+# contextlib) would add milliseconds to every ``conch -c``.
+import _ast as py
 import itertools
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 from conch.lang import ast as A
-from conch.lang.builtins.registry import REGISTRY
 from conch.lang.errors import ConchError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from conch.lang.builtins.registry import Builtin
 
 FILENAME = "<conch>"
 MAIN = "$main"
@@ -38,35 +40,49 @@ _BOOL_NODES = (py.Compare, py.BoolOp)
 _BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 
 
-@dataclass(eq=False)
+# Plain classes rather than dataclasses: the dataclasses module (and the inspect and re
+# modules it imports) would add milliseconds to every ``conch -c``.
+
+
 class Binding:
-    pyname: str
-    mutable: bool
-    is_fn: bool
-    func: Func
-    is_global: bool = False
-    # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic, a
-    # Range loop variable): arithmetic on it needs no Bool check
-    num: bool = False
+    __slots__ = ("func", "is_fn", "is_global", "mutable", "num", "pyname")
+
+    def __init__(self, pyname: str, mutable: bool, is_fn: bool, func: Func, is_global: bool = False,
+                 num: bool = False) -> None:
+        self.pyname = pyname
+        self.mutable = mutable
+        self.is_fn = is_fn
+        self.func = func
+        self.is_global = is_global
+        # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic,
+        # a Range loop variable): arithmetic on it needs no Bool check
+        self.num = num
+
+    def __repr__(self) -> str:
+        return f"Binding({self.pyname!r}, mutable={self.mutable}, is_fn={self.is_fn})"
 
 
-@dataclass(eq=False)
 class Func:
-    parent: Func | None
-    captures: dict[str, Binding] = field(default_factory=dict)
-    nonlocals: set[str] = field(default_factory=set)
-    globals: set[str] = field(default_factory=set)
-    in_loop: int = 0
+    __slots__ = ("captures", "globals", "in_loop", "nonlocals", "parent")
+
+    def __init__(self, parent: Func | None) -> None:
+        self.parent = parent
+        self.captures: dict[str, Binding] = {}
+        self.nonlocals: set[str] = set()
+        self.globals: set[str] = set()
+        self.in_loop = 0
 
 
-@dataclass(eq=False)
 class Scope:
-    func: Func
-    parent: Scope | None
-    names: dict[str, Binding] = field(default_factory=dict)
-    top: bool = False
-    # every binding declared in the scope, in order (shadowed ones included)
-    declared: list[Binding] = field(default_factory=list)
+    __slots__ = ("declared", "func", "names", "parent", "top")
+
+    def __init__(self, func: Func, parent: Scope | None, top: bool = False) -> None:
+        self.func = func
+        self.parent = parent
+        self.names: dict[str, Binding] = {}
+        self.top = top
+        # every binding declared in the scope, in order (shadowed ones included)
+        self.declared: list[Binding] = []
 
     def lookup(self, name: str) -> Binding | None:
         s: Scope | None = self
@@ -86,21 +102,88 @@ class Scope:
         return out
 
 
-@dataclass
 class Unresolved:
-    name: str
-    line: int
-    col: int
-    candidates: list[str]
-    in_function: bool = False
+    __slots__ = ("candidates", "col", "in_function", "line", "name")
+
+    def __init__(self, name: str, line: int, col: int, candidates: list[str], in_function: bool = False) -> None:
+        self.name = name
+        self.line = line
+        self.col = col
+        self.candidates = candidates
+        self.in_function = in_function
 
 
-@dataclass
 class Compiled:
-    code: Any
-    builtins: dict[str, Any]
-    unresolved: list[Unresolved]
-    top_bindings: dict[str, Binding]
+    __slots__ = ("builtins", "code", "top_bindings", "unresolved")
+
+    def __init__(self, code: Any, builtins: dict[str, Any], unresolved: list[Unresolved],
+                 top_bindings: dict[str, Binding]) -> None:
+        self.code = code
+        self.builtins = builtins
+        self.unresolved = unresolved
+        self.top_bindings = top_bindings
+
+
+def _fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: int = 1, end_col: int = 0) -> None:
+    """``ast.fix_missing_locations`` without importing ``ast``."""
+    if "lineno" in node._attributes:
+        if getattr(node, "lineno", None) is None:
+            node.lineno, node.col_offset = line, col  # type: ignore[attr-defined]
+        else:
+            line, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
+        if getattr(node, "end_lineno", None) is None:
+            node.end_lineno, node.end_col_offset = end_line, end_col  # type: ignore[attr-defined]
+        else:
+            end_line, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+    for name in node._fields:
+        child = getattr(node, name, None)
+        if isinstance(child, py.AST):
+            _fix_missing_locations(child, line, col, end_line, end_col)
+        elif isinstance(child, list):
+            for item in child:
+                if isinstance(item, py.AST):
+                    _fix_missing_locations(item, line, col, end_line, end_col)
+
+
+# Context managers as classes: contextlib is not imported at start-up.
+class _Into:
+    __slots__ = ("compiler", "out", "saved")
+
+    def __init__(self, compiler: Compiler, out: list[py.stmt]) -> None:
+        self.compiler = compiler
+        self.out = out
+
+    def __enter__(self) -> list[py.stmt]:
+        self.saved = self.compiler.out
+        self.compiler.out = self.out
+        return self.out
+
+    def __exit__(self, *exc: object) -> None:
+        self.compiler.out = self.saved
+
+
+class _NewScope:
+    __slots__ = ("compiler", "saved")
+
+    def __init__(self, compiler: Compiler) -> None:
+        self.compiler = compiler
+
+    def __enter__(self) -> Scope:
+        c = self.compiler
+        self.saved = c.scope
+        c.scope = Scope(c.func, self.saved)
+        return c.scope
+
+    def __exit__(self, *exc: object) -> None:
+        self.compiler.scope = self.saved
+
+
+def _registry() -> dict[str, Builtin]:
+    # imported when a program first names something that is not its own: ``1 + 1`` starts
+    # without the builtins' machinery
+    from conch.lang.builtins.registry import REGISTRY
+
+    return REGISTRY
 
 
 def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = None) -> ConchError:
@@ -245,13 +328,13 @@ class Compiler:
     def load(self, name: str, node: A.Node) -> py.expr:
         b = self.scope.lookup(name)
         if b is None:
-            builtin = REGISTRY.get(name)
+            builtin = _registry().get(name)
             if builtin is not None:
                 key = f"$b:{name}"
                 self.builtins[key] = builtin.fn
                 return self.at(_name(key), node)
             if name not in self.known_globals:
-                cands = sorted(self.scope.visible() | set(REGISTRY))
+                cands = sorted(self.scope.visible() | set(_registry()))
                 self.unresolved.append(Unresolved(name, node.line, node.col, cands, self.func is not self.main_func))
             return self.at(_name(name), node)
         self.access(b, self.func)
@@ -274,23 +357,13 @@ class Compiler:
     def emit(self, stmt: py.stmt) -> None:
         self.out.append(stmt)
 
-    @contextmanager
-    def into(self, out: list[py.stmt]) -> Iterator[list[py.stmt]]:
-        saved = self.out
-        self.out = out
-        try:
-            yield out
-        finally:
-            self.out = saved
+    def into(self, out: list[py.stmt]) -> _Into:
+        """``with self.into(buf):`` emits into ``buf``."""
+        return _Into(self, out)
 
-    @contextmanager
-    def new_scope(self) -> Iterator[Scope]:
-        saved = self.scope
-        self.scope = Scope(self.func, saved)
-        try:
-            yield self.scope
-        finally:
-            self.scope = saved
+    def new_scope(self) -> _NewScope:
+        """``with self.new_scope():`` compiles in a nested block scope."""
+        return _NewScope(self)
 
     def spill(self, e: py.expr) -> py.expr:
         if _is_trivial(e):
@@ -332,7 +405,7 @@ class Compiler:
         )
         fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
         module = py.Module(body=[fdef], type_ignores=[])
-        py.fix_missing_locations(module)
+        _fix_missing_locations(module)
         with warnings.catch_warnings():
             # Python warns about calls of constants (``null()``); conch reports them at run time.
             warnings.simplefilter("ignore", SyntaxWarning)
@@ -740,6 +813,8 @@ class Compiler:
             return None
         t = self.fresh("opt")
         test = py.Compare(py.NamedExpr(_store(t), self.expr(cur)), [py.Is()], [_const(None)])
+        import copy
+
         copies = [copy.copy(x) for x in path]
         for parent, child in itertools.pairwise(copies):
             _set_chain_child(parent, child)

@@ -8,31 +8,63 @@ sandboxed workspace and limits.
 
 from __future__ import annotations
 
+import _thread
 import contextvars
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from conch.lang.errors import ConchError
+
+# Plain classes, and pathlib imported when a path is first needed: dataclasses (with the
+# inspect and re modules it imports) and pathlib cost milliseconds on every ``conch -c``.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
 
 EFFECTS = ("pure", "read", "write", "network", "process", "model")
 ALL_EFFECTS = frozenset(EFFECTS)
 
 
-@dataclass
+_CREATE_LOCK = _thread.allocate_lock()
+
+_LIMIT_NAMES = ("wall_time_s", "steps", "recursion", "output_bytes", "collection_size")
+
+
 class Limits:
     """Per-run limits. ``None`` means unlimited (the shell's default)."""
 
-    wall_time_s: float | None = None
-    steps: int | None = None
-    recursion: int | None = None
-    output_bytes: int | None = None
-    collection_size: int | None = None
+    __slots__ = _LIMIT_NAMES
+
+    def __init__(
+        self,
+        wall_time_s: float | None = None,
+        steps: int | None = None,
+        recursion: int | None = None,
+        output_bytes: int | None = None,
+        collection_size: int | None = None,
+    ) -> None:
+        self.wall_time_s = wall_time_s
+        self.steps = steps
+        self.recursion = recursion
+        self.output_bytes = output_bytes
+        self.collection_size = collection_size
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, n) for n in _LIMIT_NAMES)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Limits):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in _LIMIT_NAMES)
+        return f"Limits({inner})"
 
 
 def _stdout_line(line: str) -> None:
@@ -40,28 +72,70 @@ def _stdout_line(line: str) -> None:
     sys.stdout.flush()
 
 
-@dataclass
 class Context:
     """Everything a run may consult besides its own variables."""
 
-    workspace: Path | None = None
-    cwd: Path = field(default_factory=Path.cwd)
-    allowed_effects: frozenset[str] = ALL_EFFECTS
-    output: Callable[[str], None] = _stdout_line
-    limits: Limits = field(default_factory=Limits)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    # Settings of the host (model endpoints, network policy, ...) for the ai/http builtins.
-    settings: Any = None
-    output_used: int = 0
-    # When the run in progress must end (a time.monotonic() value), set while a run with a
-    # wall-time limit is in progress: builtins that wait (sleep) stop there.
-    deadline: float | None = None
+    def __init__(
+        self,
+        workspace: Path | str | None = None,
+        cwd: Path | None = None,
+        allowed_effects: frozenset[str] = ALL_EFFECTS,
+        output: Callable[[str], None] = _stdout_line,
+        limits: Limits | None = None,
+        cancelled: threading.Event | None = None,
+        settings: Any = None,
+        output_used: int = 0,
+        deadline: float | None = None,
+    ) -> None:
+        self.workspace: Path | None = None
+        self._cwd = cwd
+        self.allowed_effects = allowed_effects
+        self.output = output
+        self.limits = limits if limits is not None else Limits()
+        self._cancelled = cancelled
+        # Settings of the host (model endpoints, network policy, ...) for the ai/http builtins.
+        self.settings = settings
+        self.output_used = output_used
+        # When the run in progress must end (a time.monotonic() value), set while a run with
+        # a wall-time limit is in progress: builtins that wait (sleep) stop there.
+        self.deadline = deadline
+        if workspace is not None:
+            from pathlib import Path
 
-    def __post_init__(self) -> None:
-        if self.workspace is not None:
-            self.workspace = Path(os.path.realpath(self.workspace))
+            self.workspace = Path(os.path.realpath(workspace))
             if not str(self.cwd).startswith(str(self.workspace)):
                 self.cwd = self.workspace
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set to cancel the run (created on first use: threading costs start-up time)."""
+        if self._cancelled is None:
+            import threading
+
+            with _CREATE_LOCK:  # the host may cancel from another thread as the run starts
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+        return self._cancelled
+
+    @cancelled.setter
+    def cancelled(self, value: threading.Event) -> None:
+        self._cancelled = value
+
+    @property
+    def cwd(self) -> Path:
+        """The directory relative paths start from (the process's own when not given)."""
+        if self._cwd is None:
+            from pathlib import Path
+
+            self._cwd = Path.cwd()
+        return self._cwd
+
+    @cwd.setter
+    def cwd(self, value: Path) -> None:
+        self._cwd = value
+
+    def __repr__(self) -> str:
+        return f"Context(workspace={self.workspace!r}, limits={self.limits!r})"
 
     def emit(self, line: str) -> None:
         """Send one line of program output (``print``), enforcing the output limit."""
@@ -88,6 +162,8 @@ class Context:
         With a workspace, the real path (symlinks resolved) must stay inside it, else
         ``PermissionError``: a symlink inside the workspace that points outside is refused.
         """
+        from pathlib import Path
+
         raw = Path(os.path.expanduser(os.fspath(path))) if self.workspace is None else Path(path)
         full = raw if raw.is_absolute() else self.cwd / raw
         real = Path(os.path.realpath(full))
@@ -112,7 +188,7 @@ class Context:
         return real.as_posix()
 
     def check_cancelled(self) -> None:
-        if self.cancelled.is_set():
+        if self._cancelled is not None and self._cancelled.is_set():
             raise ConchError("CancelledError", "the run was cancelled")
 
 
@@ -125,11 +201,17 @@ def current() -> Context:
     return _current.get(_default)
 
 
-@contextmanager
-def using(ctx: Context) -> Iterator[Context]:
+class using:  # a class named as a function: ``with using(ctx):``
     """Make ``ctx`` the current context for the duration of a run."""
-    token = _current.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _current.reset(token)
+
+    __slots__ = ("ctx", "token")
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def __enter__(self) -> Context:
+        self.token = _current.set(self.ctx)
+        return self.ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self.token)

@@ -7,10 +7,10 @@ while running compiled code are translated into one by :func:`from_python` so th
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 KINDS = (
     "SyntaxError",
@@ -31,14 +31,25 @@ KINDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class Span:
     """A position in the submitted source: 1-based line and column, plus end offsets."""
 
-    line: int
-    column: int
-    end_line: int | None = None
-    end_column: int | None = None
+    __slots__ = ("column", "end_column", "end_line", "line")
+
+    def __init__(self, line: int, column: int, end_line: int | None = None, end_column: int | None = None) -> None:
+        self.line, self.column, self.end_line, self.end_column = line, column, end_line, end_column
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Span):
+            return NotImplemented
+        return (self.line, self.column, self.end_line, self.end_column) == (
+            other.line, other.column, other.end_line, other.end_column)
+
+    def __hash__(self) -> int:
+        return hash((self.line, self.column, self.end_line, self.end_column))
+
+    def __repr__(self) -> str:
+        return f"Span({self.line}, {self.column}, {self.end_line}, {self.end_column})"
 
 
 class ConchError(Exception):
@@ -107,6 +118,8 @@ class ConchError(Exception):
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """A ``did you mean "x"?`` hint for the closest candidate, or None."""
+    import difflib  # only when a name is wrong: difflib costs start-up time
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f'did you mean "{close[0]}"?' if close else None
 

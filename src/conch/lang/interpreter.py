@@ -9,13 +9,8 @@ cancellation (the server).
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import TracebackType
-from typing import Any
 
 from conch.lang import ast as A
 from conch.lang import context as ctxmod
@@ -26,11 +21,18 @@ from conch.lang.errors import ConchError, did_you_mean, from_python
 from conch.lang.parser import parse, parse_expression
 from conch.lang.values import LazyList
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import TracebackType
+    from typing import Any
+
+    StatementHook = Callable[[int, int, str], None]
+
 # Conch functions are Python functions: allow conch recursion well beyond 1000 levels.
 if sys.getrecursionlimit() < 8000:
     sys.setrecursionlimit(8000)
 
-StatementHook = Callable[[int, int, str], None]
 
 
 def _noop(i: int) -> None:
@@ -58,11 +60,15 @@ _PY_TYPES = {
 
 
 def _conch_types(text: str) -> str:
+    import re
+
     return re.sub(r"'(\w+)'", lambda m: _PY_TYPES.get(m.group(1), m.group(0)), text)
 
 
 def _fix_message(exc: BaseException, err: ConchError) -> None:
     """Rewrite Python's wording of operator failures in conch terms."""
+    import re  # only on a failure: the re module costs start-up time
+
     text = str(exc)
     if isinstance(exc, NameError):
         name = getattr(exc, "name", None) or (re.findall(r"'([^']+)'", text) or ["?"])[0]
@@ -216,15 +222,17 @@ def _guard_lazy(value: LazyList, ctx: Context) -> LazyList:
 # -- programs ----------------------------------------------------------------------------
 
 
-@contextmanager
-def _compiling() -> Iterator[None]:
+class _compiling:  # a class named as a function: ``with _compiling():``
     """Report the host compiler's own limits (very deep nesting) as conch syntax errors."""
-    try:
-        yield
-    except RecursionError:
-        raise ConchError("SyntaxError", "the program is nested too deeply", line=1, column=1) from None
-    except SyntaxError as exc:
-        raise ConchError("SyntaxError", exc.msg, line=exc.lineno, column=(exc.offset or 0) + 1 or None) from None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, RecursionError):
+            raise ConchError("SyntaxError", "the program is nested too deeply", line=1, column=1) from None
+        if isinstance(exc, SyntaxError):
+            raise ConchError("SyntaxError", exc.msg, line=exc.lineno, column=(exc.offset or 0) + 1 or None) from None
 
 
 class Program:

@@ -6,10 +6,12 @@ Newlines are not tokens: every token records whether a line break precedes it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from conch.lang.errors import ConchError
+
+# typing costs milliseconds at start-up; annotations are strings (see __future__ above)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 KEYWORDS = frozenset(
     {
@@ -54,18 +56,21 @@ DURATION_SUFFIXES = {
 }
 
 
-@dataclass(slots=True)
 class Token:
-    kind: str  # "num", "str", "ident", "kw", "op", "eof"
-    value: Any
-    line: int
-    col: int
-    end_line: int
-    end_col: int
-    nl_before: bool = False
-    space_before: bool = False
-    # For "str" tokens: a list of parts, each a str or a list of tokens (an interpolation).
-    parts: list[Any] = field(default_factory=list)
+    __slots__ = ("col", "end_col", "end_line", "kind", "line", "nl_before", "parts", "space_before", "value")
+
+    def __init__(self, kind: str, value: Any, line: int, col: int, end_line: int, end_col: int,
+                 nl_before: bool = False, space_before: bool = False, parts: list[Any] | None = None) -> None:
+        self.kind = kind  # "num", "str", "ident", "kw", "op", "eof"
+        self.value = value
+        self.line, self.col, self.end_line, self.end_col = line, col, end_line, end_col
+        self.nl_before = nl_before
+        self.space_before = space_before
+        # For "str" tokens: a list of parts, each a str or a list of tokens (an interpolation).
+        self.parts: list[Any] = [] if parts is None else parts
+
+    def __repr__(self) -> str:
+        return f"Token({self.kind!r}, {self.value!r}, {self.line}, {self.col})"
 
     def is_op(self, *ops: str) -> bool:
         return self.kind == "op" and self.value in ops

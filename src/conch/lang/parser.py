@@ -14,11 +14,13 @@ and indexing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from conch.lang import ast as A
 from conch.lang.errors import ConchError
 from conch.lang.lexer import Token, tokenize
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PIPE, OR, AND, CMP, RANGE, ADD, MUL, POW, UNARY = 1, 2, 3, 4, 5, 6, 7, 8, 9
 

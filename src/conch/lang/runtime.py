@@ -7,14 +7,16 @@ comparisons, ``in``) compiles to native Python operations and is translated on f
 from __future__ import annotations
 
 import itertools
-import re
-from collections.abc import Callable
-from functools import lru_cache
-from typing import Any
 
 from conch.lang import values
 from conch.lang.errors import ConchError, did_you_mean
 from conch.lang.values import ErrorValue, LazyList, type_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
+    from typing import Any
 
 _ARRAYS = (list, range, LazyList, tuple)
 _NUMBERS = (int, float)
@@ -208,12 +210,23 @@ def _out_of_range(i: int, n: int, kind: str) -> ConchError:
     )
 
 
-@lru_cache(maxsize=256)
+_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
+
+
 def _regex(pattern: str) -> re.Pattern[str]:
+    compiled = _REGEX_CACHE.get(pattern)
+    if compiled is not None:
+        return compiled
+    import re  # on first use: re (and functools.lru_cache) cost start-up time
+
     try:
-        return re.compile(pattern)
+        compiled = re.compile(pattern)
     except re.error as exc:
-        raise ConchError("ValueError", f"invalid regex {pattern!r}: {exc}")
+        raise ConchError("ValueError", f"invalid regex {pattern!r}: {exc}") from None
+    if len(_REGEX_CACHE) >= 256:
+        _REGEX_CACHE.clear()
+    _REGEX_CACHE[pattern] = compiled
+    return compiled
 
 
 def rematch(text: Any, pattern: Any) -> bool:

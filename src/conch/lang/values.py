@@ -22,13 +22,15 @@ Error      :class:`ErrorValue`
 from __future__ import annotations
 
 import itertools
-import json
 import math
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from conch.lang import context as _context
 from conch.lang.errors import ConchError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import Any
 
 TYPE_NAMES = (
     "Null",
@@ -315,8 +317,18 @@ def function_name(fn: Callable[..., Any]) -> str:
 
 def render(value: Any) -> str:
     """The string rendering of a value: a String as its raw text, anything else compact JSON."""
-    if type(value) is str:
+    t = type(value)
+    if t is str:
         return value
+    # scalars without the json module (its import is felt by a one-line ``conch -c``)
+    if t is int:
+        return str(value)
+    if value is None:
+        return "null"
+    if t is bool:
+        return "true" if value else "false"
+    import json
+
     return json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
 
 
@@ -324,4 +336,6 @@ def render_pretty(value: Any) -> str:
     """A readable multi-line rendering for people (the REPL uses rich tables for Tables)."""
     if type(value) is str:
         return value
+    import json
+
     return json.dumps(to_json_value(value), ensure_ascii=False, indent=2)
