@@ -32,6 +32,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 N_CTX = 2048
+# Every runtime runs with llama-cpp-python's default threads: half the CPUs for single-token
+# steps, all of them for prompt (batch) steps.
 THREADS = max((os.cpu_count() or 2) // 2, 1)
 DECODE_TOKENS = 128
 TTFT_RUNS = 9
@@ -73,7 +75,7 @@ def model_path() -> str:
 def bench_in_process(path: str) -> dict[str, Any]:
     from llama_cpp import Llama
 
-    llm = Llama(path, n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    llm = Llama(path, n_ctx=N_CTX, verbose=False)
 
     def one(i: int, max_tokens: int) -> tuple[float, float, int]:
         t0 = time.perf_counter()
@@ -96,8 +98,8 @@ def bench_in_process(path: str) -> dict[str, Any]:
     for i in range(3):
         _, span, n = one(200 + i, DECODE_TOKENS)
         rates.append((n - 1) / span)
-    del llm
-    emb = Llama(path, n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, embedding=True, verbose=False, pooling_type=1)
+    llm.close()
+    emb = Llama(path, n_ctx=N_CTX, embedding=True, verbose=False, pooling_type=1)
     t0 = time.perf_counter()
     for k in range(0, len(EMBED_TEXTS), EMBED_BATCH):
         emb.embed(EMBED_TEXTS[k : k + EMBED_BATCH])
@@ -132,8 +134,14 @@ def _concurrent(base: str, model: str, streams: int) -> float:
     results: list[int] = []
     lock = threading.Lock()
 
+    errors: list[BaseException] = []
+
     def run(i: int) -> None:
-        _, _, n = _stream_http(base, model, 1000 + streams * 10 + i, CONCURRENT_TOKENS)
+        try:
+            _, _, n = _stream_http(base, model, 1000 + streams * 10 + i, CONCURRENT_TOKENS)
+        except BaseException as exc:
+            errors.append(exc)
+            return
         with lock:
             results.append(n)
 
@@ -143,6 +151,8 @@ def _concurrent(base: str, model: str, streams: int) -> float:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {streams} streams failed: {errors[0]!r}")
     return sum(results) / (time.perf_counter() - t0)
 
 
@@ -156,8 +166,9 @@ def bench_server(base: str, model: str, pid: int | None = None, embed: Callable[
     out: dict[str, Any] = {
         "ttft_p50_ms": statistics.median(ttft) * 1000,
         "decode_tps": statistics.median(rates),
-        "agg4_tps": _concurrent(base, model, 4),
-        "agg8_tps": _concurrent(base, model, 8),
+        # Best of two: other processes on a shared machine stall multi-threaded steps at random.
+        "agg4_tps": max(_concurrent(base, model, 4) for _ in range(2)),
+        "agg8_tps": max(_concurrent(base, model, 8) for _ in range(2)),
     }
     if pid is not None:
         out["rss_mb"] = _rss_mb(pid)
@@ -201,7 +212,7 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--port", str(port), "--n_ctx", str(N_CTX),
-           "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--model_alias", "smollm2",
+           "--model_alias", "smollm2",
            # By default it aborts a running stream when another request arrives; queue instead.
            "--interrupt_requests", "false"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -213,7 +224,7 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
     # Its embeddings need a separate instance started with --embedding.
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(cmd[:6] + [str(port)] + cmd[7:] + ["--embedding", "true"],
+    proc = subprocess.Popen([*cmd[:6], str(port), *cmd[7:], "--embedding", "true"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_ready(base, proc)
@@ -223,12 +234,12 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
     return out
 
 
-def bench_conch(path: str) -> dict[str, Any]:
+def bench_conch(path: str, cache_prompt: bool = False) -> dict[str, Any]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as data:
-        env = {**os.environ, "CONCH_DATA_DIR": data, "CONCH_N_CTX": str(N_CTX), "CONCH_N_THREADS": str(THREADS),
-               "CONCH_N_PARALLEL": "8", "CONCH_MODELS_PORT": str(port), "PYTHONPATH": str(ROOT / "src")}
+        env = {**os.environ, "CONCH_DATA_DIR": data, "CONCH_N_CTX": str(N_CTX), "CONCH_N_PARALLEL": "8",
+               "CONCH_CACHE_PROMPT": "true" if cache_prompt else "false", "CONCH_MODELS_PORT": str(port), "PYTHONPATH": str(ROOT / "src")}
         code = (
             "import uvicorn; from conch.config import load_settings; from conch.web.inference_app import create_app; "
             "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')"
@@ -250,11 +261,12 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 def main() -> None:
     path = model_path()
-    print(f"SmolLM2-135M-Instruct Q4_1, n_ctx={N_CTX}, threads={THREADS}, cpus={os.cpu_count()}")
+    print(f"SmolLM2-135M-Instruct Q4_1, n_ctx={N_CTX}, threads={THREADS} (batch: {os.cpu_count()}), cpus={os.cpu_count()}")
     results: dict[str, dict[str, Any]] = {}
     for name, fn in (("llama-cpp-python in-process", bench_in_process),
                      ("llama-cpp-python server", bench_llama_cpp_server),
-                     ("conch", bench_conch)):
+                     ("conch", bench_conch),
+                     ("conch, cache_prompt on", lambda p: bench_conch(p, cache_prompt=True))):
         print(f"  running {name} ...", flush=True)
         try:
             results[name] = fn(path)
@@ -265,18 +277,19 @@ def main() -> None:
             ("aggregate tokens/s, 4 streams", "agg4_tps", ""), ("aggregate tokens/s, 8 streams", "agg8_tps", ""),
             ("embeddings/s (1,000 texts)", "embed_per_s", ""), ("RSS, model loaded", "rss_mb", " MB")]
     names = list(results)
-    print(f"\n{'':32}" + "".join(f"{n:>30}" for n in names))
+    print(f"\n{'':32}" + "".join(f"{n:>28}" for n in names))
     for label, key, unit in rows:
-        print(f"{label:32}" + "".join(f"{_fmt(results[n].get(key), unit):>30}" for n in names))
-    floor, peer, conch = (results.get(n, {}) for n in names)
+        print(f"{label:32}" + "".join(f"{_fmt(results[n].get(key), unit):>28}" for n in names))
+    floor, peer, conch, cached = (results.get(n, {}) for n in names)
     print("\nconch against the targets:")
 
     def ratio(a: Any, b: Any) -> str:
         return f"{a / b:.2f}x" if a and b else "-"
 
     print(f"  single-stream tokens/s vs in-process: {ratio(conch.get('decode_tps'), floor.get('decode_tps'))} (target >= 0.95x)")
-    if conch.get("ttft_p50_ms") is not None and floor.get("ttft_p50_ms") is not None:
-        print(f"  TTFT overhead vs in-process (p50): {conch['ttft_p50_ms'] - floor['ttft_p50_ms']:+.1f} ms (target <= 10 ms)")
+    for label, row in (("", conch), (" with cache_prompt (as in-process reuses its prefix)", cached)):
+        if row.get("ttft_p50_ms") is not None and floor.get("ttft_p50_ms") is not None:
+            print(f"  TTFT overhead vs in-process (p50){label}: {row['ttft_p50_ms'] - floor['ttft_p50_ms']:+.1f} ms (target <= 10 ms)")
     print(f"  4-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg4_tps'), peer.get('agg4_tps'))} (target >= 1.3x)")
     print(f"  8-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg8_tps'), peer.get('agg8_tps'))}")
     print(f"  embeddings/s vs in-process: {ratio(conch.get('embed_per_s'), floor.get('embed_per_s'))}")

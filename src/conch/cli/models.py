@@ -136,3 +136,15 @@ def setup() -> None:
         typer.echo(f"ready: {record.id} ({record.path})")
     elif store.get(BUNDLED_ID) is None:
         typer.echo("the store already has a chat model; the bundled model was not registered")
+
+
+def _register_acquire_commands() -> None:
+    """``pull``, ``convert`` and the full ``setup`` come from the download/convert module."""
+    try:
+        from conch.cli import models_acquire
+    except ImportError:
+        return
+    models_acquire.register(app)
+
+
+_register_acquire_commands()

@@ -49,6 +49,32 @@ _DEFAULT_CHATML = (
 
 _backend_lock = threading.Lock()
 _backend_ready = False
+_fast: Any = None
+
+
+def _fast_calls() -> Any:
+    """Short llama.cpp calls bound through ``PyDLL``, which keeps the GIL held.
+
+    ctypes' default ``CDLL`` drops and retakes the GIL around every call; when the event loop
+    thread is busy, retaking it can wait a whole switch interval (5 ms). Sampling one token
+    takes well under that, so the worker keeps the GIL for it and releases it only in
+    ``llama_decode``, where the real work happens.
+    """
+    global _fast
+    if _fast is None:
+        from llama_cpp import llama_cpp as raw
+
+        lib = ctypes.PyDLL(raw._lib._name)
+        lib.llama_sampler_sample.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
+        lib.llama_sampler_sample.restype = ctypes.c_int32
+        lib.llama_vocab_is_eog.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.llama_vocab_is_eog.restype = ctypes.c_bool
+        lib.llama_token_to_piece.argtypes = [
+            ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool,
+        ]
+        lib.llama_token_to_piece.restype = ctypes.c_int32
+        _fast = lib
+    return _fast
 
 
 def _init_backend() -> Any:
@@ -175,6 +201,9 @@ class LlamaEngine(Engine):
         self._thread: threading.Thread | None = None
         self._stop = False
         self._template: Any = None
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._eog: dict[int, bool] = {}
         self._bos_text = ""
         self._eos_text = ""
         self._add_bos = False
@@ -428,6 +457,7 @@ class LlamaEngine(Engine):
 
     def _loop(self) -> None:
         llama_cpp = _init_backend()
+        fast = _fast_calls()
         ctx = self._ctx.ctx
         vocab = self._model.vocab
         batch = self._batch
@@ -486,7 +516,7 @@ class LlamaEngine(Engine):
                 remaining = len(job.tokens) - job.n_past
                 if remaining <= 0 or n >= self.n_batch:
                     continue
-                take = min(remaining, self.n_batch - n)
+                take = min(remaining, self.n_batch - n, _chunk_room(job.n_past))
                 for k in range(take):
                     batch.token[n] = job.tokens[job.n_past + k]
                     batch.pos[n] = job.n_past + k
@@ -516,13 +546,16 @@ class LlamaEngine(Engine):
 
             finished: list[tuple[_Job, str]] = []
             for job, idx in sample_at:
-                tok = llama_cpp.llama_sampler_sample(job.sampler, ctx, idx)
+                tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
                 now = time.perf_counter()
                 if job.first_token_at is None:
                     job.first_token_at = now
                     self.stats.ttft_sum_s += now - job.submitted_at
                     self.stats.ttft_count += 1
-                if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                eog = self._eog.get(tok)
+                if eog is None:
+                    eog = self._eog[tok] = bool(fast.llama_vocab_is_eog(vocab, tok))
+                if eog:
                     finished.append((job, "stop"))
                     continue
                 job.n_gen += 1
@@ -576,7 +609,7 @@ class LlamaEngine(Engine):
             for j in jobs:
                 remaining = len(j.tokens) - j.n_past
                 if remaining > 0 and budget > 0:
-                    take = min(remaining, budget)
+                    take = min(remaining, budget, _chunk_room(j.n_past))
                     need += take
                     budget -= take
             return need
@@ -613,9 +646,10 @@ class LlamaEngine(Engine):
                 best, best_len = seq, n
         self._free_seqs.remove(best)
         # At least one prompt token is decoded again: its logits give the first sample.
-        # Decoding the tail alone gives slightly different logits than decoding the prompt
-        # whole, so reuse is opt-in: without it, same seed and input give the same output.
+        # Reuse stops at a chunk boundary: the rest of the prompt is then decoded in exactly the
+        # chunks a fresh request would use, so the logits (and a seeded output) are the same.
         keep = min(best_len, len(job.tokens) - 1) if self.cache_prompt else 0
+        keep -= keep % PREFILL_CHUNK
         if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
             job.n_past = keep
         else:
@@ -624,16 +658,20 @@ class LlamaEngine(Engine):
         self._seq_cache.pop(best, None)
         job.seq = best
 
-    _piece_buf = ctypes.create_string_buffer(256)
-
     def _piece(self, tok: int) -> bytes:
-        llama_cpp = _init_backend()
-        n = llama_cpp.llama_token_to_piece(self._model.vocab, tok, self._piece_buf, 256, 0, False)
+        piece = self._pieces.get(tok)
+        if piece is not None:
+            return piece
+        fast = _fast_calls()
+        n = fast.llama_token_to_piece(self._model.vocab, tok, self._piece_buf, 256, 0, False)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._model.vocab, tok, buf, -n, 0, False)
-            return bytes(buf.raw[:n])
-        return bytes(self._piece_buf.raw[:n])
+            n = fast.llama_token_to_piece(self._model.vocab, tok, buf, -n, 0, False)
+            piece = bytes(buf.raw[:n])
+        else:
+            piece = bytes(self._piece_buf.raw[:n])
+        self._pieces[tok] = piece
+        return piece
 
     @staticmethod
     def _append_text(job: _Job, delta: str) -> str | None:
@@ -734,6 +772,15 @@ class LlamaEngine(Engine):
 
 
 _EMBED_SEQS = 32
+
+# Prompts are decoded in chunks aligned to multiples of this many positions. Matrix kernels give
+# bit-identical results only for identical shapes, so fixed chunks make a prompt's logits the
+# same whether or not a cached prefix was reused.
+PREFILL_CHUNK = 32
+
+
+def _chunk_room(n_past: int) -> int:
+    return PREFILL_CHUNK - n_past % PREFILL_CHUNK
 
 def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str | None = None) -> LlamaEngine:
     return LlamaEngine(

@@ -309,22 +309,20 @@ def create_app(settings: Settings) -> FastAPI:
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(choices: list[p.ChunkChoice], usage: p.Usage | None = None) -> str:
-            c = p.ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage)
-            data = c.model_dump(exclude_none=True)
-            # Deltas carry only what changed, but these keys are always present (null when unset).
-            data["usage"] = data.get("usage")
-            for ch in data["choices"]:
-                ch.setdefault("finish_reason", None)
-                ch.setdefault("logprobs", None)
-            return "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+        head = json.dumps({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model})[:-1]
+
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
+            # Built by hand, not through pydantic: this runs once per token on the event loop.
+            # The shape is ChatCompletionChunk's (see openai_protocol).
+            body = json.dumps({"choices": choices, "usage": usage, "system_fingerprint": None}, ensure_ascii=False)
+            return f"data: {head}, {body[1:]}\n\n"
 
         async def sse() -> AsyncIterator[str]:
             n_out = 0
             first: float | None = None
             try:
                 for i in range(spec.n):
-                    yield chunk([p.ChunkChoice(index=i, delta=p.ChoiceDelta(role="assistant", content=""))])
+                    yield chunk([_choice(i, {"role": "assistant", "content": ""})])
                 async for ev in events:
                     if first is None:
                         first = time.perf_counter()
@@ -332,7 +330,7 @@ def create_app(settings: Settings) -> FastAPI:
                     if ev.kind == "finish":
                         n_out += ev.completion_tokens
                 if include_usage:
-                    yield chunk([], p.Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out))
+                    yield chunk([], {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out})
                 yield "data: [DONE]\n\n"
             except EngineError as exc:
                 err = engine_errors(exc)
@@ -520,21 +518,21 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
+def _choice(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+
+
 def _event_chunk(ev: ChatEvent, chunk: Any) -> str:
     if ev.kind == "delta":
-        return str(chunk([p.ChunkChoice(index=ev.index, delta=p.ChoiceDelta(content=ev.text))]))
+        return str(chunk([_choice(ev.index, {"content": ev.text})]))
     if ev.kind == "tool_calls":
         deltas = [
-            p.ToolCallDelta(
-                index=k,
-                id=c["id"],
-                type="function",
-                function=p.ToolCallDeltaFunction(name=c["function"]["name"], arguments=c["function"]["arguments"]),
-            )
+            {"index": k, "id": c["id"], "type": "function",
+             "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
             for k, c in enumerate(ev.tool_calls or [])
         ]
-        return str(chunk([p.ChunkChoice(index=ev.index, delta=p.ChoiceDelta(tool_calls=deltas))]))
-    return str(chunk([p.ChunkChoice(index=ev.index, delta=p.ChoiceDelta(), finish_reason=ev.finish_reason)]))  # type: ignore[arg-type]
+        return str(chunk([_choice(ev.index, {"tool_calls": deltas})]))
+    return str(chunk([_choice(ev.index, {}, ev.finish_reason)]))
 
 
 def _render_metrics(m: Metrics, manager: ModelManager) -> str:
