@@ -170,3 +170,19 @@ def test_fast_path_does_not_import_the_ui_libraries(env: dict[str, str]) -> None
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
     assert r.stdout.splitlines() == ["2", "[]"], r.stderr
+
+
+def test_a_program_naming_builtins_imports_only_their_module(env: dict[str, str]) -> None:
+    code = (
+        "import sys; sys.argv = ['conch', '-c', 'len([1]) + ([3, 1, 2] | sort | sum)']\n"
+        "from conch.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('yaml', 'inspect', 'dataclasses', 'typing', 're', 'json', 'pathlib',\n"
+        "         'decimal', 'datetime', 'random', 'functools', 'conch.lang.builtins.filesystem',\n"
+        "         'conch.lang.builtins.data', 'conch.lang.builtins.strings')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert r.stdout.splitlines() == ["7", "[]"], r.stderr

@@ -20,11 +20,6 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
-from functools import reduce as _reduce
-from operator import itemgetter
-from typing import Any
 
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Bool, Function, Int, Range, Record, String
@@ -39,6 +34,21 @@ from conch.lang.values import (
     member,
     render,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections import defaultdict, deque
+    from collections.abc import Callable, Iterable, Iterator
+    from functools import reduce as _reduce
+    from operator import itemgetter
+    from typing import Any
+else:
+    # The C implementations the pure-Python modules re-export: importing collections,
+    # functools, operator and typing would cost milliseconds on every start of a program that
+    # names a builtin.
+    from _collections import defaultdict, deque
+    from _functools import reduce as _reduce
+    from _operator import itemgetter
 
 _ARRAYS = (list, tuple, range, LazyList)
 _NONE = type(None)

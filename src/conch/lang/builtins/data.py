@@ -4,22 +4,23 @@ Decoders return plain conch values: dates and times that YAML and TOML know abou
 as ISO-8601 strings, since conch has no date type. Every failure is a ValueError that says
 what was wrong and where (line and column when the format reports them).
 
-The codec modules are imported where used: every run of conch loads this module, few of them
-encode anything.
+The codec modules (and json, re and datetime) are imported where used: a program that names
+one builtin of this module should not pay milliseconds of start-up for the others.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
-import re
-from typing import Any
 
 from conch.lang import values
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Bool, Float, Int, Record, String, Table
 from conch.lang.errors import ConchError, did_you_mean
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from typing import Any
 
 
 def _value_error(message: str, hint: str | None = None) -> ConchError:
@@ -44,6 +45,8 @@ def _plain(value: Any, fmt: str, path: str = "") -> Any:
 
 def _from_decoded(value: Any) -> Any:
     """Decoded YAML/TOML data as conch values (dates become ISO-8601 strings)."""
+    import datetime as _dt
+
     if isinstance(value, dict):
         return {str(k): _from_decoded(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set):
@@ -73,6 +76,8 @@ def _from_decoded(value: Any) -> Any:
     ],
 )
 def to_json(value: Any, indent: Int | None = None) -> String:
+    import json
+
     data = _plain(value, "json")
     data = values.to_json_value(data)
     if indent is None:
@@ -92,6 +97,8 @@ def to_json(value: Any, indent: Int | None = None) -> String:
     ],
 )
 def from_json(text: String) -> Any:
+    import json
+
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -161,10 +168,19 @@ def to_csv(table: Table, separator: String = ",") -> String:
     return buf.getvalue()
 
 
-_CSV_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
-_CSV_FLOAT = re.compile(
-    r"[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)|[-+]?0?\.[0-9]+"
-)
+# set by from_csv before inferring cells (re's cache makes that cheap after the first time)
+_CSV_INT: re.Pattern[str]
+_CSV_FLOAT: re.Pattern[str]
+
+
+def _compile_csv_patterns() -> None:
+    global _CSV_INT, _CSV_FLOAT
+    import re
+
+    _CSV_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+    _CSV_FLOAT = re.compile(
+        r"[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)|[-+]?0?\.[0-9]+"
+    )
 
 
 def _infer(cell: str) -> Any:
@@ -230,6 +246,8 @@ def from_csv(
         width = max(len(r) for r in rows)
         names = [f"column{i}" for i in range(width)]
         body = rows
+    if infer:
+        _compile_csv_patterns()
     convert = _infer if infer else None
     width = len(names)
     out: list[dict[str, Any]] = []
@@ -349,7 +367,16 @@ def from_toml(text: String) -> Record:
 # -- conversions --------------------------------------------------------------------------
 
 
-_INT_PREFIXED = re.compile(r"\s*[-+]?0[xXoObB][0-9a-fA-F_]+\s*")
+_DIGITS_OF_PREFIXED = frozenset("0123456789abcdefABCDEF_")
+
+
+def _prefixed(text: str) -> bool:
+    """Whether ``text`` is a 0x/0o/0b literal (regex ``\\s*[-+]?0[xXoObB][0-9a-fA-F_]+\\s*``),
+    without importing re: ``int("42")`` is common in short programs."""
+    t = text.strip()
+    if t[:1] in ("-", "+"):
+        t = t[1:]
+    return len(t) > 2 and t[0] == "0" and t[1] in "xXoObB" and _DIGITS_OF_PREFIXED.issuperset(t[2:])
 
 
 @builtin(
@@ -375,7 +402,7 @@ def int_(value: String | Int | Float | Bool) -> Int:
             raise _value_error(f"int: cannot convert {values.render(value)} to Int")
         return int(value)
     try:
-        return int(value, 0 if _INT_PREFIXED.fullmatch(value) else 10)
+        return int(value, 0 if _prefixed(value) else 10)
     except ValueError:
         hint = "round it first: int(round(float(x)))" if _looks_float(value) else None
         raise _value_error(f"int: {value!r} is not an integer", hint=hint) from None

@@ -25,19 +25,10 @@ Decisions where a shell leaves room:
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import fnmatch
-import functools
 import io
-import json
 import os
 import posixpath
-import re
 import stat as _stat
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 from conch.lang import values
 from conch.lang.builtins.registry import REGISTRY, Example, builtin
@@ -45,8 +36,16 @@ from conch.lang.builtins.types import Array, Bool, Int, Record, String, Table
 from conch.lang.context import Context, current
 from conch.lang.errors import ConchError
 
-# shutil, tempfile, csv and datetime are imported where used: together they are a visible
-# part of the start-up of every `conch -c`, which loads all builtins.
+# pathlib, json, re, fnmatch, shutil, tempfile, csv, datetime and the like are imported
+# where used, and typing only by type checkers: a program naming one builtin imports this
+# module (``append`` and ``find`` are also collection builtins), and together they would be
+# most of its start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+    from typing import Any
 
 CAT = "filesystem"
 
@@ -57,6 +56,8 @@ CAT = "filesystem"
 def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
     """A conch error for an OSError, naming the path as the program spelled it."""
     if shown is None:
+        from pathlib import Path
+
         filename = exc.filename
         shown = current().display_path(Path(os.fsdecode(filename))) if filename else "?"
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
@@ -70,13 +71,17 @@ def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
 def _fs(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Translate stray OSErrors (the path is then taken from the exception)."""
 
-    @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
             raise _os_error(exc) from None
 
+    # what functools.wraps does, without importing functools
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(wrapper, attr, getattr(fn, attr))
+    wrapper.__dict__.update(fn.__dict__)
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -108,6 +113,8 @@ def _escapes(path: str | os.PathLike[str], ctx: Context | None = None) -> bool:
     root = ctx.workspace
     if root is None:
         return False
+    from pathlib import Path
+
     real = Path(os.path.realpath(path))
     return real != root and root not in real.parents
 
@@ -183,11 +190,8 @@ def _entry(name: str, st: os.stat_result) -> dict[str, Any]:
 
 # -- glob --------------------------------------------------------------------------------
 
-_MAGIC = re.compile(r"[*?\[]")
-
-
 def _has_magic(text: str) -> bool:
-    return _MAGIC.search(text) is not None
+    return "*" in text or "?" in text or "[" in text
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -222,14 +226,26 @@ def _expand_braces(pattern: str) -> list[str]:
     return [pattern]
 
 
-@functools.lru_cache(maxsize=256)
+_SEGMENT_REGEXES: dict[str, re.Pattern[str]] = {}
+
+
 def _segment_regex(segment: str) -> re.Pattern[str]:
-    return re.compile(fnmatch.translate(segment))
+    regex = _SEGMENT_REGEXES.get(segment)
+    if regex is None:
+        import fnmatch
+        import re
+
+        if len(_SEGMENT_REGEXES) >= 256:
+            _SEGMENT_REGEXES.clear()
+        regex = _SEGMENT_REGEXES[segment] = re.compile(fnmatch.translate(segment))
+    return regex
 
 
 def _glob_in(
     directory: Path, shown: str, segs: list[str], ctx: Context
 ) -> Iterator[tuple[str, Path]]:
+    from pathlib import Path
+
     ctx.check_cancelled()
     seg, rest = segs[0], segs[1:]
     if seg == "**":
@@ -361,6 +377,8 @@ def _format_of(path: str) -> str | None:
 def _parse(fmt: str, text: str, path: str) -> Any:
     # The data builtins (from_csv, ...) decide how values are typed; use them when loaded so
     # `open("x.csv")` and `cat("x.csv") | from_csv` agree.
+    import json
+
     registered = REGISTRY.get(f"from_{fmt}")
     try:
         if registered is not None:
@@ -391,6 +409,8 @@ def _parse(fmt: str, text: str, path: str) -> Any:
 def _serialise(content: Any, path: str) -> str:
     if type(content) is str:
         return content
+    import json
+
     fmt = _format_of(path)
     if fmt in ("yaml", "toml", "csv"):
         registered = REGISTRY.get(f"to_{fmt}")
@@ -561,6 +581,8 @@ def write(path: String, content: Any) -> Record:
         os.chmod(tmp, mode)
         os.replace(tmp, real)
     except BaseException:
+        import contextlib
+
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
@@ -586,6 +608,8 @@ def append(path: String, content: Any) -> Record:
     if type(content) is str:
         text = content
     else:
+        import json
+
         text = json.dumps(values.to_json_value(content), ensure_ascii=False) + "\n"
     data = text.encode("utf-8")
     try:
@@ -865,6 +889,8 @@ def find(path: String = ".", name: String = "*", type: String | None = None) -> 
         )
     if name == "*" and _has_magic(path) and "/" not in path:
         path, name = ".", path
+    import fnmatch
+
     ctx = current()
     real = ctx.resolve_path(path)
     if not real.is_dir():
@@ -912,6 +938,8 @@ def pwd() -> String:
 def cd(path: String | None = None) -> String:
     ctx = current()
     if path is None:
+        from pathlib import Path
+
         real = ctx.workspace or Path.home()
         shown = "~"
     else:
@@ -974,17 +1002,19 @@ def head(input: String | Array, n: Int = 10) -> String | Array:
     ],
 )
 def tail(input: String | Array, n: Int = 10) -> String | Array:
+    from collections import deque
+
     _check_n(n, "tail")
     if values.is_array(input):
         if n == 0:
             return []
-        return list(collections.deque(input, maxlen=n))
+        return list(deque(input, maxlen=n))
     if n == 0:
         return ""
     if _is_text(input):
         return "\n".join(input.splitlines()[-n:])
     with _open_lines(input) as fh:
-        last = collections.deque(fh, maxlen=n)
+        last = deque(fh, maxlen=n)
     return "\n".join(line.rstrip("\r\n") for line in last)
 
 
@@ -1072,6 +1102,9 @@ def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool
             raise ConchError("TypeError", "grep: the pattern must be a String")
         pattern, input = input, pattern
     assert type(pattern) is str
+    import re
+    from pathlib import Path
+
     try:
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import builtins
 import math
-import random as _random
-from collections import Counter
-from decimal import ROUND_HALF_UP, Context, Decimal
-from typing import Any
 
 from conch.lang.builtins.collections import check_orderable, hash_key, type_name
 from conch.lang.builtins.registry import Example, builtin
@@ -23,12 +19,27 @@ from conch.lang.builtins.types import Array, Bool, Float, Int, Number, String
 from conch.lang.errors import ConchError
 from conch.lang.values import as_list
 
+# random, decimal and collections are imported on first use, and typing only by type
+# checkers: each costs up to milliseconds on every start of a program that names a builtin.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _NUMBER_TYPES = frozenset((int, float))
 _BIG_INT_BITS = 64_000_000  # about 8 MB: `pow` beyond this is a LimitError, not a hang
 # Beyond ~330 decimal places in either direction a float's rounding no longer changes it
 # (or gives 0); the context's precision covers every digit in between.
 _FLOAT_DIGITS = 400
-_DECIMALS = Context(prec=2 * _FLOAT_DIGITS + 20)
+_decimals: Any = None  # (Decimal, ROUND_HALF_UP, a Context for _FLOAT_DIGITS), made on first use
+
+
+def _decimal() -> Any:
+    global _decimals
+    if _decimals is None:
+        from decimal import ROUND_HALF_UP, Context, Decimal
+
+        _decimals = (Decimal, ROUND_HALF_UP, Context(prec=2 * _FLOAT_DIGITS + 20))
+    return _decimals
 
 
 def _numbers(items: Any, who: str) -> tuple[list[Any], set[type]]:
@@ -158,7 +169,9 @@ def median_(items: Array) -> Number:
 def mode_(items: Array) -> Any:
     seq = as_list(items)
     _non_empty(seq, "mode")
-    counts = Counter(builtins.map(hash_key, seq))
+    import collections
+
+    counts = collections.Counter(builtins.map(hash_key, seq))
     # Counter keeps first-seen order and most_common sorts stably, so ties go to the first.
     best = counts.most_common(1)[0][0]
     for x in seq:
@@ -311,8 +324,9 @@ def round_(x: Number, digits: Int = 0) -> Number:
     if digits < -_FLOAT_DIGITS:
         return 0
     # repr gives the shortest decimal that reads back as x, i.e. what the user wrote.
+    Decimal, half_up, context = _decimals or _decimal()
     quantum = Decimal(1).scaleb(-digits)
-    rounded = Decimal(repr(x)).quantize(quantum, rounding=ROUND_HALF_UP, context=_DECIMALS)
+    rounded = Decimal(repr(x)).quantize(quantum, rounding=half_up, context=context)
     return int(rounded) if digits <= 0 else float(rounded)
 
 
@@ -461,7 +475,9 @@ def clamp_(x: Number, lo: Number, hi: Number) -> Number:
 def random_(
     lo: Number | None = None, hi: Number | None = None, seed: Int | String | None = None
 ) -> Number:
-    rng: Any = _random if seed is None else _random.Random(seed)
+    import random
+
+    rng: Any = random if seed is None else random.Random(seed)
     if lo is None and hi is None:
         return rng.random()  # type: ignore[no-any-return]
     if lo is None or hi is None:

@@ -4,34 +4,57 @@ A builtin is a Python function decorated with :func:`builtin`. Its parameters an
 type are read from the annotations, which name conch types (see :mod:`conch.lang.builtins.types`);
 the decorator generates a thin wrapper with the same signature that checks every argument's
 type and the effect policy, so a wrong call is a ``TypeError`` naming the parameter.
+
+Start-up cost matters here (``conch -c 'len([1])'`` is as common as ``1 + 1``): the decorator
+only records the declaration; parameters are read from the code object and the wrapper is
+generated when first asked for, and a name is looked up in :mod:`._index` so that reading
+``REGISTRY["len"]`` imports the one category module that defines it.
 """
 
 from __future__ import annotations
 
-import inspect
-import keyword
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import _thread
 
 from conch.lang import values
+from conch.lang.builtins._index import INDEX
 from conch.lang.context import EFFECTS, current
 from conch.lang.errors import ConchError
+
+# Plain classes rather than dataclasses, and no typing or inspect at run time: each of them
+# costs milliseconds on every start of a program that names a builtin.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import Any
 
 CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
 
 _MISSING: Any = object()
+_EMPTY: Any = object()  # a parameter without a default
 
 
-@dataclass(frozen=True)
 class Example:
     """A program and what it must produce. ``result`` is compared as JSON; when the result
     cannot be known in advance (``uuid``, ``now``) give ``type`` instead."""
 
-    code: str
-    result: Any = _MISSING
-    type: str | None = None
+    __slots__ = ("code", "result", "type")
+
+    def __init__(self, code: str, result: Any = _MISSING, type: str | None = None) -> None:
+        self.code = code
+        self.result = result
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"Example(code={self.code!r}, result={self.result!r}, type={self.type!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Example)
+        return (self.code, self.result, self.type) == (other.code, other.result, other.type)
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.result, self.type))
 
     @property
     def has_result(self) -> bool:
@@ -46,13 +69,32 @@ class Example:
         return out
 
 
-@dataclass(frozen=True)
 class Param:
-    name: str
-    type: str
-    required: bool
-    default: Any = None
-    variadic: bool = False
+    __slots__ = ("default", "name", "required", "type", "variadic")
+
+    def __init__(self, name: str, type: str, required: bool, default: Any = None,
+                 variadic: bool = False) -> None:
+        self.name = name
+        self.type = type
+        self.required = required
+        self.default = default
+        self.variadic = variadic
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.type, self.required, self.default, self.variadic)
+
+    def __repr__(self) -> str:
+        return (f"Param(name={self.name!r}, type={self.type!r}, required={self.required!r}, "
+                f"default={self.default!r}, variadic={self.variadic!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Param)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,22 +106,174 @@ class Param:
         }
 
 
-@dataclass
+# Parameter kinds, as in inspect.Parameter
+_POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(4)
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+
+
+def _function_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int, Any, Any]], Any]:
+    """((name, kind, default, annotation) per parameter, return annotation) of ``impl``, as
+    ``inspect.signature`` sees them (following ``functools.wraps``). Read from the code object:
+    inspect costs ~10 ms to import and tens of microseconds per builtin."""
+    fn: Any = impl
+    while not hasattr(fn, "__signature__"):
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is None:
+            break
+        fn = wrapped
+    if type(fn) is not type(_function_parameters) or hasattr(fn, "__signature__"):
+        return _inspect_parameters(impl)
+    code = fn.__code__
+    npos = code.co_argcount
+    nkw = code.co_kwonlyargcount
+    names = code.co_varnames
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    annotations = fn.__annotations__
+    out: list[tuple[str, int, Any, Any]] = []
+    first_default = npos - len(defaults)
+    for i in range(npos):
+        name = names[i]
+        default = defaults[i - first_default] if i >= first_default else _EMPTY
+        out.append((name, _POSITIONAL, default, annotations.get(name, _EMPTY)))
+    index = npos + nkw
+    if code.co_flags & _CO_VARARGS:
+        name = names[index]
+        out.append((name, _VAR_POSITIONAL, _EMPTY, annotations.get(name, _EMPTY)))
+        index += 1
+    for name in names[npos:npos + nkw]:
+        out.append((name, _KEYWORD_ONLY, kwdefaults.get(name, _EMPTY), annotations.get(name, _EMPTY)))
+    if code.co_flags & _CO_VARKEYWORDS:
+        name = names[index]
+        out.append((name, _VAR_KEYWORD, _EMPTY, annotations.get(name, _EMPTY)))
+    return out, annotations.get("return", _EMPTY)
+
+
+def _inspect_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int, Any, Any]], Any]:
+    """What :func:`_function_parameters` gives, for callables that are not plain functions."""
+    import inspect
+
+    kinds = {
+        inspect.Parameter.POSITIONAL_ONLY: _POSITIONAL,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD: _POSITIONAL,
+        inspect.Parameter.VAR_POSITIONAL: _VAR_POSITIONAL,
+        inspect.Parameter.KEYWORD_ONLY: _KEYWORD_ONLY,
+        inspect.Parameter.VAR_KEYWORD: _VAR_KEYWORD,
+    }
+    empty = inspect.Parameter.empty
+    sig = inspect.signature(impl)
+    params = [
+        (p.name, kinds[p.kind], _EMPTY if p.default is empty else p.default,
+         _EMPTY if p.annotation is empty else p.annotation)
+        for p in sig.parameters.values()
+    ]
+    return params, _EMPTY if sig.return_annotation is empty else sig.return_annotation
+
+
 class Builtin:
-    name: str
-    category: str
-    description: str
-    params: list[Param]
-    returns: str
-    effect: str
-    examples: list[Example]
-    aliases: tuple[str, ...]
-    impl: Callable[..., Any]
-    # Builtins of different categories sharing a name (``append``, ``find``): the entry in
-    # REGISTRY dispatches on the type of the first argument to one of these.
-    overloads: list[Builtin] = field(default_factory=list, repr=False)
-    _fn: Callable[..., Any] | None = field(default=None, repr=False)
-    _sig: inspect.Signature | None = field(default=None, repr=False)
+    """One builtin. ``params``, ``returns`` and the checked wrapper ``fn`` are worked out on
+    first use: the declaration alone is what ~150 builtins cost at import."""
+
+    __slots__ = (
+        "_declared", "_fn", "_params", "_returns", "_sig", "aliases", "category", "description",
+        "effect", "examples", "impl", "name", "overloads",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        category: str,
+        description: str,
+        params: list[Param] | None,
+        returns: str | None,
+        effect: str,
+        examples: list[Example],
+        aliases: tuple[str, ...],
+        impl: Callable[..., Any],
+        # Builtins of different categories sharing a name (``append``, ``find``): the entry in
+        # REGISTRY dispatches on the type of the first argument to one of these.
+        overloads: list[Builtin] | None = None,
+        _fn: Callable[..., Any] | None = None,
+        _sig: list[tuple[str, int, Any, Any]] | None = None,
+    ) -> None:
+        self.name = name
+        self.category = category
+        self.description = description
+        self._params = params
+        self._returns = returns
+        self.effect = effect
+        self.examples = examples
+        self.aliases = aliases
+        self.impl = impl
+        self.overloads = [] if overloads is None else overloads
+        self._fn = _fn
+        self._sig = _sig
+        self._declared: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Builtin(name={self.name!r}, category={self.category!r}, "
+            f"description={self.description!r}, params={self.params!r}, returns={self.returns!r}, "
+            f"effect={self.effect!r}, examples={self.examples!r}, aliases={self.aliases!r}, "
+            f"impl={self.impl!r})"
+        )
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.category, self.description, self.params, self.returns,
+                self.effect, self.examples, self.aliases, self.impl, self.overloads)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Builtin)
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _parameters(self) -> list[tuple[str, int, Any, Any]]:
+        sig = self._sig
+        if sig is None:
+            sig, ret = _function_parameters(self.impl)
+            self._sig = sig
+            if self._returns is None:
+                self._returns = ret if isinstance(ret, str) else "Any"
+        return sig
+
+    @property
+    def params(self) -> list[Param]:
+        plist = self._params
+        if plist is None:
+            declared = self._declared or {}
+            plist = []
+            for name, kind, default, ann in self._parameters():
+                if kind == _VAR_KEYWORD:
+                    continue
+                ann = declared.get(name, ann)
+                type_name = ann if isinstance(ann, str) and ann else "Any"
+                if kind == _VAR_POSITIONAL:
+                    plist.append(Param(name, type_name, False, None, variadic=True))
+                elif default is _EMPTY:
+                    plist.append(Param(name, type_name, True))
+                else:
+                    plist.append(Param(name, type_name, False, default))
+            self._params = plist
+        return plist
+
+    @params.setter
+    def params(self, value: list[Param]) -> None:
+        self._params = value
+
+    @property
+    def returns(self) -> str:
+        if self._returns is None:
+            self._parameters()
+        assert self._returns is not None
+        return self._returns
+
+    @returns.setter
+    def returns(self, value: str) -> None:
+        self._returns = value
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -87,7 +281,7 @@ class Builtin:
         would cost every ``conch -c`` start-up tens of milliseconds."""
         wrapper = self._fn
         if wrapper is None:
-            wrapper = self._fn = _make_wrapper(self, self._sig or inspect.signature(self.impl))
+            wrapper = self._fn = _make_wrapper(self, self._parameters())
         return wrapper
 
     @fn.setter
@@ -124,25 +318,40 @@ class Builtin:
         }
 
 
+def _module_of(key: str) -> tuple[str, ...] | None:
+    """The category modules still to import before ``REGISTRY[key]`` is complete."""
+    mods = INDEX.get(key)
+    if mods is None or _imported.issuperset(mods):
+        return None
+    return mods
+
+
 class _Registry(dict[str, "Builtin"]):
-    """A dict that imports the category modules on its first read, so that a program naming
-    no builtin (``conch -c '1 + 1'``) does not pay for importing ~150 of them."""
+    """A dict that imports category modules on demand: reading one name imports the modules
+    that define it (per :mod:`._index`), listing the names imports them all. A program naming
+    no builtin (``conch -c '1 + 1'``) imports none, ``len([1])`` only collections."""
 
     __slots__ = ()
 
     def get(self, key: str, default: Any = None) -> Any:
         if not _loaded:
-            load_all()
+            mods = _module_of(key)
+            if mods is not None:
+                _import(mods)
         return dict.get(self, key, default)
 
     def __getitem__(self, key: str) -> Builtin:
         if not _loaded:
-            load_all()
+            mods = _module_of(key)
+            if mods is not None:
+                _import(mods)
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
-        if not _loaded:
-            load_all()
+        if not _loaded and isinstance(key, str):
+            mods = _module_of(key)
+            if mods is not None:
+                _import(mods)
         return dict.__contains__(self, key)
 
     def __iter__(self) -> Iterator[str]:
@@ -177,8 +386,9 @@ class _Registry(dict[str, "Builtin"]):
 
 
 REGISTRY: dict[str, Builtin] = _Registry()
-"""Every builtin by name, aliases included (an alias maps to the same Builtin). The category
-modules are imported on first read (or by :func:`load_all`)."""
+"""Every builtin by name, aliases included (an alias maps to the same Builtin). A category
+module is imported when one of its names is first read (all of them by :func:`load_all` or
+by listing the names)."""
 
 
 def all_builtins() -> list[Builtin]:
@@ -189,38 +399,84 @@ def all_builtins() -> list[Builtin]:
 
 
 def lookup(name: str) -> Builtin | None:
-    load_all()
     return REGISTRY.get(name)
 
 
 _loaded = False
-_loading = False
-_load_lock = threading.RLock()
+_imported: set[str] = set()  # category modules fully imported
+_importing: set[str] = set()
+_load_lock = _thread.RLock()
+
+
+def _import(modules: Sequence[str]) -> None:
+    # Other threads wait here until a module is imported rather than see a half-filled
+    # registry; the importing thread itself may read the registry meanwhile (re-entry).
+    with _load_lock:
+        for module in modules:
+            if module in _imported or module in _importing:
+                continue
+            _importing.add(module)
+            try:
+                __import__(f"conch.lang.builtins.{module}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"conch.lang.builtins.{module}":
+                    raise
+            finally:
+                _importing.discard(module)
+            _imported.add(module)
 
 
 def load_all() -> None:
     """Import every category module so that their builtins register."""
-    global _loaded, _loading
+    global _loaded
     if _loaded:
         return
-    # Other threads wait here until everything is imported rather than see a half-filled
-    # registry; the importing thread itself may read the registry meanwhile (re-entry).
     with _load_lock:
-        if _loaded or _loading:
+        if _loaded or _importing:
             return
-        _loading = True
-        try:
-            import importlib
+        _import(CATEGORIES)
+        _loaded = True
 
-            for module in CATEGORIES:
-                try:
-                    importlib.import_module(f"conch.lang.builtins.{module}")
-                except ModuleNotFoundError as exc:
-                    if exc.name != f"conch.lang.builtins.{module}":
-                        raise
-            _loaded = True
-        finally:
-            _loading = False
+
+def build_index() -> dict[str, tuple[str, ...]]:
+    """Name -> the category modules that register it, from the loaded registry: what
+    :mod:`._index` must hold."""
+    load_all()
+    index: dict[str, tuple[str, ...]] = {}
+    for key, b in sorted(dict.items(REGISTRY)):
+        mods = {_category_module(m) for m in b.overloads or [b]}
+        if None not in mods:
+            index[key] = tuple(m for m in CATEGORIES if m in mods)
+    return index
+
+
+def write_index() -> None:
+    """Rewrite :mod:`._index` from the registry."""
+    import pathlib
+
+    def tup(mods: tuple[str, ...]) -> str:
+        return "(" + ", ".join(f'"{m}"' for m in mods) + ("," if len(mods) == 1 else "") + ")"
+
+    lines = [f'    "{k}": {tup(v)},' for k, v in build_index().items()]
+    path = pathlib.Path(__file__).with_name("_index.py")
+    path.write_text(_INDEX_TEMPLATE.replace("@ENTRIES@", "\n".join(lines)))
+
+
+_INDEX_TEMPLATE = '''\
+"""Which category modules register each builtin name, so that reading one name imports only
+those modules. Generated by ``conch.lang.builtins.registry.write_index()``; a test fails when
+it is out of date."""
+
+INDEX: dict[str, tuple[str, ...]] = {
+@ENTRIES@
+}
+'''
+
+
+def _category_module(b: Builtin) -> str | None:
+    module = getattr(b.impl, "__module__", "") or ""
+    prefix, _, name = module.rpartition(".")
+    return name if prefix == "conch.lang.builtins" and name in CATEGORIES else None
 
 
 # -- type checks -------------------------------------------------------------------------
@@ -301,32 +557,31 @@ def _type_error(builtin: str, param: str, expected: str, got: Any) -> ConchError
     )
 
 
-def _make_wrapper(b: Builtin, sig: inspect.Signature) -> Callable[..., Any]:
+def _make_wrapper(b: Builtin, sig: list[tuple[str, int, Any, Any]]) -> Callable[..., Any]:
     """Generate a wrapper with the implementation's exact signature that checks types."""
     checks: dict[str, Any] = {}
     lines: list[str] = []
     params_src: list[str] = []
     call_args: list[str] = []
     seen_kwonly = False
-    for p in sig.parameters.values():
-        pname = p.name
-        if p.kind is p.VAR_POSITIONAL:
+    for pname, kind, default, _ann in sig:
+        if kind == _VAR_POSITIONAL:
             params_src.append(f"*{pname}")
             call_args.append(f"*{pname}")
             seen_kwonly = True
-        elif p.kind is p.VAR_KEYWORD:
+        elif kind == _VAR_KEYWORD:
             params_src.append(f"**{pname}")
             call_args.append(f"**{pname}")
         else:
-            if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+            if kind == _KEYWORD_ONLY and not seen_kwonly:
                 params_src.append("*")
                 seen_kwonly = True
-            if p.default is inspect.Parameter.empty:
+            if default is _EMPTY:
                 params_src.append(pname)
             else:
-                checks[f"_d_{pname}"] = p.default
+                checks[f"_d_{pname}"] = default
                 params_src.append(f"{pname}=_d_{pname}")
-            call_args.append(f"{pname}={pname}" if p.kind is p.KEYWORD_ONLY else pname)
+            call_args.append(f"{pname}={pname}" if kind == _KEYWORD_ONLY else pname)
     for param in b.params:
         if param.variadic:
             test = _inline_check(param.type, "_v")
@@ -346,6 +601,8 @@ def _make_wrapper(b: Builtin, sig: inspect.Signature) -> Callable[..., Any]:
         lines.append(f"        raise _terr({b.name!r}, {param.name!r}, {param.type!r}, {param.name})")
     if b.effect not in ("pure",):
         lines.insert(0, f"    _current().check_effect({b.effect!r}, {b.name!r})")
+    import keyword
+
     fname = b.name if b.name.isidentifier() and not keyword.iskeyword(b.name) else "builtin"
     src = f"def {fname}({', '.join(params_src)}):\n"
     src += "\n".join(lines) + ("\n" if lines else "")
@@ -392,34 +649,19 @@ def builtin(
             raise AssertionError(f"{name}: unknown effect {effect!r}")
         if not examples:
             raise AssertionError(f"{name}: at least one example is required")
-        sig = inspect.signature(impl)
-        declared = params or {}
-        plist: list[Param] = []
-        for p in sig.parameters.values():
-            if p.kind is p.VAR_KEYWORD:
-                continue
-            ann = declared.get(p.name, p.annotation)
-            type_name = ann if isinstance(ann, str) and ann else "Any"
-            if p.kind is p.VAR_POSITIONAL:
-                plist.append(Param(p.name, type_name, False, None, variadic=True))
-            elif p.default is inspect.Parameter.empty:
-                plist.append(Param(p.name, type_name, True))
-            else:
-                plist.append(Param(p.name, type_name, False, p.default))
-        ret = returns or (sig.return_annotation if isinstance(sig.return_annotation, str) else "Any")
         exs = [e if isinstance(e, Example) else Example(e[0], e[1]) for e in examples]
         b = Builtin(
             name=name,
             category=category,
             description=description,
-            params=plist,
-            returns=ret,
+            params=None,
+            returns=returns or None,
             effect=effect,
             examples=exs,
             aliases=tuple(aliases),
             impl=impl,
         )
-        b._sig = sig
+        b._declared = params
         for key in (name, *aliases):
             existing = dict.get(REGISTRY, key)
             REGISTRY[key] = b if existing is None else _overload(key, existing, b)
@@ -433,6 +675,10 @@ def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
     ``append`` and ``find`` under both filesystem and collections), chosen per call by the
     type of the first argument."""
     members = [*(existing.overloads or [existing]), new]
+    # In the order of CATEGORIES whatever order the modules were imported in, so that the
+    # entry (its head, the dispatch order) does not depend on which name was read first.
+    order = {m: i for i, m in enumerate(CATEGORIES)}
+    members.sort(key=lambda m: order.get(_category_module(m) or "", len(order)))
     firsts: list[tuple[Callable[[Any], bool], Builtin]] = []
     for m in members:
         if m is not new and m.category == new.category:

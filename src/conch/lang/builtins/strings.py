@@ -10,13 +10,17 @@ String substring.
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from conch.lang import values
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Bool, Float, Function, Int, Record, String
 from conch.lang.errors import ConchError
+
+# re is imported by the regex builtins when first called, typing only by type checkers: they
+# cost milliseconds on every start of a program that names a string builtin.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from typing import Any
 
 _render = values.render
 
@@ -164,7 +168,15 @@ def lines(s: String) -> Array:
 
 
 # A word is a run of letters and digits, joined by inner apostrophes ("it's", "don’t").
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_WORD: re.Pattern[str] | None = None
+
+
+def _word_regex() -> re.Pattern[str]:
+    global _WORD
+    import re
+
+    _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+    return _WORD
 
 
 @builtin(
@@ -178,7 +190,7 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
     ],
 )
 def words(s: String) -> Array:
-    return _WORD.findall(s)
+    return (_WORD or _word_regex()).findall(s)
 
 
 # -- replacing ----------------------------------------------------------------------------
@@ -200,13 +212,15 @@ def replace(s: String, old: String, new: String, count: Int | None = None) -> St
 
 
 def _compile(pattern: str, builtin_name: str) -> re.Pattern[str]:
+    import re
+
     try:
         return re.compile(pattern)
     except re.error as exc:
         raise _value_error(f"{builtin_name}: invalid regex {pattern!r}: {exc}") from None
 
 
-_DOLLAR = re.compile(r"\$(?:\$|(\d+)|\{(\w+)\})")
+_DOLLAR: re.Pattern[str] | None = None
 
 
 def _py_template(replacement: str) -> str:
@@ -217,6 +231,11 @@ def _py_template(replacement: str) -> str:
     """
     if "$" not in replacement and "\\" not in replacement:
         return replacement
+    global _DOLLAR
+    if _DOLLAR is None:
+        import re
+
+        _DOLLAR = re.compile(r"\$(?:\$|(\d+)|\{(\w+)\})")
     parts: list[str] = []
     pos = 0
     for m in _DOLLAR.finditer(replacement):
@@ -251,6 +270,8 @@ def regex_replace(
         return s
     n = 0 if count is None else count  # re.sub: 0 means every match
     if isinstance(replacement, str):
+        import re
+
         try:
             return rx.sub(_py_template(replacement), s, count=n)
         except (re.error, IndexError) as exc:

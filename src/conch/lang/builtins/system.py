@@ -8,10 +8,8 @@ nothing in the world and is bounded by the output limit. ``now``, ``timestamp`` 
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import time
-from typing import Any
 
 import conch
 from conch.lang.builtins import registry
@@ -20,6 +18,13 @@ from conch.lang.builtins.types import Bool, Float, Function, Int, Record, String
 from conch.lang.context import current
 from conch.lang.errors import ConchError, did_you_mean
 from conch.lang.values import function_name, render
+
+# datetime is imported by the date builtins when first called, typing only by type checkers:
+# they cost milliseconds on every start of a program that names a system builtin.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime as _dt
+    from typing import Any
 
 
 @builtin(
@@ -64,6 +69,8 @@ def env(name: String | None = None, default: Any = None) -> Any:
 
 
 def _iso_utc(moment: _dt.datetime) -> str:
+    import datetime as _dt
+
     return moment.astimezone(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -80,6 +87,8 @@ def _iso_utc(moment: _dt.datetime) -> str:
     ],
 )
 def now() -> String:
+    import datetime as _dt
+
     return _iso_utc(_dt.datetime.now(_dt.UTC))
 
 
@@ -94,6 +103,8 @@ def timestamp() -> Int:
 
 
 def _parse_moment(value: Any) -> _dt.datetime:
+    import datetime as _dt
+
     if type(value) is str:
         try:
             moment = _dt.datetime.fromisoformat(value.strip())
