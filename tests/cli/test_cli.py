@@ -174,7 +174,7 @@ def test_fast_path_does_not_import_the_ui_libraries(env: dict[str, str]) -> None
 
 def test_a_program_naming_builtins_imports_only_their_module(env: dict[str, str]) -> None:
     code = (
-        "import sys; sys.argv = ['conch', '-c', 'len([1]) + ([3, 1, 2] | sort | sum)']\n"
+        "import sys; sys.argv = ['conch', '-c', '[len([1]), [3, 1, 2] | sort | sum, {a: 1.5}]']\n"
         "from conch.cli.main import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = ('yaml', 'inspect', 'dataclasses', 'typing', 're', 'json', 'pathlib',\n"
@@ -185,4 +185,4 @@ def test_a_program_naming_builtins_imports_only_their_module(env: dict[str, str]
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
-    assert r.stdout.splitlines() == ["7", "[]"], r.stderr
+    assert r.stdout.splitlines() == ['[1,6,{"a":1.5}]', "[]"], r.stderr
