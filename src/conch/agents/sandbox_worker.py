@@ -23,6 +23,7 @@ import socket
 import struct
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,7 +204,8 @@ class _StreamLimit(Exception):
 
 class Runner:
     def __init__(self, config: WorkerConfig) -> None:
-        self.workspace = Path(config.workspace)
+        # Resolved once: every run's context starts from the same real workspace path.
+        self.workspace = Path(os.path.realpath(config.workspace))
         self.allowed = frozenset(config.allowed_effects)
         self.settings: Any = None
         if config.settings_json:
@@ -211,18 +213,33 @@ class Runner:
                 from conch.config import Settings
 
                 self.settings = Settings.model_validate_json(config.settings_json)
-        self._programs: dict[str, Any] = {}
+        # Compiled programs and pipeline stages by source, least recently used first: agents
+        # send the same commands again and again, and lexing, parsing and compiling cost
+        # far more than running a small program.
+        self._programs: OrderedDict[str, Any] = OrderedDict()
+        self._stages: OrderedDict[str, Any] = OrderedDict()
+        # Nothing in a worker cancels a run (the server kills the worker instead), so every
+        # run can share one cancellation flag that is never set.
+        import threading
+
+        self._never_cancelled = threading.Event()
 
     def _compile(self, source: str) -> Any:
-        program = self._programs.get(source)
-        if program is None:
-            from conch.lang import compile_program  # type: ignore[attr-defined,unused-ignore]
+        return _cached(self._programs, source, _compile_program)
 
-            program = compile_program(source)
-            if len(self._programs) >= 512:
-                self._programs.pop(next(iter(self._programs)))
-            self._programs[source] = program
-        return program
+    def _context(self, emit: Callable[[str], None], limits: Limits) -> Context:
+        # The workspace is given after construction: Context() would otherwise resolve its
+        # real path again on every run.
+        ctx = Context(
+            cwd=self.workspace,
+            allowed_effects=self.allowed,
+            output=emit,
+            limits=limits,
+            cancelled=self._never_cancelled,
+            settings=self.settings,
+        )
+        ctx.workspace = self.workspace
+        return ctx
 
     def run(self, job: dict[str, Any], chan: Channel) -> None:
         stream = bool(job.get("stream"))
@@ -231,13 +248,7 @@ class Runner:
         emit: Callable[[str], None] = (
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
-        ctx = Context(
-            workspace=self.workspace,
-            allowed_effects=self.allowed,
-            output=emit,
-            limits=limits,
-            settings=self.settings,
-        )
+        ctx = self._context(emit, limits)
         steps: list[dict[str, Any]] = []
         recycle = False
         done: dict[str, Any]
@@ -302,8 +313,6 @@ class Runner:
         stream: bool,
         steps: list[dict[str, Any]],
     ) -> Any:
-        from conch.lang import compile_stage  # type: ignore[attr-defined,unused-ignore]
-
         value = job.get("input")
         sources: list[str] = job["steps"]
         total = len(sources)
@@ -312,7 +321,7 @@ class Runner:
                 chan.send(["progress", i, total, _shorten(source)])
             started = time.perf_counter()
             try:
-                stage = compile_stage(source)
+                stage = _cached(self._stages, source, _compile_stage)
                 value = stage(value, context=ctx)
             except ConchError as exc:
                 exc.message = f"step {i}: {exc.message}"
@@ -380,6 +389,33 @@ class Runner:
             "count": count,
             "error": None,
         }
+
+
+_CACHE_SIZE = 512
+
+
+def _cached(cache: OrderedDict[str, Any], source: str, build: Callable[[str], Any]) -> Any:
+    item = cache.get(source)
+    if item is None:
+        item = build(source)  # a SyntaxError is raised each time, never cached
+        if len(cache) >= _CACHE_SIZE:
+            cache.popitem(last=False)
+        cache[source] = item
+    else:
+        cache.move_to_end(source)
+    return item
+
+
+def _compile_program(source: str) -> Any:
+    from conch.lang import compile_program  # type: ignore[attr-defined,unused-ignore]
+
+    return compile_program(source)
+
+
+def _compile_stage(source: str) -> Any:
+    from conch.lang import compile_stage  # type: ignore[attr-defined,unused-ignore]
+
+    return compile_stage(source)
 
 
 def _wants_function(type_name: str) -> bool:

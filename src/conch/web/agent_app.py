@@ -152,7 +152,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
         finally:
             await pool.close()
 
-    app = FastAPI(
+    app = AgentApp(
         title="conch agent server",
         version=__version__,
         description="Runs conch code over HTTP, streams results, publishes the language schema.",
@@ -432,8 +432,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
         return Job("pipeline", input=body.input, steps=body.steps, limits=_limits(body.limits))
 
     routes = {getattr(r, "path", None): r for r in app.router.routes}
-    app.add_middleware(
-        FastPath,
+    fast = FastPath(
         handlers={
             "/api/v1/execute": (ExecuteRequest, execute_job, "execute", routes["/api/v1/execute"]),
             "/api/v1/eval": (EvalRequest, eval_job, "eval", routes["/api/v1/eval"]),
@@ -447,6 +446,17 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
         run_body=run_body,
     )
 
+    def guarded(inner: ASGIApp) -> ASGIApp:
+        guard = SecurityMiddleware(
+            inner,
+            api_key=settings.api_key,
+            loopback_only=is_loopback(settings.host),
+            max_body_bytes=settings.max_body_bytes,
+        )
+        return MetricsMiddleware(guard, metrics=metrics)
+
+    # Both stacks share the same guard and metrics policy: the hot routes only skip the
+    # framework's own layers, never the security checks.
     app.add_middleware(
         SecurityMiddleware,
         api_key=settings.api_key,
@@ -454,7 +464,31 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.fast_paths = frozenset(fast.handlers)
+    app.fast_app = guarded(fast)
     return app
+
+
+class AgentApp(FastAPI):
+    """The FastAPI app, with its hot execution routes (``POST`` execute, eval, pipeline)
+    dispatched before the framework's middleware stack (error pages, telemetry, routing,
+    dependency resolution): running ``1 + 1`` costs one round trip to a sandbox process, and
+    those layers would otherwise cost as much again. The documented FastAPI routes remain
+    the reference for these paths and serve every other method."""
+
+    fast_paths: frozenset[str] = frozenset()
+    fast_app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] in self.fast_paths
+            and scope["method"] == "POST"
+            and self.fast_app is not None
+        ):
+            await self.fast_app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def _problems(errors: Sequence[Any]) -> str:
@@ -466,48 +500,56 @@ def _problems(errors: Sequence[Any]) -> str:
 
 
 class FastPath:
-    """The hot execution routes (execute, eval, pipeline) served without the framework's
-    per-request machinery: the same body model, job, envelope and errors as the documented
-    FastAPI routes, which remain the reference (and serve every other method and path).
-    Running ``1 + 1`` costs a round trip to a sandbox process; the framework's dependency
-    resolution and response wrapping would otherwise double it."""
+    """The ASGI endpoint of the hot execution routes: the same body model, job, envelope
+    and errors as the documented FastAPI routes, without the framework's per-request
+    machinery."""
 
     def __init__(
         self,
-        app: ASGIApp,
         *,
         handlers: dict[str, tuple[type[BaseModel], Callable[[Any], Job], str, Any]],
         run_body: Callable[[Job, str], Awaitable[bytes]],
     ) -> None:
-        self.app = app
         self.handlers = handlers
         self.run_body = run_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.handlers.get(scope["path"]) if scope["type"] == "http" else None
-        if handler is None or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        model, make_job, kind, route = handler
+        model, make_job, kind, route = self.handlers[scope["path"]]
         scope["route"] = route  # for the metrics' route label
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body: bytes = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
         try:
-            body = model.model_validate_json(b"".join(chunks))
+            parsed = model.model_validate_json(body)
         except ValidationError as exc:
             await _send(send, 400, error_body(400, _problems(exc.errors(include_url=False))))
             return
-        await _send(send, 200, await self.run_body(make_job(body), kind))
+        try:
+            answer = await self.run_body(make_job(parsed), kind)
+        except Exception:
+            # What the framework's error middleware does for the other routes: a 500, and
+            # the exception goes on to the server's log.
+            await _send(send, 500, error_body(500, "internal server error", "InternalError"))
+            raise
+        await _send(send, 200, answer)
+
+
+_JSON = (b"content-type", b"application/json")
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [_JSON, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

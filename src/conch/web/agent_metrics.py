@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -20,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conch.agents.sandbox import SandboxPool
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_MAX_CACHED_LABELS = 1024
 
 
 class _PoolCollector(Collector):
@@ -77,12 +80,28 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.registry.register(_PoolCollector(pool))
+        # Labelled children by label values: looking one up through ``labels()`` takes a
+        # lock and several checks, a sizeable part of serving a small request.
+        self._requests: dict[tuple[str, str, int], Any] = {}
+        self._runs: dict[str, Any] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def observe_run(self, kind: str, started: float) -> None:
-        self.run_seconds.labels(kind).observe(time.perf_counter() - started)
+        child = self._runs.get(kind)
+        if child is None:
+            child = self._runs[kind] = self.run_seconds.labels(kind)
+        child.observe(time.perf_counter() - started)
+
+    def count_request(self, route: str, method: str, status: int) -> None:
+        key = (route, method, status)
+        child = self._requests.get(key)
+        if child is None:
+            child = self.requests.labels(route, method, str(status))
+            if len(self._requests) < _MAX_CACHED_LABELS:  # methods come from clients
+                self._requests[key] = child
+        child.inc()
 
 
 class MetricsMiddleware:
@@ -110,4 +129,4 @@ class MetricsMiddleware:
         finally:
             route: BaseRoute | None = scope.get("route")
             template = getattr(route, "path", None) or "<unmatched>"
-            self.metrics.requests.labels(template, scope["method"], str(status)).inc()
+            self.metrics.count_request(template, scope["method"], status)

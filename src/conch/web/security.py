@@ -72,6 +72,17 @@ class SecurityMiddleware:
         self.key = f"Bearer {api_key}".encode() if api_key else None
         self.loopback_only = loopback_only
         self.max_body = max_body_bytes
+        # Host header -> allowed; clients send the same few values, and parsing an address
+        # on every request is a noticeable cost on the hot path.
+        self._hosts: dict[bytes, bool] = {}
+
+    def _host_allowed(self, host: bytes) -> bool:
+        allowed = self._hosts.get(host)
+        if allowed is None:
+            allowed = is_loopback(host_name(host.decode("latin-1")))
+            if len(self._hosts) < 256:
+                self._hosts[host] = allowed
+        return allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,7 +92,7 @@ class SecurityMiddleware:
         path: str = scope["path"]
         if self.loopback_only:
             host = headers.get(b"host")
-            if host is not None and not is_loopback(host_name(host.decode("latin-1"))):
+            if host is not None and not self._host_allowed(host):
                 await _reply(send, 403, "the Host header must name this machine (loopback)")
                 return
         if self.key is not None and path not in OPEN_PATHS:
