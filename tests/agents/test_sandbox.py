@@ -194,4 +194,3 @@ def test_run_sent_to_a_worker_that_died_idle_is_retried_on_a_fresh_one(tmp_path:
     assert result["success"] is True and result["value"] == 42, result
     assert victim not in pids and len(pids) == 1
     assert crashes == 1
-
