@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+import time
 import urllib.parse
 
 import openai
@@ -130,6 +131,29 @@ def test_delete_with_the_openai_client(inference_server: RunningServer) -> None:
     assert out.deleted is True and out.id == "scratch-copy"
     with pytest.raises(openai.NotFoundError):
         client.models.delete("scratch-copy")
+
+
+def test_delete_while_serving_is_409(inference_server: RunningServer) -> None:
+    store = ModelStore(inference_server.settings)
+    bundled = store.get(M)
+    assert bundled is not None
+    store.register(bundled.model_copy(update={"id": "busy-copy"}))
+    body = {"model": "busy-copy", "messages": [{"role": "user", "content": "Tell a long story."}],
+            "stream": True, "max_tokens": 600, "temperature": 1.0, "stop": ["\u0000never"]}
+    with inference_server.client() as c:
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                if '"content"' in line and '"role"' not in line:
+                    break  # generating now
+            check_error(c.delete("/v1/models/busy-copy"), 409, "model_in_use")
+        deadline = time.monotonic() + 30
+        while True:
+            r2 = c.delete("/v1/models/busy-copy")
+            if r2.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert r2.status_code == 200, r2.text
 
 
 def test_download_and_convert_never_fake_success(inference_server: RunningServer) -> None:

@@ -512,11 +512,13 @@ class LlamaEngine(Engine):
                     sample_at.append((job, n))
                     n += 1
             prefilled: list[tuple[_Job, int]] = []
+            budget = self._prefill_budget(len(generating))
             for job in active:
                 remaining = len(job.tokens) - job.n_past
-                if remaining <= 0 or n >= self.n_batch:
+                if remaining <= 0 or budget <= 0:
                     continue
-                take = min(remaining, self.n_batch - n, _chunk_room(job.n_past))
+                take = min(remaining, budget)
+                budget -= take
                 for k in range(take):
                     batch.token[n] = job.tokens[job.n_past + k]
                     batch.pos[n] = job.n_past + k
@@ -573,6 +575,13 @@ class LlamaEngine(Engine):
                     for job, reason in finished:
                         self._finish(job, reason)
 
+    def _prefill_budget(self, generating: int) -> int:
+        """Prompt tokens to decode this step: all that fit when nobody is waiting for tokens,
+        a bounded chunk when other streams are generating, so their tokens keep flowing."""
+        if generating == 0:
+            return self.n_batch
+        return max(0, min(self.n_batch - generating, PREFILL_CHUNK_BUSY))
+
     def _kv_used(self) -> int:
         return sum(j.n_past for j in self._active) + sum(len(c) for c in self._seq_cache.values())
 
@@ -601,15 +610,12 @@ class LlamaEngine(Engine):
         llama_cpp = _init_backend()
 
         def step_need(jobs: list[_Job]) -> int:
-            budget, need = self.n_batch, 0
-            for j in jobs:
-                if j.n_past >= len(j.tokens):
-                    need += 1
-                    budget -= 1
+            generating = sum(1 for j in jobs if j.n_past >= len(j.tokens))
+            budget, need = self._prefill_budget(generating), generating
             for j in jobs:
                 remaining = len(j.tokens) - j.n_past
                 if remaining > 0 and budget > 0:
-                    take = min(remaining, budget, _chunk_room(j.n_past))
+                    take = min(remaining, budget)
                     need += take
                     budget -= take
             return need
@@ -646,10 +652,10 @@ class LlamaEngine(Engine):
                 best, best_len = seq, n
         self._free_seqs.remove(best)
         # At least one prompt token is decoded again: its logits give the first sample.
-        # Reuse stops at a chunk boundary: the rest of the prompt is then decoded in exactly the
-        # chunks a fresh request would use, so the logits (and a seeded output) are the same.
+        # Decoding a prompt's tail after a reused prefix gives slightly different logits than
+        # decoding the prompt whole (other kernel shapes), so reuse is opt-in: without it, the
+        # same input and seed give the same output.
         keep = min(best_len, len(job.tokens) - 1) if self.cache_prompt else 0
-        keep -= keep % PREFILL_CHUNK
         if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
             job.n_past = keep
         else:
@@ -773,14 +779,9 @@ class LlamaEngine(Engine):
 
 _EMBED_SEQS = 32
 
-# Prompts are decoded in chunks aligned to multiples of this many positions. Matrix kernels give
-# bit-identical results only for identical shapes, so fixed chunks make a prompt's logits the
-# same whether or not a cached prefix was reused.
-PREFILL_CHUNK = 32
-
-
-def _chunk_room(n_past: int) -> int:
-    return PREFILL_CHUNK - n_past % PREFILL_CHUNK
+# Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
+# prompt then delays the running streams by one chunk at a time instead of all at once.
+PREFILL_CHUNK_BUSY = 128
 
 def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str | None = None) -> LlamaEngine:
     return LlamaEngine(
