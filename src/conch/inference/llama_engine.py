@@ -230,7 +230,13 @@ class LlamaEngine(Engine):
             self._template_override or meta.get("tokenizer.chat_template") or _DEFAULT_CHATML
         )
 
-        if self.has_decoder and not self.has_encoder:
+        from conch.inference.gguf_info import EMBEDDING_ARCHITECTURES
+
+        # Encoders (BERT family) attend both ways: embeddings only, and a whole input per micro-batch.
+        self.bidirectional = meta.get("general.architecture") in EMBEDDING_ARCHITECTURES or (
+            self.has_encoder and not self.has_decoder
+        )
+        if self.has_decoder and not self.has_encoder and not self.bidirectional:
             cparams = llama_cpp.llama_context_default_params()
             # One KV pool shared by all sequences (unified): any sequence may grow to n_ctx,
             # and the pool holds two full contexts. Short chats fit many at once; when the pool
@@ -720,7 +726,9 @@ class LlamaEngine(Engine):
             cparams = llama_cpp.llama_context_default_params()
             cparams.n_ctx = self.n_ctx
             cparams.n_batch = self.n_ctx
-            cparams.n_ubatch = self.n_ctx
+            # Decoders can be fed in micro-batches smaller than an input, which keeps the
+            # compute buffers (and RSS) small; encoders need a whole input in one.
+            cparams.n_ubatch = self.n_ctx if self.bidirectional else min(self.n_ctx, 512)
             cparams.n_seq_max = _EMBED_SEQS
             cparams.kv_unified = True
             cparams.n_threads = self.n_threads
