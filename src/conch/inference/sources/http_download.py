@@ -4,17 +4,26 @@ The partial file is kept when a transfer breaks, both within one call (a few ret
 asking only for the missing bytes) and across calls (the next request for the same file
 finds the ``.part`` and resumes it). The sha256 is computed while the bytes stream, so a
 verified download costs no second pass over the file.
+
+Throughput: the body is read straight into reusable buffers (``readinto``) and handed to a
+writer thread and a hashing thread, so the socket read, the file write and sha256 run at
+the same time (each releases the GIL). Requests go out through ``http.client`` unless a proxy
+is configured for the URL, in which case httpx (which honours the proxy settings) carries it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
+import ssl
 import threading
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from queue import Queue
-from urllib.parse import urlsplit
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
@@ -27,8 +36,12 @@ from conch.inference.sources.base import (
 )
 
 CHUNK = 1 << 20
+BUFFERS = 8
 MAX_ATTEMPTS = 5
+MAX_REDIRECTS = 8
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+_TIMEOUT_S = 30.0
+_TRANSPORT_ERRORS = (httpx.TransportError, OSError, http.client.HTTPException)
 
 
 def _host(url: str) -> str:
@@ -36,38 +49,100 @@ def _host(url: str) -> str:
     return parts.netloc or url
 
 
-class _Hasher:
-    """sha256 on a helper thread: hashlib releases the GIL, so hashing overlaps the socket reads."""
+class _Response(Protocol):
+    status: int
+    reason: str
+    headers: dict[str, str]  # lower-case names
 
-    def __init__(self) -> None:
-        self._h = hashlib.sha256()
-        self._q: Queue[bytes | None] = Queue(maxsize=64)
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+    def readinto(self, buf: memoryview) -> int: ...
 
-    def _run(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            self._h.update(item)
-
-    def update(self, data: bytes) -> None:
-        self._q.put(data)
-
-    def hexdigest(self) -> str:
-        self._q.put(None)
-        self._t.join()
-        return self._h.hexdigest()
+    def close(self) -> None: ...
 
 
-def _hash_existing(path: Path, hasher: _Hasher) -> None:
-    with open(path, "rb") as f:
-        while True:
-            data = f.read(8 * CHUNK)
-            if not data:
-                return
-            hasher.update(data)
+class _DirectResponse:
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._resp = resp
+        self.status = resp.status
+        self.reason = resp.reason
+        self.headers = {k.lower(): v for k, v in resp.getheaders()}
+
+    def readinto(self, buf: memoryview) -> int:
+        return self._resp.readinto(buf)
+
+    def close(self) -> None:
+        self._resp.close()
+        self._conn.close()
+
+
+class _HttpxResponse:
+    def __init__(self, resp: httpx.Response) -> None:
+        self._resp = resp
+        self.status = resp.status_code
+        self.reason = resp.reason_phrase
+        self.headers = {k.lower(): v for k, v in resp.headers.items()}
+        self._it: Iterator[bytes] = resp.iter_raw()
+        self._pending = b""
+
+    def readinto(self, buf: memoryview) -> int:
+        if not self._pending:
+            self._pending = next(self._it, b"")
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._resp.close()
+
+
+def _uses_proxy(url: str) -> bool:
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def _open_direct(url: str, headers: dict[str, str]) -> _Response:
+    for _ in range(MAX_REDIRECTS):
+        parts = urlsplit(url)
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=_TIMEOUT_S,
+                                               context=ssl.create_default_context())
+        elif parts.scheme == "http":
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=_TIMEOUT_S)
+        else:
+            raise SourceUnreachable(f"unsupported URL scheme in {url}")
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        hdrs = {"User-Agent": "conch", "Accept-Encoding": "identity", **headers}
+        if parts.username or parts.password:
+            raise SourceUnreachable("credentials in URLs are not supported")
+        conn.request("GET", target, headers=hdrs)
+        resp = conn.getresponse()
+        if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
+            location = urljoin(url, resp.getheader("Location") or "")
+            resp.read()
+            conn.close()
+            if urlsplit(location).netloc != parts.netloc:
+                # A redirect to another host (a CDN) must not carry our credentials along.
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            url = location
+            continue
+        return _DirectResponse(conn, resp)
+    raise SourceUnreachable(f"too many redirects for {url}")
+
+
+def _open(url: str, headers: dict[str, str], client: httpx.Client | None) -> _Response:
+    if client is None and not _uses_proxy(url):
+        return _open_direct(url, headers)
+    http_client = client or httpx.Client(timeout=TIMEOUT, follow_redirects=True)
+    req = http_client.build_request("GET", url, headers=headers)
+    resp = http_client.send(req, stream=True)
+    return _HttpxResponse(resp)
 
 
 def download(
@@ -86,32 +161,33 @@ def download(
     """Download ``url`` to ``dest``; returns the file's sha256.
 
     ``sha256`` (when given) and ``size`` (or the server's length) are checked before ``dest``
-    appears; on a mismatch the partial file is removed, so a retry starts afresh.
+    appears; on a mismatch the partial file is removed, so a retry starts afresh. ``client``
+    forces httpx (for callers that configured one, e.g. with auth).
     """
     part = part or dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    own_client = client is None
-    http = client or httpx.Client(timeout=TIMEOUT, follow_redirects=True)
     expected_sha = sha256.lower() if sha256 else None
-    try:
-        digest = _download(
-            http, url, part, dict(headers or {}), size, progress, status, max_attempts
-        )
-    finally:
-        if own_client:
-            http.close()
+    digest = _download(client, url, part, dict(headers or {}), size, progress, status, max_attempts)
     if expected_sha and digest != expected_sha:
         part.unlink(missing_ok=True)
-        raise VerificationFailed(
-            f"sha256 mismatch for {url}: expected {expected_sha}, got {digest}"
-        )
+        raise VerificationFailed(f"sha256 mismatch for {url}: expected {expected_sha}, got {digest}")
     os.replace(part, dest)
     return digest
 
 
+def _hash_file(path: Path) -> Any:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        buf = bytearray(8 * CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h
+
+
 def _download(
-    http: httpx.Client,
+    client: httpx.Client | None,
     url: str,
     part: Path,
     headers: dict[str, str],
@@ -121,7 +197,7 @@ def _download(
     max_attempts: int,
 ) -> str:
     total = size
-    hasher: _Hasher | None = None
+    hasher: Any = None
     hashed = 0  # bytes of the part file the hasher has seen
     last_error: Exception | None = None
     attempts_without_progress = 0
@@ -137,23 +213,20 @@ def _download(
             req_headers["Range"] = f"bytes={have}-"
         start = have
         try:
-            with http.stream("GET", url, headers=req_headers) as resp:
-                if resp.status_code == 416 and have:
+            resp = _open(url, req_headers, client)
+            try:
+                if resp.status == 416 and have:
                     # The server has nothing past what we hold: the part is complete, or stale.
                     if total is None or have == total:
                         total = have
                         break
                     part.unlink()
                     continue
-                if resp.status_code in (401, 403, 404):
-                    raise NotFound(
-                        f"{url} answered {resp.status_code} {resp.reason_phrase}"
-                    )
-                if resp.status_code >= 400:
-                    raise SourceUnreachable(
-                        f"{_host(url)} answered {resp.status_code} {resp.reason_phrase} for {url}"
-                    )
-                if have and resp.status_code == 206:
+                if resp.status in (401, 403, 404):
+                    raise NotFound(f"{url} answered {resp.status} {resp.reason}")
+                if resp.status >= 400:
+                    raise SourceUnreachable(f"{_host(url)} answered {resp.status} {resp.reason} for {url}")
+                if have and resp.status == 206:
                     mode = "ab"
                     crange = resp.headers.get("content-range", "")
                     if "/" in crange and crange.rsplit("/", 1)[1].isdigit():
@@ -167,37 +240,32 @@ def _download(
                     if resp.headers.get("content-length") and "content-encoding" not in resp.headers:
                         total = int(resp.headers["content-length"])
                 if hasher is None or hashed != have:
-                    if hasher is not None:
-                        hasher.hexdigest()  # ends its thread
-                    hasher = _Hasher()
-                    if have:
-                        _hash_existing(part, hasher)
+                    hasher = _hash_file(part) if have else hashlib.sha256()
                     hashed = have
                 report(progress, status, have, total or 0)
                 try:
                     _stream_body(resp, part, mode, have, total, progress, status, hasher)
                 finally:
                     hashed = part.stat().st_size if part.exists() else 0
+            finally:
+                resp.close()
             have = part.stat().st_size
             if total is None or have >= total:
                 total = have
                 break
-            raise httpx.RemoteProtocolError("connection closed before the whole body arrived")
-        except (httpx.TransportError, OSError) as exc:
+            raise http.client.IncompleteRead(b"", (total or 0) - have)
+        except _TRANSPORT_ERRORS as exc:
             last_error = exc
             now = part.stat().st_size if part.exists() else 0
             attempts_without_progress = 0 if now > start else attempts_without_progress + 1
             continue
     else:
-        raise SourceUnreachable(f"cannot download {url} from {_host(url)}: {last_error}")
+        raise SourceUnreachable(f"cannot download {url} from {_host(url)}: {last_error!r}")
 
     if hasher is None or hashed != part.stat().st_size:
         # Nothing streamed in this call (the part was already whole): hash what is on disk.
-        if hasher is not None:
-            hasher.hexdigest()
-        hasher = _Hasher()
-        _hash_existing(part, hasher)
-    digest = hasher.hexdigest()
+        hasher = _hash_file(part)
+    digest: str = hasher.hexdigest()
     if total is not None and part.stat().st_size != total:
         part.unlink(missing_ok=True)
         raise VerificationFailed(f"size mismatch for {url}: expected {total} bytes")
@@ -206,23 +274,88 @@ def _download(
 
 
 def _stream_body(
-    resp: httpx.Response,
+    resp: _Response,
     part: Path,
     mode: str,
     have: int,
     total: int | None,
     progress: ProgressCallback | None,
     status: str,
-    hasher: _Hasher,
+    hasher: Any,
 ) -> None:
+    """Read the body into a ring of buffers; a writer and a hasher thread consume them.
+
+    Whatever was read before an error is still written and hashed before this returns, so
+    the part file and the hash always agree and a retry resumes exactly where the data ends.
+    """
+    free: Queue[bytearray] = Queue()
+    for _ in range(BUFFERS):
+        free.put(bytearray(CHUNK))
+    to_write: Queue[tuple[bytearray, int] | None] = Queue()
+    to_hash: Queue[tuple[bytearray, int] | None] = Queue()
+    failure: list[BaseException] = []
+
+    def writer(f: Any) -> None:
+        try:
+            while (item := to_write.get()) is not None:
+                buf, n = item
+                if not failure:
+                    f.write(memoryview(buf)[:n])
+                to_hash.put(item)
+        except BaseException as exc:
+            failure.append(exc)
+            while (item := to_write.get()) is not None:
+                to_hash.put(item)
+        finally:
+            to_hash.put(None)
+
+    def hash_worker() -> None:
+        while (item := to_hash.get()) is not None:
+            buf, n = item
+            if not failure:
+                hasher.update(memoryview(buf)[:n])
+            free.put(buf)
+
     step = max((total or 0) // 200, 4 * CHUNK)
     next_report = have + step
     with open(part, mode) as f:
-        # No re-chunking: bytes that arrived before a cut must reach the file, not a buffer.
-        for data in resp.iter_raw():
-            f.write(data)
-            hasher.update(data)
-            have += len(data)
-            if progress is not None and have >= next_report:
-                report(progress, status, have, total or 0)
-                next_report = have + step
+        threads = [threading.Thread(target=writer, args=(f,), daemon=True),
+                   threading.Thread(target=hash_worker, daemon=True)]
+        for t in threads:
+            t.start()
+        try:
+            while not failure:
+                buf = free.get()
+                n = _read_full(resp, buf)
+                if n == 0:
+                    free.put(buf)
+                    break
+                to_write.put((buf, n))
+                have += n
+                if progress is not None and have >= next_report:
+                    report(progress, status, have, total or 0)
+                    next_report = have + step
+        finally:
+            to_write.put(None)
+            for t in threads:
+                t.join()
+    if failure:
+        raise failure[0]
+
+
+def _read_full(resp: _Response, buf: bytearray) -> int:
+    """Fill ``buf`` as far as the body allows; a short count means the body ended (or broke,
+    in which case the bytes read so far are returned first and the error comes next call)."""
+    view = memoryview(buf)
+    got = 0
+    while got < len(buf):
+        try:
+            n = resp.readinto(view[got:])
+        except _TRANSPORT_ERRORS:
+            if got:
+                return got
+            raise
+        if not n:
+            break
+        got += n
+    return got

@@ -106,7 +106,6 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
             size=size,
             progress=progress,
             status=status,
-            client=http,
         )
         files = [gguf_name]
         extra: dict[str, Any] = {"registry": registry, "name": f"{repo}:{tag}"}
@@ -119,7 +118,6 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
                 f"{registry}/v2/{repo}/blobs/sha256:{ldigest}",
                 staging_dir / fname,
                 sha256=ldigest,
-                client=http,
             )
             files.append(fname)
             if fname == "template":
