@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,12 +139,39 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
+class _Run:
+    """One job's place on a worker: its encoded frame and the frames that came back."""
+
+    __slots__ = ("frame", "inbox", "undelivered", "unsent", "waiter")
+
+    def __init__(self, frame: bytes) -> None:
+        self.frame = frame
+        self.inbox: deque[list[Any]] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        # The tail of a frame too large for one write, for the run's task to send.
+        self.unsent: memoryview | None = None
+        # The frame could not be written: the worker never started the job.
+        self.undelivered = False
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+_KINDS = frozenset({"data", "progress", "done"})
+
+
 class Worker:
     """The server's end of one worker's channel.
 
-    A reader callback on the event loop takes frames off the socket as they arrive, so a
-    reply costs one wake-up of the loop and no task or thread hand-off, and a worker that
-    dies while idle is noticed (and replaced) before a run is handed to it.
+    A reader callback on the event loop takes frames off the socket as they arrive and
+    routes them to the worker's current run. When a run's ``done`` frame arrives the worker
+    goes straight back to the pool, which writes the next queued job to it from that same
+    callback: the worker finds its next job waiting as it finishes the last one instead of
+    sleeping until the server's loop comes round to it (on a small VM each such wake-up of a
+    sleeping process costs tens of microseconds). A worker that dies while idle is noticed
+    here too, and replaced before a run is handed to it.
     """
 
     def __init__(
@@ -152,21 +179,21 @@ class Worker:
         process: subprocess.Popen[bytes],
         sock: socket.socket,
         loop: asyncio.AbstractEventLoop,
-        on_close: Callable[[Worker], None],
+        pool: SandboxPool,
     ) -> None:
         self.process = process
         self.sock = sock
         self.pid = process.pid
         self.loop = loop
+        self.pool = pool
         self.jobs = 0
         self.closed = False
         # Why the channel is unusable when the worker broke the protocol (not when it died).
         self.fault: str | None = None
-        self._on_close = on_close
+        self.run: _Run | None = None
+        self.greeting: asyncio.Future[Any] | None = loop.create_future()
         self._buf = bytearray()
         self._need = 4
-        self._inbox: deque[Any] = deque()
-        self._waiter: asyncio.Future[None] | None = None
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -198,13 +225,10 @@ class Worker:
         elif pos < len(data):
             buf += memoryview(data)[pos:]
         self._need = 4 + int.from_bytes(buf[:4], "big") if len(buf) >= 4 else 4
-        if self._inbox:
-            self._wake()
 
     def _parse(self, data: bytes | bytearray) -> int:
-        """Queue every whole frame in ``data``; the offset of the first incomplete one, or
-        -1 if the worker broke the protocol (the channel is then shut)."""
-        inbox = self._inbox
+        """Deliver every whole frame in ``data``; the offset of the first incomplete one,
+        or -1 if the worker broke the protocol (the channel is then shut)."""
         pos = 0
         end = len(data)
         while end - pos >= 4:
@@ -216,17 +240,33 @@ class Worker:
             if stop > end:
                 break
             try:
-                inbox.append(json.loads(data[pos + 4 : stop]))
+                message = json.loads(data[pos + 4 : stop])
             except (ValueError, RecursionError):
                 self._shut("worker sent an undecodable frame")
                 return -1
             pos = stop
+            if not self._deliver(message):
+                return -1
         return pos
 
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _deliver(self, message: Any) -> bool:
+        greeting = self.greeting
+        if greeting is not None:
+            self.greeting = None
+            if not greeting.done():
+                greeting.set_result(message)
+            return True
+        run = self.run
+        kind = message[0] if type(message) is list and message else None
+        if run is None or kind not in _KINDS or (kind == "done" and type(message[1]) is not dict):
+            self._shut("the sandbox worker misbehaved")
+            return False
+        run.inbox.append(message)
+        if kind == "done":
+            self.run = None
+            self.pool._finished(self, message[1])
+        run.wake()
+        return True
 
     def _shut(self, fault: str | None) -> None:
         if self.closed:
@@ -235,41 +275,54 @@ class Worker:
         self.fault = fault
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.sock.fileno())
-        self._wake()
-        self._on_close(self)
+        if self.greeting is not None and not self.greeting.done():
+            self.greeting.set_exception(WorkerError(fault or "worker closed its channel"))
+        if self.run is not None:
+            self.run.wake()
+        self.pool._closed_channel(self)
 
-    async def recv(self, timeout: float | None = None) -> Any:
-        """The next frame; ``TimeoutError`` after ``timeout`` seconds, ``WorkerError`` once
-        the channel is closed or broken."""
-        if self._inbox:
-            return self._inbox.popleft()
+    async def recv(self, run: _Run, timeout: float | None = None) -> list[Any]:
+        """``run``'s next frame; ``TimeoutError`` after ``timeout`` seconds, ``WorkerError``
+        once the channel closed before the run finished."""
+        if run.inbox:
+            return run.inbox.popleft()
         if not self.closed:
             waiter = self.loop.create_future()
-            self._waiter = waiter
+            run.waiter = waiter
             timer = self.loop.call_later(timeout, _expire, waiter) if timeout is not None else None
             try:
                 await waiter
+            except TimeoutError:
+                if not run.inbox:  # a frame that came in with the deadline still counts
+                    raise
             finally:
-                self._waiter = None
+                run.waiter = None
                 if timer is not None:
                     timer.cancel()
-            if self._inbox:
-                return self._inbox.popleft()
+            if run.inbox:
+                return run.inbox.popleft()
         raise WorkerError(self.fault or "worker closed its channel")
 
     # -- sending --------------------------------------------------------------------------
 
-    async def send(self, frame: bytes) -> None:
-        """Write one whole frame. An ``OSError`` means the worker never got all of it, so it
-        cannot have started what the frame asked for."""
+    def start(self, run: _Run) -> None:
+        """Write as much of ``run``'s frame as the socket takes now; the run's task sends
+        any rest. A failed write means the worker never got the job."""
+        self.run = run
+        self.jobs += 1
         if self.closed:
-            raise ConnectionResetError("worker channel closed")
+            run.undelivered = True
+            return
+        frame = run.frame
         try:
             sent = self.sock.send(frame)
         except (BlockingIOError, InterruptedError):
             sent = 0
+        except OSError:
+            run.undelivered = True
+            return
         if sent < len(frame):
-            await self.loop.sock_sendall(self.sock, memoryview(frame)[sent:])
+            run.unsent = memoryview(frame)[sent:]
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, OSError):
@@ -278,7 +331,8 @@ class Worker:
             self.closed = True
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(self.sock.fileno())
-            self._wake()
+            if self.run is not None:
+                self.run.wake()
         with contextlib.suppress(Exception):
             self.sock.close()
 
@@ -309,7 +363,7 @@ class SandboxPool:
         # Free workers, most recently used last (its memory is the warmest), and runs
         # waiting for one, oldest first.
         self._idle: list[Worker] = []
-        self._waiters: deque[asyncio.Future[Worker]] = deque()
+        self._waiters: deque[tuple[_Run, asyncio.Future[Worker]]] = deque()
         self._workers: set[Worker] = set()
         self._busy: set[Worker] = set()
         self._spawning: set[asyncio.Task[None]] = set()
@@ -350,10 +404,13 @@ class SandboxPool:
             process = await asyncio.to_thread(self._popen, child_sock.fileno())
         finally:
             child_sock.close()
-        worker = Worker(process, parent_sock, asyncio.get_running_loop(), self._closed_channel)
+        worker = Worker(process, parent_sock, asyncio.get_running_loop(), self)
+        greeting = worker.greeting
+        assert greeting is not None
         try:
-            await worker.send(encode(["config", dataclasses.asdict(self.config)]))
-            ready = await worker.recv(timeout=60)
+            config = encode(["config", dataclasses.asdict(self.config)])
+            await asyncio.get_running_loop().sock_sendall(parent_sock, config)
+            ready = await asyncio.wait_for(greeting, timeout=60)
         except (TimeoutError, WorkerError, OSError) as exc:
             worker.kill()
             raise WorkerError(f"a sandbox worker failed to start: {exc}") from exc
@@ -385,11 +442,12 @@ class SandboxPool:
         # no run is handed to it; a busy worker's run notices the closed channel itself.
         if worker in self._idle:
             self._idle.remove(worker)
-            self._replace(worker, "crash")
+            self._replace(worker, "crash" if worker.fault is None else "protocol")
 
     def _replace(self, worker: Worker, reason: str) -> None:
         """Kill ``worker`` and start its successor in the background (once per worker)."""
         worker.kill()
+        self._busy.discard(worker)
         if worker not in self._workers:
             return
         self._workers.discard(worker)
@@ -417,60 +475,78 @@ class SandboxPool:
 
     # -- handing out workers --------------------------------------------------------------
 
+    def _finished(self, worker: Worker, done: dict[str, Any]) -> None:
+        """A run's ``done`` frame arrived (called from the reader): recycle the worker or
+        give it the next queued run."""
+        self._busy.discard(worker)
+        recycle = done.pop("recycle", False)
+        if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
+            self._replace(worker, "limit" if recycle else "recycle")
+        else:
+            self._release(worker)
+
     def _release(self, worker: Worker) -> None:
         while self._waiters:
-            waiter = self._waiters.popleft()
+            run, waiter = self._waiters.popleft()
             if not waiter.done():
+                self._busy.add(worker)
+                worker.start(run)
                 waiter.set_result(worker)
                 return
         self._idle.append(worker)
 
-    async def _acquire(self) -> Worker:
+    async def _dispatch(self, run: _Run) -> Worker:
+        """A worker that has been given ``run`` (see ``run.undelivered``)."""
         if self._idle:
-            return self._idle.pop()
-        waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(QUEUE_TIMEOUT_S):
-                return await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._release(waiter.result())  # handed over just as the wait ended
-            else:
-                waiter.cancel()
-            raise
+            worker = self._idle.pop()
+            self._busy.add(worker)
+            worker.start(run)
+        else:
+            waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
+            self._waiters.append((run, waiter))
+            try:
+                async with asyncio.timeout(QUEUE_TIMEOUT_S):
+                    worker = await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    # Handed the job just as the wait ended: abandoned once started.
+                    self._replace(waiter.result(), "cancelled")
+                else:
+                    waiter.cancel()
+                raise
+        if run.unsent is not None and not run.undelivered:
+            try:
+                await worker.loop.sock_sendall(worker.sock, run.unsent)
+            except OSError:
+                run.undelivered = True
+            except BaseException:
+                # Cancelled halfway through a frame: the worker cannot be reused.
+                self._replace(worker, "cancelled")
+                raise
+            run.unsent = None
+        return worker
 
-    async def _begin(self, job: Job, limits: Limits) -> Worker | Event:
-        """A worker that has been sent the job, or the answer when none could be.
+    async def _begin(self, job: Job, limits: Limits) -> tuple[Worker, _Run] | Event:
+        """The worker running the job, or the answer when none could take it.
 
         A worker found dead before the job reached it (it died while idle) never started
         the job, so the job is retried once on another worker instead of failing.
         """
         frame = encode(job.payload(limits))
         for _attempt in range(2):
+            run = _Run(frame)
             try:
-                worker = await self._acquire()
+                worker = await self._dispatch(run)
             except TimeoutError:
                 return _done_error(
                     job,
                     "TimeoutError",
                     f"no sandbox worker became free within {QUEUE_TIMEOUT_S:g} s",
                 )
-            self._busy.add(worker)
-            try:
-                await worker.send(frame)
-            except OSError:
-                self._busy.discard(worker)
+            if run.undelivered:
                 self._replace(worker, "crash")
                 continue
-            except BaseException:
-                # Cancelled while a large frame was being written: the worker may hold part
-                # of it, so it cannot be reused.
-                self._busy.discard(worker)
-                self._replace(worker, "cancelled")
-                raise
-            worker.jobs += 1
-            return worker
+            return worker, run
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
 
     # -- running --------------------------------------------------------------------------
@@ -492,22 +568,20 @@ class SandboxPool:
         if isinstance(begun, Event):
             assert begun.result is not None
             return begun.result
-        worker = begun
+        worker, run = begun
         wall = limits.wall_time_s or 0.0
         deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
-        finished = False
         self.active += 1
         try:
             while True:
-                event = await self._next(job, worker, wall, deadline)
+                event = await self._next(job, worker, run, wall, deadline)
                 if event.kind == "done":
-                    finished = True
                     assert event.result is not None
                     return event.result
         finally:
             self.active -= 1
-            self._busy.discard(worker)
-            if not finished:
+            if worker.run is run:
+                # Abandoned mid-run (server shutdown): stop the program.
                 self._replace(worker, "cancelled")
 
     async def events(self, job: Job) -> AsyncGenerator[Event, None]:
@@ -520,31 +594,30 @@ class SandboxPool:
         if isinstance(begun, Event):
             yield begun
             return
-        worker = begun
+        worker, run = begun
         wall = limits.wall_time_s or 0.0
         deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
-        finished = False
         self.active += 1
         try:
             while True:
-                event = await self._next(job, worker, wall, deadline)
-                finished = event.kind == "done"
+                event = await self._next(job, worker, run, wall, deadline)
                 yield event
-                if finished:
+                if event.kind == "done":
                     return
         finally:
             self.active -= 1
-            self._busy.discard(worker)
-            if not finished:
+            if worker.run is run:
                 # Abandoned mid-run (client disconnect, server shutdown): stop the program.
                 self._replace(worker, "cancelled")
 
-    async def _next(self, job: Job, worker: Worker, wall: float, deadline: float | None) -> Event:
-        """The run's next event. A ``done`` event has already given the worker back (or
-        replaced it)."""
+    async def _next(
+        self, job: Job, worker: Worker, run: _Run, wall: float, deadline: float | None
+    ) -> Event:
+        """The run's next event. By the time a ``done`` frame is read, the reader has
+        already given the worker back (or replaced it)."""
         try:
             message = await worker.recv(
-                None if deadline is None else max(0.0, deadline - time.monotonic())
+                run, None if deadline is None else max(0.0, deadline - time.monotonic())
             )
         except TimeoutError:
             self._replace(worker, "timeout")
@@ -554,22 +627,12 @@ class SandboxPool:
                 self._replace(worker, "protocol")
                 return _done_error(job, "LimitError", "the sandbox worker misbehaved")
             return await self._crashed(job, worker)
-        kind = message[0] if type(message) is list and message else None
-        if kind == "done" and type(message[1]) is dict:
-            done: dict[str, Any] = message[1]
-            recycle = done.pop("recycle", False)
-            self._busy.discard(worker)
-            if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
-                self._replace(worker, "limit" if recycle else "recycle")
-            else:
-                self._release(worker)
-            return Event("done", result=done)
+        kind = message[0]
+        if kind == "done":
+            return Event("done", result=message[1])
         if kind == "data":
             return Event("data", text=message[1])
-        if kind == "progress":
-            return Event("progress", step=message[1], total=message[2], message=message[3])
-        self._replace(worker, "protocol")
-        return _done_error(job, "LimitError", "the sandbox worker misbehaved")
+        return Event("progress", step=message[1], total=message[2], message=message[3])
 
     async def _crashed(self, job: Job, worker: Worker) -> Event:
         # The channel closed: wait briefly for the exit status to tell why.
