@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -122,3 +123,79 @@ def test_kill_mid_conversion(tmp_path: Path) -> None:
     assert freed > 0
     assert list((data_dir / "tmp").iterdir()) == []
     assert store.get("tiny") is not None and store.get("tiny").status == "ready"  # type: ignore[union-attr]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(data_dir: Path, port: int) -> subprocess.Popen[str]:
+    conch = Path(sys.executable).parent / "conch"
+    if not conch.exists():
+        pytest.skip("the conch command is not installed in this environment")
+    env = dict(os.environ, CONCH_DATA_DIR=str(data_dir), CONCH_CONFIG=str(data_dir / "none.toml"))
+    proc = subprocess.Popen([str(conch), "models", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError("the server exited at start")
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the server did not start")
+
+
+@pytest.mark.timeout(300)
+def test_server_killed_mid_download_and_restarted(tmp_path: Path) -> None:
+    import httpx
+
+    data_dir = tmp_path / "data"
+    payload = os.urandom(8 * 1024 * 1024)
+    files = FileServer({"big.gguf": payload})
+    files.chunk_delay = 0.02
+    port = _free_port()
+    server = _start_server(data_dir, port)
+    api = f"http://127.0.0.1:{port}/v1"
+    try:
+        with files.run() as base, httpx.stream(
+            "POST", f"{api}/models/big/download", timeout=60,
+            json={"source": "url", "url": f"{base}/big.gguf", "stream": True},
+        ) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and '"completed"' in line:
+                    ev = json.loads(line[6:])
+                    if ev["completed"] > 1_000_000:
+                        break
+            detail = httpx.get(f"{api}/models/big", timeout=10).json()
+            assert detail["status"] == "downloading"
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    server = _start_server(data_dir, port)
+    try:
+        ids = [m["id"] for m in httpx.get(f"{api}/models", timeout=10).json()["data"]]
+        assert "big" not in ids
+        assert httpx.get(f"{api}/models/big", timeout=10).status_code == 404
+        assert any((data_dir / "tmp").iterdir())
+        cleaned = httpx.post(f"{api}/storage/cleanup", timeout=30)
+        assert cleaned.status_code == 200
+        assert list((data_dir / "tmp").iterdir()) == []
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
