@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -97,10 +98,86 @@ def quantize(
 def _estimate_size(src: Path, bits: float) -> int:
     """Expected output size: the parameter count (from the tensor table) times bits per weight."""
     try:
-        import gguf
-
-        reader = gguf.GGUFReader(str(src))
-        params = sum(int(t.n_elements) for t in reader.tensors)
+        params = count_parameters(src)
         return max(int(params * bits / 8), 1)
-    except Exception:
+    except (OSError, ValueError, struct.error):
         return src.stat().st_size
+
+
+# Sizes of GGUF scalar value types, by type id (strings and arrays are handled apart).
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def count_parameters(path: Path) -> int:
+    """Sum of tensor element counts, read from the GGUF header alone.
+
+    A hand-rolled walk over the header: gguf's reader maps every metadata value (a whole
+    vocabulary of strings) into numpy objects, which takes seconds on a chat model.
+    """
+    with open(path, "rb") as f:
+        data = f.read(4 * 1024 * 1024)
+        pos = 0
+
+        def need(n: int) -> None:
+            nonlocal data
+            while pos + n > len(data):
+                more = f.read(max(n, 4 * 1024 * 1024))
+                if not more:
+                    raise ValueError("truncated GGUF header")
+                data += more
+
+        def take(fmt: str) -> Any:
+            nonlocal pos
+            size = struct.calcsize(fmt)
+            need(size)
+            value = struct.unpack_from(fmt, data, pos)
+            pos += size
+            return value[0]
+
+        def skip_string() -> None:
+            nonlocal pos
+            n = take("<Q")
+            need(n)
+            pos += n
+
+        def skip_value(vtype: int) -> None:
+            nonlocal pos
+            if vtype == 8:
+                skip_string()
+            elif vtype == 9:
+                inner = take("<I")
+                count = take("<Q")
+                if inner == 8:
+                    for _ in range(count):
+                        skip_string()
+                elif inner in _SCALAR:
+                    need(_SCALAR[inner] * count)
+                    pos += _SCALAR[inner] * count
+                else:
+                    for _ in range(count):
+                        skip_value(inner)
+            elif vtype in _SCALAR:
+                need(_SCALAR[vtype])
+                pos += _SCALAR[vtype]
+            else:
+                raise ValueError(f"unknown GGUF value type {vtype}")
+
+        if take("<I") != 0x46554747:  # "GGUF"
+            raise ValueError(f"{path} is not a GGUF file")
+        take("<I")  # version
+        n_tensors = take("<Q")
+        n_kv = take("<Q")
+        for _ in range(n_kv):
+            skip_string()
+            skip_value(take("<I"))
+        total = 0
+        for _ in range(n_tensors):
+            skip_string()
+            n_dims = take("<I")
+            elements = 1
+            for _ in range(n_dims):
+                elements *= take("<Q")
+            take("<I")  # type
+            take("<Q")  # offset
+            total += elements
+        return total
