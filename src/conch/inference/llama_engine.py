@@ -754,7 +754,9 @@ class LlamaEngine(Engine):
                 # Pack as many inputs as fit into one decode: one sequence id each.
                 group: list[int] = []
                 n = 0
-                while i < len(inputs) and len(group) < _EMBED_SEQS and n + max(1, len(inputs[i])) <= self.n_ctx:
+                while i < len(inputs) and len(group) < _EMBED_SEQS and (
+                    not group or n + max(1, len(inputs[i])) <= _EMBED_BATCH_TOKENS
+                ):
                     toks = inputs[i] or [self._model.token_bos()]
                     seq = len(group)
                     for p, t in enumerate(toks):
@@ -768,7 +770,7 @@ class LlamaEngine(Engine):
                     i += 1
                 batch.n_tokens = n
                 if ectx.memory is not None:
-                    llama_cpp.llama_memory_clear(ectx.memory, True)
+                    llama_cpp.llama_memory_clear(ectx.memory, False)
                 if self.has_encoder and not self.has_decoder:
                     rc = llama_cpp.llama_encode(ectx.ctx, batch)
                 else:
@@ -786,6 +788,9 @@ class LlamaEngine(Engine):
 
 
 _EMBED_SEQS = 32
+# Tokens packed into one embedding decode (a longer input goes alone). llama.cpp keeps a logits
+# row per token even when only embeddings are read, so this bounds that buffer's resident size.
+_EMBED_BATCH_TOKENS = 256
 
 # Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
 # prompt then delays the running streams by one chunk at a time instead of all at once.
