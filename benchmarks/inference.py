@@ -81,11 +81,11 @@ def bench_in_process(path: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         first = last = 0.0
         n = 0
-        for chunk in llm.create_chat_completion(
-            _messages(i), max_tokens=max_tokens, temperature=0, stream=True, stop=["\u0000never"]
-        ):
-            delta = chunk["choices"][0]["delta"]  # type: ignore[index]
-            if delta.get("content"):
+        stream: Any = llm.create_chat_completion(
+            _messages(i), max_tokens=max_tokens, temperature=0, stream=True, stop=["\u0000never"]  # type: ignore[arg-type]
+        )
+        for chunk in stream:
+            if chunk["choices"][0]["delta"].get("content"):
                 n += 1
                 last = time.perf_counter()
                 if not first:
