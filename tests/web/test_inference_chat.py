@@ -249,6 +249,29 @@ def test_required_tool_call_streams(inference_server: RunningServer) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_auto_tool_choice_answers_text_or_a_valid_call(inference_server: RunningServer, stream: bool) -> None:
+    """With tool_choice auto the model chooses; whatever it chooses is well-formed."""
+    messages = [{"role": "user", "content": "Call get_weather for Berlin in c."}]
+    if stream:
+        chunks = _stream_chunks(inference_server, messages=messages, tools=[WEATHER], max_tokens=60, temperature=0)
+        reason = chunks[-1]["choices"][0]["finish_reason"]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        calls = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    else:
+        body = _chat(inference_server, messages=messages, tools=[WEATHER], max_tokens=60, temperature=0).json()
+        check(body, CHAT_COMPLETION)
+        reason = body["choices"][0]["finish_reason"]
+        text = body["choices"][0]["message"]["content"] or ""
+        calls = body["choices"][0]["message"]["tool_calls"] or []
+    assert "<tool_call>" not in text
+    if reason == "tool_calls":
+        assert calls and calls[0]["function"]["name"] == "get_weather"
+        jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), WEATHER["function"]["parameters"])  # type: ignore[index]
+    else:
+        assert reason in ("stop", "length") and not calls and text
+
+
 def test_tool_round_trip_messages_accepted(inference_server: RunningServer) -> None:
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},
