@@ -18,6 +18,9 @@ from conch.inference.acquire import Acquirer
 from conch.inference.store import ModelStore
 from tests.inference.sources.servers import FileServer
 
+# A hang (a stuck socket or thread) fails the test instead of stalling the suite.
+pytestmark = pytest.mark.timeout(300)
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

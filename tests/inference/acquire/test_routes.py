@@ -18,6 +18,9 @@ from conch.web.errors import install_error_handlers
 from tests.inference.sources.conftest import make_small_gguf
 from tests.inference.sources.servers import FileServer, HubRepo, HubServer
 
+# A hang (a stuck socket or thread) fails the test instead of stalling the suite.
+pytestmark = pytest.mark.timeout(300)
+
 pytest.importorskip("llama_cpp")
 
 

@@ -18,6 +18,9 @@ from conch.inference.sources import (
 )
 from tests.inference.sources.servers import FileServer
 
+# A hang (a stuck socket or thread) fails the test instead of stalling the suite.
+pytestmark = pytest.mark.timeout(300)
+
 DATA = os.urandom(3 * 1024 * 1024 + 17)
 SHA = hashlib.sha256(DATA).hexdigest()
 
