@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     hf_endpoint: str | None = None
     hf_token: str | None = None
     ollama_url: str = "http://127.0.0.1:11434"
+    # Where the `ollama` download source pulls from (an OCI registry, not a running Ollama).
+    ollama_registry: str = "https://registry.ollama.ai"
     openai_api_key: str | None = None
     anthropic_api_key: str | None = None
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)

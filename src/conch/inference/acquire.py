@@ -168,7 +168,7 @@ class Acquirer:
             endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
         )
         if spec.source == "ollama" and not spec.registry:
-            request.registry = getattr(self.settings, "ollama_registry", None)
+            request.registry = self.settings.ollama_registry
         placeholder = ModelRecord(id=model_id, status="downloading", format="gguf", progress=0.0,
                                   source=spec.source, revision=spec.revision, capabilities=[])
         with self._claim(model_id, "downloading", placeholder):
