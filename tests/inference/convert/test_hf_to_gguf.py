@@ -161,3 +161,27 @@ def test_unsupported_architecture_and_type(tmp_path: Path, tiny_llama: tuple[Pat
         convert(src, tmp_path / "y.gguf", "q4_k_m")
     assert "f16" in str(info.value)
     assert CONFIG["vocab_size"] == 512
+
+
+def test_sentencepiece_style_vocab_tokenizes_like_the_original(tmp_path: Path) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer
+
+    from tests.inference.convert.tiny_llama import make_spm_tokenizer, make_weights
+
+    src = tmp_path / "spm"
+    src.mkdir()
+    make_spm_tokenizer(src, CONFIG["vocab_size"])
+    (src / "config.json").write_text(json.dumps(CONFIG))
+    save_file(make_weights(CONFIG), str(src / "model.safetensors"))
+    out = tmp_path / "spm.gguf"
+    result = convert(src, out, "f16")
+    assert result.metadata["tokenizer"] == "llama"
+    hf = Tokenizer.from_file(str(src / "tokenizer.json"))
+    model = llama_cpp.Llama(str(out), n_ctx=64, verbose=False)
+    try:
+        for text in ("the quick brown fox", "hello world, conch!", "models are quantized 123"):
+            assert model.tokenize(text.encode(), add_bos=False) == hf.encode(text).ids
+    finally:
+        model.close()

@@ -191,3 +191,26 @@ def forward(weights: dict[str, np.ndarray], ids: list[int], config: dict[str, An
     x = _rms(x, W["model.norm.weight"], eps)
     logits: np.ndarray = x @ W["lm_head.weight"].T
     return logits
+
+
+def make_spm_tokenizer(out_dir: Path, vocab_size: int) -> None:
+    """A SentencePiece-style BPE (U+2581 word marks, byte fallback), as Llama 2 and Mistral use."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+
+    tk = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tk.normalizer = normalizers.Sequence(  # type: ignore[assignment]
+        [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
+    )
+    tk.decoder = decoders.Sequence(  # type: ignore[assignment]
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    trainer = trainers.BpeTrainer(  # type: ignore[call-arg]
+        vocab_size=vocab_size,
+        special_tokens=["<unk>", "<s>", "</s>", *[f"<0x{i:02X}>" for i in range(256)]],
+        show_progress=False,
+    )
+    tk.train_from_iterator([c.replace(" ", "\u2581") for c in CORPUS], trainer)
+    tk.save(str(out_dir / "tokenizer.json"))
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}
+    ))
