@@ -157,18 +157,19 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     shutil.rmtree(staging_dir / ".cache", ignore_errors=True)
 
     report(progress, "verifying sha256", 0, total)
+    digests: dict[str, str] = {}
     for name in chosen:
         lfs = getattr(siblings[name], "lfs", None)
         expected = getattr(lfs, "sha256", None) if lfs is not None else None
         if expected is None and isinstance(lfs, dict):
             expected = lfs.get("sha256")
         if expected:
-            got = sha256_file(staging_dir / name)
+            got = digests[name] = sha256_file(staging_dir / name)
             if got != expected:
                 raise VerificationFailed(f"sha256 mismatch for {name}: expected {expected}, got {got}")
     files = list_files(staging_dir)
     fmt, main = detect_format(staging_dir, files)
-    digest = sha256_file(staging_dir / main) if main else None
+    digest = (digests.get(main) or sha256_file(staging_dir / main)) if main else None
     report(progress, "verifying sha256", total, total)
     return FetchResult(files=files, revision=commit, format=fmt, path=main, sha256=digest,
                        extra={"repo": repo, "endpoint": endpoint, "requested_revision": revision})

