@@ -6,6 +6,7 @@ against an estimate of its final size, sampled from a watcher thread.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -61,20 +62,22 @@ def quantize(
     params.nthread = nthread if nthread is not None else (os.cpu_count() or 1)
     params.allow_requantize = True
 
-    estimate = _estimate_size(src, bits)
     stop = threading.Event()
     watcher: threading.Thread | None = None
     if progress is not None:
-        progress({"status": f"quantizing to {q}", "completed": 0, "total": estimate})
+        status = f"quantizing to {q}"
+        progress({"status": status, "completed": 0, "total": 0})
 
         def watch() -> None:
+            # Estimated here, alongside the quantizer, so the progress bar costs it no time.
+            estimate = _estimate_size(src, bits)
             while not stop.wait(0.25):
                 try:
                     size = dst.stat().st_size
                 except OSError:
                     size = 0
-                progress({"status": f"quantizing to {q}", "completed": min(size, estimate),
-                          "total": estimate})
+                with contextlib.suppress(Exception):  # a failing reporter must not kill the watch
+                    progress({"status": status, "completed": min(size, estimate), "total": estimate})
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
