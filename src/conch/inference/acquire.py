@@ -71,9 +71,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _throttled(store: ModelStore, model_id: str, status: str,
-               progress: ProgressCallback | None, cancel: threading.Event | None) -> ProgressCallback:
-    """Forward every report to ``progress``; write the fraction to the record at most 2x/s."""
+def _throttled(store: ModelStore, model_id: str, status: str, progress: ProgressCallback | None,
+               cancel: threading.Event | None, update_record: bool = True) -> ProgressCallback:
+    """Forward every report to ``progress``; write the fraction to the placeholder record at
+    most twice a second (never to a ready record that a re-download will replace)."""
     last = [0.0]
 
     def cb(event: dict[str, Any]) -> None:
@@ -83,7 +84,7 @@ def _throttled(store: ModelStore, model_id: str, status: str,
             progress(event)
         now = time.monotonic()
         total = int(event.get("total") or 0)
-        if total and now - last[0] >= 0.5:
+        if update_record and total and now - last[0] >= 0.5:
             last[0] = now
             with contextlib.suppress(Exception):
                 store.set_status(model_id, status, progress=min(1.0, event["completed"] / total))
@@ -119,7 +120,8 @@ class Acquirer:
         return removed
 
     @contextlib.contextmanager
-    def _claim(self, model_id: str, status: str, placeholder: ModelRecord | None) -> Iterator[None]:
+    def _claim(self, model_id: str, status: str, placeholder: ModelRecord | None) -> Iterator[bool]:
+        """Hold ``model_id`` for one job; yields whether a placeholder record was written."""
         with self._lock:
             if model_id in self._active:
                 raise Conflict(f"model '{model_id}' is already being downloaded or converted")
@@ -137,7 +139,7 @@ class Acquirer:
                 placeholder.extra[PLACEHOLDER_KEY] = {"pid": os.getpid(), "status": status}
                 self.store.register(placeholder)
                 registered = True
-            yield
+            yield registered
         except BaseException:
             if registered:
                 current = self.store.get(model_id)
@@ -171,13 +173,13 @@ class Acquirer:
             request.registry = self.settings.ollama_registry
         placeholder = ModelRecord(id=model_id, status="downloading", format="gguf", progress=0.0,
                                   source=spec.source, revision=spec.revision, capabilities=[])
-        with self._claim(model_id, "downloading", placeholder):
+        with self._claim(model_id, "downloading", placeholder) as has_placeholder:
             resume_dir = self.settings.tmp_dir / f"{safe_dir_name(model_id)}.resume"
             resume_dir.mkdir(parents=True, exist_ok=True)
             request.resume_dir = resume_dir
             staging = self.store.staging_dir(model_id)
             try:
-                cb = _throttled(self.store, model_id, "downloading", progress, cancel)
+                cb = _throttled(self.store, model_id, "downloading", progress, cancel, has_placeholder)
                 result = fetch(request, staging, cb)
                 record = self._record_for_download(model_id, spec, request, result, staging)
                 cb({"status": "installing", "completed": 1, "total": 1})
@@ -273,10 +275,10 @@ class Acquirer:
         placeholder = ModelRecord(id=out_id, status="converting", format=fmt,  # type: ignore[arg-type]
                                   progress=0.0, converted_from=model_id, quantization=q,
                                   capabilities=[], source=src.source, revision=src.revision)
-        with self._claim(out_id, "converting", placeholder):
+        with self._claim(out_id, "converting", placeholder) as has_placeholder:
             staging = self.store.staging_dir(out_id)
             try:
-                cb = _throttled(self.store, out_id, "converting", progress, cancel)
+                cb = _throttled(self.store, out_id, "converting", progress, cancel, has_placeholder)
                 record = self._convert_into(src, fmt, q, out_id, staging, cb)
                 installed = self.store.install_dir(out_id, staging, record)
             except BaseException:

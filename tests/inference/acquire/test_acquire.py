@@ -149,3 +149,18 @@ def test_convert_to_onnx_when_the_extra_is_installed(acquirer: Acquirer) -> None
 
     vecs, _ = OnnxEmbeddingEngine(out.path).embed(["hello"])
     assert len(vecs[0]) == 384
+
+
+def test_redownload_keeps_the_ready_record_until_replaced(acquirer: Acquirer, store: ModelStore,
+                                                          tmp_path: Path) -> None:
+    data = _tiny_gguf(tmp_path)
+    server = FileServer({"tiny.gguf": data})
+    server.chunk_delay = 0.001
+    seen: list[str] = []
+    with server.run() as base:
+        spec = DownloadSpec(source="url", url=f"{base}/tiny.gguf")
+        first = acquirer.download("tiny", spec)
+        second = acquirer.download("tiny", spec, lambda ev: seen.append(store.get("tiny").status))  # type: ignore[union-attr]
+    assert seen and set(seen) == {"ready"}
+    assert second.status == "ready" and second.sha256 == first.sha256
+    assert Path(second.path).read_bytes() == data

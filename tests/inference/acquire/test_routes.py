@@ -100,20 +100,21 @@ def test_errors(client: TestClient, store: ModelStore) -> None:
     assert r.status_code == 400
 
 
-def test_concurrent_download_of_same_id_is_409(client: TestClient, gguf_bytes: bytes) -> None:
+def test_concurrent_download_of_same_id_is_409(client: TestClient, store: ModelStore, gguf_bytes: bytes) -> None:
     server = FileServer({"t.gguf": gguf_bytes})
-    server.gate = threading.Event()
+    server.gate = threading.Event()  # holds the first download mid-way
     with server.run() as base:
         first: dict[str, Any] = {}
         t = threading.Thread(target=lambda: first.update(r=client.post(
             "/v1/models/tiny/download", json={"source": "url", "url": f"{base}/t.gguf"})))
         t.start()
         try:
-            for _ in range(300):
-                r = client.post("/v1/models/tiny/download", json={"source": "url", "url": f"{base}/t.gguf"})
-                if r.status_code == 409:
+            for _ in range(500):
+                rec = store.get("tiny")
+                if rec is not None and rec.status == "downloading":
                     break
                 threading.Event().wait(0.02)
+            r = client.post("/v1/models/tiny/download", json={"source": "url", "url": f"{base}/t.gguf"})
             assert r.status_code == 409
         finally:
             server.gate.set()
