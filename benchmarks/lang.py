@@ -129,7 +129,10 @@ def cold_start(cmd: list[str], runs: int = 20) -> float:
 def main() -> list[dict[str, Any]]:
     sys.setrecursionlimit(10_000)
     from conch.lang import compile_program
-    from conch.lang.values import to_json_value
+    from conch.lang.values import LazyList, to_json_value
+
+    def as_list_or_value(value: Any) -> Any:
+        return value.materialize() if isinstance(value, LazyList) else value
 
     nu = find_nu()
     results: list[dict[str, Any]] = []
@@ -144,21 +147,23 @@ def main() -> list[dict[str, Any]]:
         for key in "abcd":
             program = compile_program(CONCH[key])
             variables = {"data": data[key]} if key != "a" else {}
-            t_conch, out_conch = best_of(lambda p=program, v=variables: to_json_value(p.run(variables=v)))
+            # Lazy results are forced inside the timed region; the JSON conversion for the
+            # agreement check is not part of the work being compared.
+            t_conch, out_conch = best_of(lambda p=program, v=variables: as_list_or_value(p.run(variables=v)))
             t_py, out_py = best_of(py_funcs[key])
-            if key in "ad":
-                assert out_conch == out_py, f"{key}: conch and Python disagree"
+            assert to_json_value(out_conch) == out_py, f"{key}: conch and Python disagree"
             t_nu = nu_time(nu, NU[key], data["files"].get(key)) if nu else None
             results.append({"bench": LABELS[key], "conch": t_conch, "python": t_py, "nu": t_nu})
 
+    # Start-up is measured with compiled bytecode in place, as users have it.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     conch_bin = str(Path(sys.executable).parent / "conch")
     results.append(
         {
             "bench": "(e) cold start: -c '1 + 1'",
             "conch": cold_start([conch_bin, "-c", "1 + 1"]),
-            "python": cold_start([sys.executable, "-S", "-c", "print(1 + 1)"])
-            if os.environ.get("BENCH_PY_NOSITE")
-            else cold_start(["python3", "-c", "print(1 + 1)"]),
+            # The same interpreter conch runs on (a version-manager shim would add its own start-up).
+            "python": cold_start([sys.executable, "-c", "print(1 + 1)"]),
             "nu": cold_start([nu, "-c", "1 + 1"]) if nu else None,
         }
     )
