@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from conch.inference.sources import (
     NotFound,
     get_source,
 )
-from conch.inference.sources.base import ProgressCallback, sha256_file
+from conch.inference.sources.base import DownloadSpec, ProgressCallback, sha256_file
 from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
 
 TARGET_FORMATS = ("gguf", "onnx")
@@ -47,21 +47,6 @@ PLACEHOLDER_KEY = "job"
 class Cancelled(ModelOpError):
     status_code = 499
     code = "cancelled"
-
-
-@dataclass
-class DownloadSpec:
-    source: str
-    revision: str | None = None
-    files: list[str] | None = None
-    repo: str | None = None
-    url: str | None = None
-    package: str | None = None
-    name: str | None = None
-    path: str | None = None
-    registry: str | None = None
-    sha256: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -167,11 +152,10 @@ class Acquirer:
         if not model_id or model_id.startswith("/") or ".." in model_id.split("/"):
             raise BadRequest(f"invalid model id {model_id!r}")
         request = FetchRequest(
-            model_id=model_id, source=spec.source, revision=spec.revision, files=spec.files,
-            repo=spec.repo, url=spec.url, package=spec.package, name=spec.name, path=spec.path,
-            registry=spec.registry, sha256=spec.sha256, options=dict(spec.options),
-            endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
+            **{f.name: getattr(spec, f.name) for f in fields(DownloadSpec)},
+            model_id=model_id, endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
         )
+        request.options = dict(spec.options)
         if spec.source == "ollama" and not spec.registry:
             request.registry = self.settings.ollama_registry
         placeholder = ModelRecord(id=model_id, status="downloading", format="gguf", progress=0.0,

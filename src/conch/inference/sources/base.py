@@ -75,10 +75,12 @@ class VerificationFailed(ModelOpError):
 
 
 @dataclass
-class FetchRequest:
-    """A download request as the sources see it; the locator fields default to the model id."""
+class DownloadSpec:
+    """What a caller asks to download: the source and its locator fields.
 
-    model_id: str
+    The locator field of the chosen source (``repo``, ``url``, ``package``, ``name``, ``path``)
+    defaults to the model id."""
+
     source: str
     revision: str | None = None
     files: list[str] | None = None  # glob patterns
@@ -89,11 +91,18 @@ class FetchRequest:
     path: str | None = None
     registry: str | None = None
     sha256: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FetchRequest(DownloadSpec):
+    """A download request as the sources see it: the caller's spec plus what the server adds."""
+
+    model_id: str = ""
     endpoint: str | None = None
     token: str | None = None
     # Where a partial download may survive a failed attempt, so a retry resumes it.
     resume_dir: Path | None = None
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
