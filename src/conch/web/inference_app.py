@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 
 import conch
 from conch.config import Settings
+from conch.inference.acquire import default_embedding_record
 from conch.inference.bundled import ensure_bundled_model
 from conch.inference.chat import (
     ChatEvent,
@@ -352,7 +353,19 @@ def create_app(settings: Settings) -> FastAPI:
     # -- embeddings --------------------------------------------------------------------------
     @app.post("/v1/embeddings", response_model=p.EmbeddingResponse, responses=ERRORS, tags=["embeddings"])
     async def embeddings(req: p.EmbeddingRequest) -> Any:
-        record = local_record(req.model, "embeddings")
+        if req.model is not None:
+            record = local_record(req.model, "embeddings")
+        else:
+            default = await asyncio.to_thread(default_embedding_record, store)
+            if default is None:
+                raise APIError(
+                    400,
+                    "'model' is required: no default embedding model is installed "
+                    "(`conch models setup` installs all-minilm-l6-v2)",
+                    param="model",
+                    code="missing_required_parameter",
+                )
+            record = default
         raw = req.input
         if isinstance(raw, str):
             items: list[str | list[int]] = [raw]
@@ -398,7 +411,7 @@ def create_app(settings: Settings) -> FastAPI:
         m: Metrics = app.state.metrics
         m.prompt_tokens += n_tokens
         m.embedded_inputs += len(items)
-        return p.EmbeddingResponse(data=data, model=req.model, usage=p.EmbeddingUsage(prompt_tokens=n_tokens, total_tokens=n_tokens))
+        return p.EmbeddingResponse(data=data, model=req.model or record.id, usage=p.EmbeddingUsage(prompt_tokens=n_tokens, total_tokens=n_tokens))
 
     # -- models ----------------------------------------------------------------------------
     @app.get("/v1/models", response_model=p.ModelList, tags=["models"])

@@ -201,7 +201,8 @@ class ChatCompletionChunk(BaseModel):
 
 # -- embeddings ------------------------------------------------------------------------------
 class EmbeddingRequest(_Request):
-    model: str = Field(min_length=1)
+    # Optional, unlike OpenAI's: without it the default embedding model (all-minilm-l6-v2) answers.
+    model: str | None = Field(default=None, min_length=1)
     input: str | list[str] | list[int] | list[list[int]] = Field(
         description="Text, texts, tokens, or arrays of tokens."
     )
