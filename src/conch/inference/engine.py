@@ -3,8 +3,9 @@
 An engine owns one loaded model. ``stream`` is the primitive: it yields text deltas as the
 runtime produces them; ``chat`` is ``stream`` collected. Formatting messages with the model's
 chat template is the engine's job too, because the template lives with the model file.
-The llama.cpp engine (``llama_engine``) is the one implementation today; an ONNX engine for
-embedding models can join by implementing the same methods.
+The llama.cpp engine (``llama_engine``) implements all of it; ONNX embedding models are served
+by ``onnx_engine.OnnxEmbeddingEngine``, which has only the embedding half (no chat template,
+no ``stream``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ class QueueFull(EngineError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"The server is busy: {limit} requests are already queued for this model.")
         self.limit = limit
+
+
+@dataclass
+class EngineStats:
+    """Counters the server exports as metrics (written by the engine's worker thread only)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    decode_time_s: float = 0.0
 
 
 @dataclass

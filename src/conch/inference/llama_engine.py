@@ -39,6 +39,7 @@ from conch.inference.engine import (
     ContextLengthExceeded,
     Engine,
     EngineError,
+    EngineStats,
     Generation,
     QueueFull,
     SamplingParams,
@@ -96,18 +97,6 @@ def _init_backend() -> Any:
             llama_cpp.llama_backend_init()
             _backend_ready = True
     return llama_cpp
-
-
-@dataclass
-class EngineStats:
-    """Counters the server exports as metrics (written by the worker thread only)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    requests: int = 0
-    ttft_sum_s: float = 0.0
-    ttft_count: int = 0
-    decode_time_s: float = 0.0
 
 
 @dataclass
@@ -227,6 +216,7 @@ class LlamaEngine(Engine):
         self.has_decoder = bool(llama_cpp.llama_model_has_decoder(self._model.model))
         self.has_encoder = bool(llama_cpp.llama_model_has_encoder(self._model.model))
         self.n_embd = self._model.n_embd()
+        self.n_vocab = self._model.n_vocab()
         self._add_bos = self._model.add_bos_token()
 
         meta = self._model.metadata()

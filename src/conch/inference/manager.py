@@ -3,6 +3,9 @@
 Ollama's semantics for ``keep_alive``: a number of seconds or a duration string ("5m",
 "1h30m"); ``0`` unloads as soon as the last request finishes; a negative value keeps the
 model loaded until evicted. A model with running requests is never unloaded.
+
+GGUF models run on llama.cpp; ONNX models (embeddings only) on onnxruntime, imported when
+the first one loads, so the ``onnx`` extra stays optional.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from dataclasses import dataclass
 from conch.config import Settings
 from conch.inference.engine import EngineError
 from conch.inference.llama_engine import LlamaEngine, make_engine
+from conch.inference.onnx_engine import OnnxEmbeddingEngine
 from conch.inference.store import ModelRecord, ModelStore
+
+ServedEngine = LlamaEngine | OnnxEmbeddingEngine
+SERVED_FORMATS = ("gguf", "onnx")
 
 
 class ModelNotFound(LookupError):
@@ -55,7 +62,7 @@ def parse_keep_alive(value: float | int | str | None, default: float) -> float:
 
 @dataclass
 class _Loaded:
-    engine: LlamaEngine
+    engine: ServedEngine
     record: ModelRecord
     keep_alive_s: float
     last_used: float
@@ -93,9 +100,10 @@ class ModelManager:
             raise ModelNotFound(model)
         if record.status != "ready":
             raise ModelNotReady(f"The model '{model_id}' is not ready (status: {record.status})")
-        if record.format != "gguf":
+        if record.format not in SERVED_FORMATS:
             raise ModelNotReady(
-                f"The model '{model_id}' is in {record.format} format; this server runs GGUF models"
+                f"The model '{model_id}' is in {record.format} format; this server runs GGUF models "
+                "(and ONNX embedding models)"
             )
         return record
 
@@ -106,12 +114,12 @@ class ModelManager:
         entry = self._loaded.get(model_id)
         return entry is not None and (entry.leases > 0 or entry.engine.busy)
 
-    def engines(self) -> list[LlamaEngine]:
+    def engines(self) -> list[ServedEngine]:
         return [e.engine for e in self._loaded.values()]
 
     # -- leases --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def use(self, model: str, keep_alive: float | int | str | None = None) -> AsyncIterator[LlamaEngine]:
+    async def use(self, model: str, keep_alive: float | int | str | None = None) -> AsyncIterator[ServedEngine]:
         """The loaded engine for ``model``, held (never evicted) for the duration of the block."""
         keep = parse_keep_alive(keep_alive, self.settings.keep_alive_s)
         record = self.record_for(model)
@@ -137,14 +145,23 @@ class ModelManager:
             if entry is not None:  # the file behind the id changed: reload
                 await self.unload(record.id)
             await self._make_room()
-            template = None
-            engine = make_engine(record.id, record.path, settings=self.settings, chat_template=template)
-            await asyncio.to_thread(engine.load)
+            engine = await asyncio.to_thread(self._load_engine, record)
             self.loads += 1
             entry = _Loaded(engine, record, self.settings.keep_alive_s, time.monotonic())
             self._loaded[record.id] = entry
             self._start_reaper()
             return entry
+
+    def _load_engine(self, record: ModelRecord) -> ServedEngine:
+        """A loaded engine for ``record`` (blocking; raises ``OnnxRuntimeMissing`` without the extra)."""
+        if record.format == "onnx":
+            return OnnxEmbeddingEngine(
+                record.path, model_id=record.id, n_threads=self.settings.n_threads_batch,
+                max_length=self.settings.n_ctx,
+            )
+        engine = make_engine(record.id, record.path, settings=self.settings)
+        engine.load()
+        return engine
 
     async def _make_room(self) -> None:
         limit = max(1, self.settings.max_loaded_models)

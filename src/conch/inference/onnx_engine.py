@@ -4,59 +4,139 @@ The model directory holds ``model.onnx`` (inputs ``input_ids``, ``attention_mask
 ``token_type_ids``; output ``last_hidden_state``), ``tokenizer.json`` and, for
 sentence-transformers checkpoints, ``modules.json`` and ``1_Pooling/config.json``, which say
 how token vectors become one sentence vector (mean or CLS) and whether it is normalised.
+
+The model manager serves it next to llama.cpp engines, so it answers the same questions the
+embeddings route asks (``tokenize``, ``embed`` of token lists, ``n_embd``, ``n_vocab``,
+``n_ctx``) and the manager's bookkeeping (``busy``, ``stats``); it cannot generate text.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from conch.inference.engine import ContextLengthExceeded, EngineError, EngineStats
+
+
+class OnnxRuntimeMissing(EngineError):
+    """The model is ONNX but onnxruntime (the ``onnx`` extra) is not installed."""
+
 
 class OnnxEmbeddingEngine:
-    def __init__(self, model_dir: str | Path, *, n_threads: int | None = None, max_length: int = 512) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        model_id: str | None = None,
+        n_threads: int | None = None,
+        max_length: int = 512,
+    ) -> None:
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise OnnxRuntimeMissing(
+                f"serving ONNX models needs onnxruntime and tokenizers ({exc}); "
+                "install the `onnx` extra: pip install 'conch[onnx]'"
+            ) from exc
 
-        self.model_dir = Path(model_dir)
+        path = Path(model_dir)
+        # A downloaded ONNX model may name its graph file; a conversion writes a directory.
+        onnx_file = path if path.is_file() else path / "model.onnx"
+        self.model_dir = onnx_file.parent
+        self.model_id = model_id or self.model_dir.name
+        self.stats = EngineStats()
         options = ort.SessionOptions()
         options.intra_op_num_threads = n_threads or (os.cpu_count() or 1)
-        self.session = ort.InferenceSession(
-            str(self.model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        self.session: Any = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
         self.input_names = {i.name for i in self.session.get_inputs()}
+        # No truncation: an over-long input is refused (ContextLengthExceeded), as llama.cpp
+        # engines do, rather than embedded from its first n_ctx tokens without a word.
         self.tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
         config = _load(self.model_dir / "config.json")
         limit = int(config.get("max_position_embeddings") or max_length)
-        self.tokenizer.enable_truncation(max_length=min(max_length, limit))
-        self.tokenizer.enable_padding(pad_id=int(config.get("pad_token_id") or 0))
+        self.n_ctx = min(max_length, limit)
+        self.pad_id = int(config.get("pad_token_id") or 0)
+        # The embedding table's size, not the tokenizer's: ids past it crash the Gather op.
+        self.n_vocab = int(config.get("vocab_size") or self.tokenizer.get_vocab_size(with_added_tokens=True))
+        self.n_embd = _hidden_size(config, self.session)
         self.pooling, self.normalize = _pooling(self.model_dir)
+        self._running = 0
+        self._lock = threading.Lock()
 
-    def embed(self, texts: list[str], batch_size: int = 32) -> tuple[list[list[float]], int]:
+    # -- what the model manager asks -------------------------------------------------------
+    def unload(self) -> None:
+        self.session = None
+
+    @property
+    def busy(self) -> bool:
+        return self._running > 0
+
+    @property
+    def active_sequences(self) -> int:
+        return self._running
+
+    @property
+    def queued(self) -> int:
+        return 0
+
+    # -- embeddings ------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids with the model's special tokens ([CLS] ... [SEP]), as sentence-transformers feeds it."""
+        return list(self.tokenizer.encode(text).ids)
+
+    def embed(self, inputs: list[list[int]], batch_size: int = 32) -> list[list[float]]:
+        """Pooled (and, if the model says so, normalised) vectors of tokenized inputs (blocking)."""
+        for toks in inputs:
+            if len(toks) > self.n_ctx:
+                raise ContextLengthExceeded(len(toks), self.n_ctx)
+        session = self.session
+        if session is None:
+            raise EngineError(f"model {self.model_id} is not loaded")
+        with self._lock:
+            self._running += 1
+        try:
+            out: list[list[float]] = []
+            for i in range(0, len(inputs), batch_size):
+                out.extend(self._embed_batch(session, inputs[i : i + batch_size]))
+            self.stats.prompt_tokens += sum(len(t) for t in inputs)
+            self.stats.requests += 1
+            return out
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def embed_texts(self, texts: list[str]) -> tuple[list[list[float]], int]:
         """Vectors for ``texts`` and the number of tokens they used."""
-        out: list[list[float]] = []
-        n_tokens = 0
-        for i in range(0, len(texts), batch_size):
-            encs = self.tokenizer.encode_batch(texts[i : i + batch_size])
-            ids = np.array([e.ids for e in encs], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
-            n_tokens += int(mask.sum())
-            feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in self.input_names:
-                feeds["token_type_ids"] = np.array([e.type_ids for e in encs], dtype=np.int64)
-            (hidden,) = self.session.run(["last_hidden_state"], feeds)
-            if self.pooling == "cls":
-                vecs = hidden[:, 0]
-            else:
-                m = mask[..., None].astype(hidden.dtype)
-                vecs = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
-            if self.normalize:
-                vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
-            out.extend(v.astype(float).tolist() for v in vecs)
-        return out, n_tokens
+        tokens = [self.tokenize(t) for t in texts]
+        return self.embed(tokens), sum(len(t) for t in tokens)
+
+    def _embed_batch(self, session: Any, batch: list[list[int]]) -> list[list[float]]:
+        width = max(len(t) for t in batch)
+        ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, toks in enumerate(batch):
+            ids[row, : len(toks)] = toks
+            mask[row, : len(toks)] = 1
+        feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        (hidden,) = session.run(["last_hidden_state"], feeds)
+        if self.pooling == "cls":
+            vecs = hidden[:, 0]
+        else:
+            m = mask[..., None].astype(hidden.dtype)
+            vecs = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+        if self.normalize:
+            vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
+        return [v.astype(float).tolist() for v in vecs]
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -64,6 +144,15 @@ def _load(path: Path) -> dict[str, Any]:
         return {}
     data = json.loads(path.read_text())
     return data if isinstance(data, dict) else {}
+
+
+def _hidden_size(config: dict[str, Any], session: Any) -> int:
+    if isinstance(config.get("hidden_size"), int):
+        return int(config["hidden_size"])
+    for out in session.get_outputs():
+        if out.name == "last_hidden_state" and isinstance(out.shape[-1], int):
+            return int(out.shape[-1])
+    raise EngineError("cannot tell the embedding size: no hidden_size in config.json")
 
 
 def _pooling(model_dir: Path) -> tuple[str, bool]:

@@ -36,7 +36,9 @@ from conch.inference.chat import (
     start_chat,
 )
 from conch.inference.engine import ContextLengthExceeded, EngineError, QueueFull, SamplingParams
+from conch.inference.llama_engine import LlamaEngine
 from conch.inference.manager import ModelManager, ModelNotFound, ModelNotReady
+from conch.inference.onnx_engine import OnnxRuntimeMissing
 from conch.inference.store import ModelRecord, ModelStore
 from conch.web import openai_protocol as p
 from conch.web.errors import APIError, install_error_handlers
@@ -123,7 +125,8 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="conch inference server",
         version=conch.__version__,
-        description="OpenAI-compatible chat completions and embeddings on local GGUF models (llama.cpp), "
+        description="OpenAI-compatible chat completions and embeddings on local GGUF models (llama.cpp) "
+        "and ONNX embedding models (onnxruntime), "
         "with a model registry, storage management and providers.",
         openapi_url="/api-docs/openapi.json",
         docs_url=None,
@@ -163,6 +166,8 @@ def create_app(settings: Settings) -> FastAPI:
         return record
 
     def engine_errors(exc: Exception) -> APIError:
+        if isinstance(exc, OnnxRuntimeMissing):
+            return APIError(501, str(exc), code="runtime_not_installed", param="model")
         if isinstance(exc, ContextLengthExceeded):
             return APIError(400, str(exc), code="context_length_exceeded", param="messages")
         if isinstance(exc, QueueFull):
@@ -246,6 +251,11 @@ def create_app(settings: Settings) -> FastAPI:
         stack = contextlib.AsyncExitStack()
         try:
             engine = await stack.enter_async_context(manager.use(record.id, req.keep_alive))
+            if not isinstance(engine, LlamaEngine):
+                # Capabilities already say so for converted models; a hand-registered record may not.
+                raise APIError(
+                    400, f"The model '{req.model}' does not support chat", code="unsupported_model", param="model"
+                )
             prompt = build_prompt(engine, spec)
             events = start_chat(engine, spec, prompt)
         except ValueError as exc:
@@ -351,7 +361,12 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     # -- embeddings --------------------------------------------------------------------------
-    @app.post("/v1/embeddings", response_model=p.EmbeddingResponse, responses=ERRORS, tags=["embeddings"])
+    @app.post(
+        "/v1/embeddings",
+        response_model=p.EmbeddingResponse,
+        responses={**ERRORS, 501: {"model": p.ErrorResponse, "description": "The model's runtime is not installed"}},
+        tags=["embeddings"],
+    )
     async def embeddings(req: p.EmbeddingRequest) -> Any:
         if req.model is not None:
             record = local_record(req.model, "embeddings")
@@ -378,7 +393,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             async with manager.use(record.id, req.keep_alive) as engine:
                 token_lists: list[list[int]] = []
-                n_vocab = engine._model.n_vocab()
+                n_vocab = engine.n_vocab
                 for i, item in enumerate(items):
                     if isinstance(item, str):
                         if not item:

@@ -51,7 +51,7 @@ def test_onnx_engine_embeddings_match_sentence_transformers(exported: Path) -> N
 
     ref = json.loads(REFERENCE.read_text())
     engine = OnnxEmbeddingEngine(exported)
-    vecs, n_tokens = engine.embed(ref["sentences"])
+    vecs, n_tokens = engine.embed_texts(ref["sentences"])
     got = np.array(vecs)
     want = np.array(ref["embeddings"])
     assert n_tokens > len(ref["sentences"])
