@@ -1,4 +1,4 @@
-"""The language API: programs, stages, sessions, hooks, limits, cancellation, laziness, speed."""
+"""The language API: programs, stages, sessions, hooks, limits, cancellation, laziness."""
 
 from __future__ import annotations
 
@@ -198,24 +198,12 @@ def test_functions_are_python_callables() -> None:
     assert values.type_of(double) == "Function"
 
 
-def test_pipeline_speed_close_to_python() -> None:
+def test_pipeline_over_a_range_matches_python() -> None:
+    # Speed against plain Python is measured by benchmarks/lang.py, never asserted here.
     program = compile_program(
         "range(0, 300000) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum"
     )
-
-    def best(fn: object) -> float:
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            fn()  # type: ignore[operator]
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    conch_t = best(program.run)
-    python_t = best(lambda: sum(y for y in (x * 2 for x in range(0, 300000)) if y % 3 == 0))
     assert program.run() == sum(y for y in (x * 2 for x in range(0, 300000)) if y % 3 == 0)
-    # SPEC §1.6 asks for a small constant factor; the measured ratio is about 2-2.7x.
-    assert conch_t < python_t * 6, (conch_t, python_t)
 
 
 def test_session_functions_may_name_later_functions() -> None:
