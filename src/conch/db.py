@@ -1,27 +1,21 @@
-"""The database: SQLAlchemy Core over SQLite (WAL) or PostgreSQL.
+"""The database: SQLAlchemy Core over SQLite (WAL) or PostgreSQL, schema managed by Alembic.
 
-All tables are declared here on one :data:`metadata`, so the whole schema reads in one place.
-``schema_version`` records the applied migrations; :data:`MIGRATIONS` lists the steps that
-bring an older database forward (each runs once, in order, inside a transaction).
+Tables are declared on one :data:`metadata`; each domain declares its own tables in its package
+(``inference`` here, ``orchestration/tables.py``, ``marketplace/tables.py``) and ships the
+Alembic migration that creates them under ``conch/migrations/versions``. Every domain's
+migrations branch from the baseline, so the schema is "all heads" (``upgrade heads``), and a
+database made by an earlier release upgrades in place on start.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 metadata = sa.MetaData()
-
-schema_version = sa.Table(
-    "schema_version",
-    metadata,
-    sa.Column("version", sa.Integer, primary_key=True),
-    sa.Column("applied_at", sa.Float, nullable=False),
-)
 
 # The model registry (inference server).
 models = sa.Table(
@@ -37,10 +31,8 @@ models = sa.Table(
     sa.Column("details", sa.JSON, nullable=False, default=dict),
 )
 
-SCHEMA_VERSION = 1
-
-# version -> function applied to reach it from version - 1. Version 1 is the initial schema.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+BASELINE = "0001_baseline"
 
 
 def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
@@ -56,37 +48,68 @@ _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
 
+def create_engine(url: str) -> Engine:
+    """A new engine for ``url`` (SQLite gets WAL and a busy timeout), schema not touched."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        eng = sa.create_engine(url, connect_args={"check_same_thread": False})
+        sa.event.listen(eng, "connect", _sqlite_pragmas)
+        return eng
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
 def engine_for(url: str) -> Engine:
     """One engine per URL, with the schema created or migrated on first use."""
     with _lock:
         eng = _engines.get(url)
         if eng is not None:
             return eng
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            eng = sa.create_engine(url, connect_args={"check_same_thread": False})
-            sa.event.listen(eng, "connect", _sqlite_pragmas)
-        else:
-            eng = sa.create_engine(url, pool_pre_ping=True)
+        eng = create_engine(url)
         migrate(eng)
         _engines[url] = eng
         return eng
 
 
-def migrate(eng: Engine) -> int:
-    """Create missing tables and apply pending migrations; returns the schema version."""
-    import time
+def _alembic_config(conn: Connection):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
 
-    metadata.create_all(eng)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def heads() -> set[str]:
+    """The revisions a current database is at: one head per domain branch."""
+    from alembic.script import ScriptDirectory
+
+    return set(ScriptDirectory(str(MIGRATIONS_DIR)).get_heads())
+
+
+def current_revisions(conn: Connection) -> set[str]:
+    from alembic.migration import MigrationContext
+
+    return set(MigrationContext.configure(conn).get_current_heads())
+
+
+def migrate(eng: Engine) -> set[str]:
+    """Bring the schema to every head; returns the revisions applied in the database.
+
+    A database made before conch used Alembic (it has ``models`` and ``schema_version`` but no
+    ``alembic_version``) is stamped at the baseline first, then upgraded like any other.
+    """
+    from alembic import command
+
     with eng.begin() as conn:
-        current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
-        if current is None:
-            conn.execute(schema_version.insert().values(version=SCHEMA_VERSION, applied_at=time.time()))
-            return SCHEMA_VERSION
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            MIGRATIONS[version](conn)
-            conn.execute(schema_version.insert().values(version=version, applied_at=time.time()))
-    return SCHEMA_VERSION
+        if eng.dialect.name == "postgresql":
+            # Several servers may start at once on one database: one migrates, the others wait.
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7262012)")
+        cfg = _alembic_config(conn)
+        tables = set(sa.inspect(conn).get_table_names())
+        if "alembic_version" not in tables and "models" in tables:
+            command.stamp(cfg, BASELINE)
+        command.upgrade(cfg, "heads")
+        return current_revisions(conn)
 
 
 def dispose_all() -> None:

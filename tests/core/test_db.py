@@ -1,4 +1,4 @@
-"""The database: SQLite in WAL mode, schema created on first use, versioned."""
+"""The database: SQLite in WAL mode, schema created and upgraded by Alembic on first use."""
 
 from __future__ import annotations
 
@@ -15,35 +15,42 @@ def test_schema_created_in_wal_mode(tmp_path: Path) -> None:
     try:
         with eng.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-            version = conn.execute(sa.select(sa.func.max(db.schema_version.c.version))).scalar()
-            assert version == db.SCHEMA_VERSION
+            assert db.current_revisions(conn) == db.heads()
             tables = set(sa.inspect(conn).get_table_names())
-        assert {"schema_version", "models"} <= tables
+        assert {"alembic_version", "models"} <= tables
         assert db.engine_for(url) is eng  # one engine per URL
     finally:
         db.dispose_all()
 
 
 def test_migration_is_idempotent(tmp_path: Path) -> None:
-    eng = sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    assert db.migrate(eng) == db.SCHEMA_VERSION
-    assert db.migrate(eng) == db.SCHEMA_VERSION
+    eng = db.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    assert db.migrate(eng) == db.heads()
+    assert db.migrate(eng) == db.heads()
     with eng.connect() as conn:
-        rows = conn.execute(sa.select(db.schema_version)).all()
-    assert len(rows) == 1
+        rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+    assert {r[0] for r in rows} == db.heads()
     eng.dispose()
 
 
-def test_pending_migrations_run_in_order(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    eng = sa.create_engine(f"sqlite:///{tmp_path / 'y.db'}")
-    db.migrate(eng)
-    applied: list[int] = []
-    monkeypatch.setattr(db, "SCHEMA_VERSION", db.SCHEMA_VERSION + 2)
-    monkeypatch.setattr(
-        db,
-        "MIGRATIONS",
-        {db.SCHEMA_VERSION - 1: lambda c: applied.append(1), db.SCHEMA_VERSION: lambda c: applied.append(2)},
-    )
-    assert db.migrate(eng) == db.SCHEMA_VERSION
-    assert applied == [1, 2]
+def test_database_of_the_first_release_upgrades_in_place(tmp_path: Path) -> None:
+    """The first release created its tables itself and kept a ``schema_version`` row; its
+    models survive the move to Alembic and the database ends at every head."""
+    eng = db.create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    with eng.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)"
+        )
+        conn.exec_driver_sql("INSERT INTO schema_version VALUES (1, 0)")
+        conn.exec_driver_sql(
+            "CREATE TABLE models (id VARCHAR PRIMARY KEY, created INTEGER NOT NULL, status VARCHAR "
+            "NOT NULL, format VARCHAR NOT NULL, path VARCHAR NOT NULL, size_bytes BIGINT NOT NULL, "
+            "sha256 VARCHAR, details JSON NOT NULL)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO models VALUES ('m', 1, 'ready', 'gguf', '/x.gguf', 3, NULL, '{}')"
+        )
+    assert db.migrate(eng) == db.heads()
+    with eng.connect() as conn:
+        assert conn.execute(sa.select(db.models.c.id)).scalars().all() == ["m"]
     eng.dispose()

@@ -1,0 +1,1 @@
+"""Alembic migrations of conch's database (see ``conch.db``)."""
