@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     anthropic_api_key: str | None = None
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
 
+    # marketplace federation (the upstream is `marketplace_url`) and the agents' model server
+    marketplace_api_key: str | None = None  # bearer key for the upstream marketplace
+    marketplace_timeout_s: float = 2.0  # an upstream slower than this is left out, with a note
+    models_url: str = "http://127.0.0.1:8080/v1"  # OpenAI base URL the agents' models answer on
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -143,7 +148,7 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict[str, Any]:
         """The effective configuration with secrets masked (``conch config show``)."""
         data = self.model_dump(mode="json")
-        for key in ("api_key", "hf_token", "openai_api_key", "anthropic_api_key"):
+        for key in ("api_key", "hf_token", "openai_api_key", "anthropic_api_key", "marketplace_api_key"):
             if data.get(key):
                 data[key] = "***"
         for prov in data.get("providers", {}).values():

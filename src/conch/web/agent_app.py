@@ -420,6 +420,12 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
         """Prometheus text format."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
+    # Marketplace routes and the MCP endpoint (their own modules; see web/agent/).
+    from conch.web.agent import marketplace as marketplace_routes
+    from conch.web.agent import mcp as mcp_endpoint
+
+    marketplace_routes.attach(app, settings)
+    mcp_endpoint.attach(app, settings)
     _document_request_errors(app)
 
     def execute_job(body: ExecuteRequest) -> Job:

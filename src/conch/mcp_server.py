@@ -1,0 +1,258 @@
+"""conch as an MCP server (official ``mcp`` SDK, low-level ``Server``), for any MCP client.
+
+Tools:
+- ``execute``: run a conch program in the sandbox (as ``POST /api/v1/execute``);
+- every builtin the server's policy allows (its effect is enabled), from the language
+  schema's MCP export, called with named arguments (as ``POST /api/v1/call/:name``);
+- ``agent-<name>`` for each installed marketplace agent: runs a task with that agent and
+  returns its result.
+
+Resources: the language reference (``docs/language.md`` when the source tree ships it), the
+language schema and the builtin list, as ``conch://`` URIs.
+
+A conch error (a program's ``PermissionError``, a wrong argument's ``TypeError``, a limit) is
+a tool result with ``isError: true`` whose text is ``Kind: message``: the calling model sees
+what went wrong and can correct itself; only protocol misuse is a protocol error.
+
+Transport-free: :mod:`conch.web.agent.mcp` serves it over streamable HTTP at ``/mcp`` and
+``conch mcp`` over stdio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+
+from conch import __version__
+from conch.agents.sandbox import Job, allowed_effects
+from conch.config import Settings
+from conch.lang import schema
+from conch.lang.builtins.registry import lookup
+from conch.marketplace.service import InstalledAgent
+
+log = logging.getLogger(__name__)
+
+AGENT_PREFIX = "agent-"
+DEFAULT_AGENT_STEPS = 10
+DOCS_URI = "conch://docs/language"
+SCHEMA_URI = "conch://schema"
+BUILTINS_URI = "conch://builtins"
+
+RunJob = Callable[[Job], Awaitable[dict[str, Any]]]
+
+
+class AgentRunner(Protocol):
+    """Runs one task with an installed agent and waits for it (orchestration)."""
+
+    async def __call__(self, agent: InstalledAgent, goal: str, max_steps: int) -> dict[str, Any]:
+        """Returns ``{status, result, error}`` of the finished task."""
+        ...
+
+
+@dataclass
+class ConchMCP:
+    settings: Settings
+    run_job: RunJob
+    installed: Callable[[], Sequence[InstalledAgent]]
+    run_agent: AgentRunner | None = None
+
+    def __post_init__(self) -> None:
+        effects = allowed_effects(self.settings)
+        self.builtin_tools: dict[str, types.Tool] = {}
+        for spec in schema.mcp_tools()["tools"]:
+            b = lookup(spec["name"])
+            if b is not None and b.effect in effects:
+                self.builtin_tools[spec["name"]] = types.Tool.model_validate(spec)
+        self.execute_tool = types.Tool(
+            name="execute",
+            title="Run conch code",
+            description=(
+                "Run a conch program (a typed, pipeline-oriented shell language) in the server's "
+                "sandbox and return its value rendered as text. Example: "
+                "`ls(\"src\") | where(fn(f) => f.size > 1kb) | .name`. Read the resource "
+                f"{DOCS_URI} for the language."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {"command": {"type": "string", "description": "conch source"}},
+                "required": ["command"],
+            },
+            annotations=types.ToolAnnotations(title="execute", open_world_hint=False),
+        )
+        self.server: Server[Any] = Server(
+            "conch",
+            version=__version__,
+            instructions=(
+                "conch runs programs of its shell language in a sandbox confined to a "
+                "workspace. Use `execute` for code, a builtin tool for one call, or an "
+                "`agent-*` tool to hand a goal to an installed agent."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+        )
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def _agent_tools(self) -> dict[str, tuple[types.Tool, InstalledAgent]]:
+        if self.run_agent is None:
+            return {}
+        out = {}
+        for agent in self.installed():
+            name = AGENT_PREFIX + agent.name
+            tool = types.Tool(
+                name=name,
+                title=f"{agent.name} {agent.version}",
+                description=f"{agent.description} (conch agent {agent.name}@{agent.version}; "
+                f"tools: {', '.join(agent.tools) or 'none'})",
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "goal": {"type": "string", "description": "what the agent should do"},
+                        "max_steps": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 100,
+                            "default": DEFAULT_AGENT_STEPS,
+                        },
+                    },
+                    "required": ["goal"],
+                },
+                annotations=types.ToolAnnotations(title=agent.name, open_world_hint=True),
+            )
+            out[name] = (tool, agent)
+        return out
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = [self.execute_tool, *self.builtin_tools.values()]
+        tools += [tool for tool, _ in self._agent_tools().values()]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        args = params.arguments or {}
+        name = params.name
+        if name == "execute":
+            command = args.get("command")
+            if not isinstance(command, str):
+                return _error("TypeError", "execute needs a string argument `command`")
+            return _from_envelope(await self.run_job(Job("program", source=command)))
+        if name in self.builtin_tools:
+            return _from_envelope(await self.run_job(Job("call", builtin=name, kwargs=args)))
+        if name.startswith(AGENT_PREFIX):
+            entry = self._agent_tools().get(name)
+            if entry is not None:
+                return await self._call_agent(entry[1], args)
+        return _error("NameError", f"unknown tool {name!r}")
+
+    async def _call_agent(self, agent: InstalledAgent, args: dict[str, Any]) -> types.CallToolResult:
+        assert self.run_agent is not None
+        goal = args.get("goal")
+        steps = args.get("max_steps", DEFAULT_AGENT_STEPS)
+        if not isinstance(goal, str) or not goal.strip():
+            return _error("TypeError", "an agent needs a non-empty string argument `goal`")
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 100:
+            return _error("TypeError", "max_steps must be an integer from 1 to 100")
+        task = await self.run_agent(agent, goal, steps)
+        if task.get("status") != "succeeded":
+            err = task.get("error")
+            if isinstance(err, dict):
+                return _error(str(err.get("kind", "AgentError")), str(err.get("message", "")))
+            return _error("AgentError", f"task {task.get('status')}: {err or 'no result'}")
+        result = task.get("result")
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            structured_content={"task_id": task.get("id"), "result": result},
+        )
+
+    # -- resources ------------------------------------------------------------------------
+
+    def _docs_path(self) -> Path | None:
+        import conch
+
+        path = Path(conch.__file__).resolve().parents[2] / "docs" / "language.md"
+        return path if path.is_file() else None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        resources = []
+        if self._docs_path() is not None:
+            resources.append(
+                types.Resource(
+                    uri=DOCS_URI,
+                    name="language",
+                    title="The conch language reference",
+                    mime_type="text/markdown",
+                )
+            )
+        resources += [
+            types.Resource(
+                uri=SCHEMA_URI,
+                name="schema",
+                title="The conch language schema (types, builtins, syntax)",
+                mime_type="application/json",
+            ),
+            types.Resource(
+                uri=BUILTINS_URI,
+                name="builtins",
+                title="Every builtin: name, description, category",
+                mime_type="application/json",
+            ),
+        ]
+        return types.ListResourcesResult(resources=resources)
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        docs = self._docs_path()
+        if uri == DOCS_URI and docs is not None:
+            text, mime = docs.read_text(encoding="utf-8"), "text/markdown"
+        elif uri == SCHEMA_URI:
+            text, mime = json.dumps(schema.language_schema(), ensure_ascii=False), "application/json"
+        elif uri == BUILTINS_URI:
+            text, mime = json.dumps(schema.builtins(), ensure_ascii=False), "application/json"
+        else:
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown resource {uri!r}")
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, text=text, mime_type=mime)]
+        )
+
+
+def _error(kind: str, message: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"{kind}: {message}")],
+        is_error=True,
+        structured_content={"kind": kind, "message": message},
+    )
+
+
+def _from_envelope(done: dict[str, Any]) -> types.CallToolResult:
+    if not done.get("success"):
+        err = done.get("error") or {}
+        message = str(err.get("message", ""))
+        if err.get("line") is not None and f"line {err['line']}" not in message:
+            message += f" at line {err['line']}, column {err.get('column')}"
+        return _error(str(err.get("kind", "Error")), message)
+    printed = [str(line) for line in done.get("output") or []]
+    result = done.get("result")
+    text = "\n".join([*printed, "" if result is None else str(result)]).strip("\n")
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content={"result": result, "type": done.get("type"), "output": printed},
+    )

@@ -1,0 +1,1 @@
+"""The agent server, one router per resource."""

@@ -1,0 +1,252 @@
+"""Routes of the agent marketplace (``/api/v1/marketplace/*``): validate, call the
+:class:`~conch.marketplace.MarketplaceService`, shape the answer.
+
+The service is synchronous (SQLAlchemy Core); each call runs in a worker thread. A
+:class:`~conch.marketplace.MarketplaceError` becomes the agent server's error body
+``{"success": false, "error": {kind, message, field}}`` with the status of its kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from conch.marketplace import MarketplaceError, MarketplaceService
+from conch.marketplace.errors import KINDS
+from conch.marketplace.federation import HOP_HEADER
+from conch.marketplace.records import MAX_NAME, MAX_VERSION, PublishRequest
+from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
+from conch.web.security import error_body
+
+router = APIRouter(prefix="/api/v1/marketplace", tags=["marketplace"])
+
+UPSTREAM_NOTE_HEADER = "X-Conch-Upstream-Note"
+
+
+class InstallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME * 2)
+    version: str | None = Field(
+        default=None,
+        max_length=MAX_VERSION * 2,
+        description="exact (1.2.3), a semver range (^1.2, ~1.2.3, >=1.0 <2), latest, or omitted",
+    )
+
+
+class UninstallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME * 2)
+
+
+class ErrorBody(BaseModel):
+    success: bool = False
+    error: dict[str, Any]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "Invalid request; `error.field` names the field"},
+    404: {"model": ErrorBody, "description": "Unknown agent, no matching version, not installed"},
+    409: {"model": ErrorBody, "description": "Version exists, record tampered, agent busy"},
+}
+
+
+def marketplace(request: Request) -> MarketplaceService:
+    service: MarketplaceService = request.app.state.marketplace
+    return service
+
+
+Service = Depends(marketplace)
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _problem(exc: MarketplaceError) -> Response:
+    extra = {"field": exc.field} if exc.field else {}
+    body = error_body(KINDS.get(exc.kind, 400), exc.message, exc.kind, **extra)
+    return Response(body, status_code=KINDS.get(exc.kind, 400), media_type="application/json")
+
+
+async def _parse(request: Request, model: type[M]) -> M | Response:
+    """The body as ``model`` whatever the Content-Type says (``curl -d`` sends a form type);
+    a problem is a 400 naming the field."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        if first.get("type") == "json_invalid":
+            message, field = "the body is not valid JSON", "body"
+        elif first.get("type") == "extra_forbidden":
+            message = f"unknown field {field!r}"
+        else:
+            message = f"{field}: {first.get('msg', 'invalid')}"
+        body = error_body(400, message, "RequestError", field=field)
+        return Response(body, status_code=400, media_type="application/json")
+
+
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except MarketplaceError as exc:
+        return _problem(exc)
+
+
+def _federated(request: Request) -> bool:
+    # A request from a downstream conch server is answered from this server alone.
+    return HOP_HEADER.lower() not in request.headers
+
+
+@router.get("/search", responses=_ERRORS)
+async def search(
+    request: Request,
+    q: str = Query(default="", max_length=500, description="search text"),
+    category: str | None = Query(default=None, max_length=40),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    offset: int = Query(default=0, ge=0, le=1_000_000),
+    service: MarketplaceService = Service,
+) -> Response:
+    """`{query, category, total, limit, offset, results, notes}`: the agent named exactly
+    `q` first, then by relevance over name, tags and description, ties by name; the latest
+    version of each agent, with `origin`, `installed` and `installed_version`."""
+    out = await _call(
+        service.search, q, category, limit=limit, offset=offset, federated=_federated(request)
+    )
+    return out if isinstance(out, Response) else _json(out)
+
+
+@router.get("/agents", responses=_ERRORS)
+async def list_agents(request: Request, service: MarketplaceService = Service) -> Response:
+    """Every agent (latest version) with `installed` and `installed_version`; with an
+    upstream, its agents too (`origin` is its URL). If the upstream does not answer, the
+    local list comes back with the reason in the `X-Conch-Upstream-Note` header."""
+    out = await _call(service.list_agents, federated=_federated(request))
+    if isinstance(out, Response):
+        return out
+    agents, notes = out
+    headers = {UPSTREAM_NOTE_HEADER: "; ".join(notes)[:500]} if notes else None
+    return _json(agents, headers=headers)
+
+
+@router.get("/agents/{name}", responses=_ERRORS)
+async def agent_versions(name: str, service: MarketplaceService = Service) -> Response:
+    """`{name, versions, installed_version}`: every published version of one agent, newest
+    first (what a downstream server resolves ranges against and verifies digests of)."""
+    out = await _call(service.versions_of, name)
+    return out if isinstance(out, Response) else _json(out)
+
+
+@router.post(
+    "/publish",
+    status_code=201,
+    responses=_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": PublishRequest.model_json_schema()}},
+        }
+    },
+)
+async def publish(request: Request, service: MarketplaceService = Service) -> Response:
+    """Publish a new immutable version → `201` record. Without `version`: the next patch
+    (`1.0.0` first). The same version again → `409`; a range, unknown tools, a malformed
+    model or an oversize field → `400` naming the field."""
+    body = await _parse(request, PublishRequest)
+    if isinstance(body, Response):
+        return body
+    out = await _call(service.publish, body)
+    return out if isinstance(out, Response) else _json(out, 201)
+
+
+@router.post(
+    "/install",
+    responses=_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": InstallRequest.model_json_schema()}},
+        }
+    },
+)
+async def install(request: Request, service: MarketplaceService = Service) -> Response:
+    """`{name, version, digest, installed: true}`; the record's digest is verified first
+    (`409` if it does not match). Installing the installed version again changes nothing."""
+    body = await _parse(request, InstallRequest)
+    if isinstance(body, Response):
+        return body
+    out = await _call(service.install, body.name, body.version)
+    return out if isinstance(out, Response) else _json(out)
+
+
+@router.post(
+    "/uninstall",
+    responses=_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": UninstallRequest.model_json_schema()}},
+        }
+    },
+)
+async def uninstall(request: Request, service: MarketplaceService = Service) -> Response:
+    """`{name, version, installed: false}`; `404` if not installed, `409` while one of its
+    tasks runs."""
+    body = await _parse(request, UninstallRequest)
+    if isinstance(body, Response):
+        return body
+    out = await _call(service.uninstall, body.name)
+    return out if isinstance(out, Response) else _json(out)
+
+
+def build_service(settings: Any) -> MarketplaceService:
+    """The marketplace service of a server with ``settings`` (schema migrated on first use)."""
+    from conch import db
+    from conch.marketplace import tables  # noqa: F401  (declares the tables on db.metadata)
+    from conch.marketplace.federation import Upstream
+
+    upstream = None
+    if settings.marketplace_url:
+        upstream = Upstream(
+            settings.marketplace_url,
+            api_key=settings.marketplace_api_key,
+            timeout_s=settings.marketplace_timeout_s,
+        )
+    return MarketplaceService(db.engine_for(settings.effective_database_url), upstream=upstream)
+
+
+def attach(app: Any, settings: Any) -> MarketplaceService:
+    """Add the marketplace to the agent server ``app``: its routes, its service at
+    ``app.state.marketplace``, and the curated catalogue published on start."""
+    from contextlib import asynccontextmanager
+
+    from conch.marketplace.catalogue import CATALOGUE
+
+    service = build_service(settings)
+    app.state.marketplace = service
+    app.include_router(router)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> Any:
+        async with inner(a) as state:
+            await run_in_threadpool(service.seed, CATALOGUE)
+            try:
+                yield state
+            finally:
+                if service.upstream is not None:
+                    service.upstream.close()
+
+    app.router.lifespan_context = lifespan
+    return service

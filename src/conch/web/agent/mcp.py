@@ -1,0 +1,49 @@
+"""The MCP endpoint of the agent server: streamable HTTP at ``/mcp``.
+
+A plain route inside the app, so the same guard as every other route applies (Host check on a
+loopback bind, bearer key, body limit). The SDK's own DNS-rebinding check is therefore off:
+it would only repeat ours with a narrower list of loopback names.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from conch.mcp_server import AgentRunner, ConchMCP
+
+PATH = "/mcp"
+
+
+def attach(app: Any, settings: Any, run_agent: AgentRunner | None = None) -> ConchMCP:
+    """Serve conch's MCP server at ``/mcp`` of ``app`` (after the marketplace is attached)."""
+    server = ConchMCP(
+        settings=settings,
+        run_job=app.state.pool.run,
+        installed=app.state.marketplace.installed,
+        run_agent=run_agent,
+    )
+    manager = StreamableHTTPSessionManager(
+        app=server.server,
+        # Plain JSON answers: a tool call is one POST and one JSON reply, no event stream.
+        json_response=True,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=settings.max_body_bytes,
+    )
+    app.router.add_route(
+        PATH, StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"],
+        include_in_schema=False,
+    )
+    app.state.mcp = server
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> Any:
+        async with inner(a) as state, manager.run():
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return server
