@@ -37,7 +37,10 @@ CONCURRENCY = (1, 16)
 _AGENT = """
 import sys, uvicorn
 from conch.config import Settings
-from conch.web.agent_app import create_app
+try:
+    from conch.web.agent.app import create_app
+except ImportError:  # an older checkout, measured side by side (CONCH_BENCH_OLD_SRC)
+    from conch.web.agent_app import create_app
 settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]))
 uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
             log_level="warning", access_log=False, loop="uvloop", http="httptools")

@@ -31,6 +31,7 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from conch import __version__
+from conch.agents.envelope import RunEnvelope
 from conch.agents.sandbox import Job, allowed_effects
 from conch.config import Settings
 from conch.lang import schema
@@ -45,7 +46,7 @@ DOCS_URI = "conch://docs/language"
 SCHEMA_URI = "conch://schema"
 BUILTINS_URI = "conch://builtins"
 
-RunJob = Callable[[Job], Awaitable[dict[str, Any]]]
+RunJob = Callable[[Job], Awaitable[RunEnvelope]]
 
 
 class AgentRunner(Protocol):
@@ -242,17 +243,19 @@ def _error(kind: str, message: str) -> types.CallToolResult:
     )
 
 
-def _from_envelope(done: dict[str, Any]) -> types.CallToolResult:
-    if not done.get("success"):
-        err = done.get("error") or {}
-        message = str(err.get("message", ""))
-        if err.get("line") is not None and f"line {err['line']}" not in message:
-            message += f" at line {err['line']}, column {err.get('column')}"
-        return _error(str(err.get("kind", "Error")), message)
-    printed = [str(line) for line in done.get("output") or []]
-    result = done.get("result")
-    text = "\n".join([*printed, "" if result is None else str(result)]).strip("\n")
+def _from_envelope(done: RunEnvelope) -> types.CallToolResult:
+    err = done.error
+    if not done.success or err is not None:
+        if err is None:
+            return _error("Error", "the run failed without an error")
+        message = err.message
+        if err.line is not None and f"line {err.line}" not in message:
+            message += f" at line {err.line}, column {err.column}"
+        return _error(err.kind, message)
+    printed = list(done.output)
+    result = done.result
+    text = "\n".join([*printed, "" if result is None else result]).strip("\n")
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
-        structured_content={"result": result, "type": done.get("type"), "output": printed},
+        structured_content={"result": result, "type": done.type, "output": printed},
     )

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conch.agents.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.agents.sandbox_worker import MAX_FRAME, SECRET_MARKERS, WorkerConfig, encode
 from conch.config import Settings
 from conch.lang.context import Limits
@@ -127,7 +128,7 @@ class Event:
     total: int = 0
     message: str = ""
     text: str = ""
-    result: dict[str, Any] | None = None
+    result: RunEnvelope | None = None
 
 
 class WorkerError(Exception):
@@ -258,13 +259,22 @@ class Worker:
             return True
         run = self.run
         kind = message[0] if type(message) is list and message else None
-        if run is None or kind not in _KINDS or (kind == "done" and type(message[1]) is not dict):
+        if run is None or kind not in _KINDS:
             self._shut("the sandbox worker misbehaved")
             return False
-        run.inbox.append(message)
         if kind == "done":
+            # ["done", envelope, recycle]: read once here, so a malformed envelope is a
+            # protocol fault like any other and nothing downstream sees a raw frame.
+            try:
+                envelope = RunEnvelope.from_wire(message[1])
+            except (ValueError, IndexError):
+                self._shut("the sandbox worker misbehaved")
+                return False
+            run.inbox.append(["done", envelope])
             self.run = None
-            self.pool._finished(self, message[1])
+            self.pool._finished(self, len(message) > 2 and message[2] is True)
+        else:
+            run.inbox.append(message)
         run.wake()
         return True
 
@@ -475,11 +485,10 @@ class SandboxPool:
 
     # -- handing out workers --------------------------------------------------------------
 
-    def _finished(self, worker: Worker, done: dict[str, Any]) -> None:
-        """A run's ``done`` frame arrived (called from the reader): recycle the worker or
-        give it the next queued run."""
+    def _finished(self, worker: Worker, recycle: bool) -> None:
+        """A run's ``done`` frame arrived (called from the reader): recycle the worker (when
+        it asked to be, after a limit) or give it the next queued run."""
         self._busy.discard(worker)
-        recycle = done.pop("recycle", False)
         if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
             self._replace(worker, "limit" if recycle else "recycle")
         else:
@@ -558,9 +567,9 @@ class SandboxPool:
         base = self.stream_limits if job.stream else self.limits
         return effective_limits(base, job.limits) if job.limits else base
 
-    async def run(self, job: Job) -> dict[str, Any]:
-        """Run ``job`` to completion and return its envelope
-        (``success, result, type, value, output, error`` and ``steps`` for pipelines)."""
+    async def run(self, job: Job) -> RunEnvelope:
+        """Run ``job`` to completion and return its envelope (a :class:`PipelineEnvelope`,
+        with ``steps``, for a pipeline)."""
         # The same protocol as :meth:`events`, without an async generator in between: this
         # is the path of every non-streaming request.
         limits = self._limits(job)
@@ -671,14 +680,5 @@ def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
 
 
 def _done_error(job: Job, kind: str, message: str) -> Event:
-    result: dict[str, Any] = {
-        "success": False,
-        "result": None,
-        "type": None,
-        "value": None,
-        "output": [],
-        "error": {"kind": kind, "message": message, "line": None, "column": None, "hint": None},
-    }
-    if job.mode == "pipeline":
-        result["steps"] = []
-    return Event("done", result=result)
+    envelope = PipelineEnvelope if job.mode == "pipeline" else RunEnvelope
+    return Event("done", result=envelope.failure(RunError(kind, message)))

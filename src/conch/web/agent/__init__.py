@@ -1,1 +1,1 @@
-"""The agent server, one router per resource."""
+"""The agent and code-execution server: one router module per resource, built by ``app.py``."""

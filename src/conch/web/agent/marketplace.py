@@ -2,8 +2,8 @@
 :class:`~conch.marketplace.MarketplaceService`, shape the answer.
 
 The service is synchronous (SQLAlchemy Core); each call runs in a worker thread. A
-:class:`~conch.marketplace.MarketplaceError` becomes the agent server's error body
-``{"success": false, "error": {kind, message, field}}`` with the status of its kind.
+:class:`~conch.marketplace.MarketplaceError` becomes a :class:`WebError`: the agent server's
+error body ``{"success": false, "error": {kind, message, field}}`` with the status of its kind.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -22,7 +22,8 @@ from conch.marketplace.errors import KINDS
 from conch.marketplace.federation import HOP_HEADER
 from conch.marketplace.records import MAX_NAME, MAX_VERSION, PublishRequest
 from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
-from conch.web.security import error_body
+from conch.web.agent.deps import MarketplaceDep
+from conch.web.common.errors import WebError
 
 router = APIRouter(prefix="/api/v1/marketplace", tags=["marketplace"])
 
@@ -58,12 +59,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def marketplace(request: Request) -> MarketplaceService:
-    service: MarketplaceService = request.app.state.marketplace
-    return service
-
-
-Service = Depends(marketplace)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -72,13 +67,7 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _problem(exc: MarketplaceError) -> Response:
-    extra = {"field": exc.field} if exc.field else {}
-    body = error_body(KINDS.get(exc.kind, 400), exc.message, exc.kind, **extra)
-    return Response(body, status_code=KINDS.get(exc.kind, 400), media_type="application/json")
-
-
-async def _parse(request: Request, model: type[M]) -> M | Response:
+async def _parse(request: Request, model: type[M]) -> M:
     """The body as ``model`` whatever the Content-Type says (``curl -d`` sends a form type);
     a problem is a 400 naming the field."""
     raw = await request.body()
@@ -93,15 +82,15 @@ async def _parse(request: Request, model: type[M]) -> M | Response:
             message = f"unknown field {field!r}"
         else:
             message = f"{field}: {first.get('msg', 'invalid')}"
-        body = error_body(400, message, "RequestError", field=field)
-        return Response(body, status_code=400, media_type="application/json")
+        raise WebError(400, message, kind="RequestError", field=field) from None
 
 
 async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return await run_in_threadpool(fn, *args, **kwargs)
     except MarketplaceError as exc:
-        return _problem(exc)
+        extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
+        raise WebError(KINDS.get(exc.kind, 400), exc.message, kind=exc.kind, **extra) from None
 
 
 def _federated(request: Request) -> bool:
@@ -112,11 +101,11 @@ def _federated(request: Request) -> bool:
 @router.get("/search", responses=_ERRORS)
 async def search(
     request: Request,
+    service: MarketplaceDep,
     q: str = Query(default="", max_length=500, description="search text"),
     category: str | None = Query(default=None, max_length=40),
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
-    service: MarketplaceService = Service,
 ) -> Response:
     """`{query, category, total, limit, offset, results, notes}`: the agent named exactly
     `q` first, then by relevance over name, tags and description, ties by name; the latest
@@ -124,28 +113,26 @@ async def search(
     out = await _call(
         service.search, q, category, limit=limit, offset=offset, federated=_federated(request)
     )
-    return out if isinstance(out, Response) else _json(out)
+    return _json(out)
 
 
 @router.get("/agents", responses=_ERRORS)
-async def list_agents(request: Request, service: MarketplaceService = Service) -> Response:
+async def list_agents(request: Request, service: MarketplaceDep) -> Response:
     """Every agent (latest version) with `installed` and `installed_version`; with an
     upstream, its agents too (`origin` is its URL). If the upstream does not answer, the
     local list comes back with the reason in the `X-Conch-Upstream-Note` header."""
     out = await _call(service.list_agents, federated=_federated(request))
-    if isinstance(out, Response):
-        return out
     agents, notes = out
     headers = {UPSTREAM_NOTE_HEADER: "; ".join(notes)[:500]} if notes else None
     return _json(agents, headers=headers)
 
 
 @router.get("/agents/{name}", responses=_ERRORS)
-async def agent_versions(name: str, service: MarketplaceService = Service) -> Response:
+async def agent_versions(name: str, service: MarketplaceDep) -> Response:
     """`{name, versions, installed_version}`: every published version of one agent, newest
     first (what a downstream server resolves ranges against and verifies digests of)."""
     out = await _call(service.versions_of, name)
-    return out if isinstance(out, Response) else _json(out)
+    return _json(out)
 
 
 @router.post(
@@ -159,15 +146,13 @@ async def agent_versions(name: str, service: MarketplaceService = Service) -> Re
         }
     },
 )
-async def publish(request: Request, service: MarketplaceService = Service) -> Response:
+async def publish(request: Request, service: MarketplaceDep) -> Response:
     """Publish a new immutable version → `201` record. Without `version`: the next patch
     (`1.0.0` first). The same version again → `409`; a range, unknown tools, a malformed
     model or an oversize field → `400` naming the field."""
     body = await _parse(request, PublishRequest)
-    if isinstance(body, Response):
-        return body
     out = await _call(service.publish, body)
-    return out if isinstance(out, Response) else _json(out, 201)
+    return _json(out, 201)
 
 
 @router.post(
@@ -180,14 +165,12 @@ async def publish(request: Request, service: MarketplaceService = Service) -> Re
         }
     },
 )
-async def install(request: Request, service: MarketplaceService = Service) -> Response:
+async def install(request: Request, service: MarketplaceDep) -> Response:
     """`{name, version, digest, installed: true}`; the record's digest is verified first
     (`409` if it does not match). Installing the installed version again changes nothing."""
     body = await _parse(request, InstallRequest)
-    if isinstance(body, Response):
-        return body
     out = await _call(service.install, body.name, body.version)
-    return out if isinstance(out, Response) else _json(out)
+    return _json(out)
 
 
 @router.post(
@@ -200,14 +183,12 @@ async def install(request: Request, service: MarketplaceService = Service) -> Re
         }
     },
 )
-async def uninstall(request: Request, service: MarketplaceService = Service) -> Response:
+async def uninstall(request: Request, service: MarketplaceDep) -> Response:
     """`{name, version, installed: false}`; `404` if not installed, `409` while one of its
     tasks runs."""
     body = await _parse(request, UninstallRequest)
-    if isinstance(body, Response):
-        return body
     out = await _call(service.uninstall, body.name)
-    return out if isinstance(out, Response) else _json(out)
+    return _json(out)
 
 
 def build_service(settings: Any) -> MarketplaceService:
