@@ -68,10 +68,11 @@ def resolve(name: str, versions: list[str], wanted: str | None) -> str:
                 "version",
             )
         return str(nodesemver.rsort(stable, False)[0])
-    cleaned = nodesemver.valid(text, False)
-    if cleaned is not None:
+    valid = nodesemver.valid(text, False)
+    if valid is not None:
+        cleaned = str(valid)
         if cleaned in versions:
-            return str(cleaned)
+            return cleaned
         raise not_found(f"{name}@{cleaned} is not published ({_available(versions)})", "version")
     if nodesemver.valid_range(text, False) is None:
         raise invalid(
