@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
+from conch.config import Settings
 from conch.marketplace import tables, versions
 from conch.marketplace.errors import MarketplaceError, conflict, invalid, not_found
 from conch.marketplace.federation import Upstream, UpstreamUnavailable
@@ -127,6 +128,21 @@ class MarketplaceService:
         self.sink = sink
         self._clock = clock
         self._sqlite = engine.dialect.name == "sqlite"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MarketplaceService:
+        """The service on the configured database (schema migrated on first use), with the
+        upstream of ``marketplace_url`` if one is set."""
+        from conch import db
+
+        upstream = None
+        if settings.marketplace_url:
+            upstream = Upstream(
+                settings.marketplace_url,
+                api_key=settings.marketplace_api_key,
+                timeout_s=settings.marketplace_timeout_s,
+            )
+        return cls(db.engine_for(settings.effective_database_url), upstream=upstream)
 
     # -- install state handed to orchestration ------------------------------------------
 

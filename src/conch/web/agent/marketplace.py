@@ -191,22 +191,6 @@ async def uninstall(request: Request, service: MarketplaceDep) -> Response:
     return _json(out)
 
 
-def build_service(settings: Any) -> MarketplaceService:
-    """The marketplace service of a server with ``settings`` (schema migrated on first use)."""
-    from conch import db
-    from conch.marketplace import tables  # noqa: F401  (declares the tables on db.metadata)
-    from conch.marketplace.federation import Upstream
-
-    upstream = None
-    if settings.marketplace_url:
-        upstream = Upstream(
-            settings.marketplace_url,
-            api_key=settings.marketplace_api_key,
-            timeout_s=settings.marketplace_timeout_s,
-        )
-    return MarketplaceService(db.engine_for(settings.effective_database_url), upstream=upstream)
-
-
 def attach(app: Any, settings: Any) -> MarketplaceService:
     """Add the marketplace to the agent server ``app``: its routes, its service at
     ``app.state.marketplace``, and the curated catalogue published on start."""
@@ -214,7 +198,7 @@ def attach(app: Any, settings: Any) -> MarketplaceService:
 
     from conch.marketplace.catalogue import CATALOGUE
 
-    service = build_service(settings)
+    service = MarketplaceService.from_settings(settings)
     app.state.marketplace = service
     app.include_router(router)
     inner = app.router.lifespan_context
