@@ -8,6 +8,7 @@ server does; ``--json`` prints the server's answer as it is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tomllib
@@ -173,10 +174,8 @@ def mcp_command() -> None:
     from conch.config import load_settings
 
     settings = load_settings()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(_serve_stdio, settings)
-    except KeyboardInterrupt:
-        pass
     sys.exit(0)
 
 
