@@ -26,6 +26,7 @@ from conch.config import Settings
 from conch.lang import schema
 from conch.lang.builtins.registry import REGISTRY, load_all, lookup
 from conch.lang.errors import did_you_mean
+from conch.web.agent.orchestration import install as install_orchestration
 from conch.web.agent_metrics import CONTENT_TYPE, AgentMetrics, MetricsMiddleware
 from conch.web.agent_protocol import (
     BuiltinDetail,
@@ -147,9 +148,11 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
+        await app.state.orchestrator.start()
         try:
             yield
         finally:
+            await app.state.orchestrator.close()
             await pool.close()
 
     app = AgentApp(
@@ -164,6 +167,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.pool = pool
     app.state.metrics = metrics
+    install_orchestration(app, settings, pool)
 
     # -- errors ---------------------------------------------------------------------------
 
