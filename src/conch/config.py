@@ -97,11 +97,18 @@ class Settings(BaseSettings):
     openai_api_key: str | None = None
     anthropic_api_key: str | None = None
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    # orchestration (agent server): models are reached only through the inference server's
+    # OpenAI-compatible API; observations sent back to the model are truncated to this size
+    models_url: str = "http://127.0.0.1:8080/v1"
+    agent_observation_chars: int = 4000
+    # how long a server's claim on a running task or workflow step lasts without renewal
+    # (after a crash another server, or this one restarted, takes the work over)
+    orchestration_lease_s: float = 15.0
+    orchestration_max_concurrent_steps: int = 64
 
-    # marketplace federation (the upstream is `marketplace_url`) and the agents' model server
+    # marketplace federation: the upstream is `marketplace_url`
     marketplace_api_key: str | None = None  # bearer key for the upstream marketplace
     marketplace_timeout_s: float = 2.0  # an upstream slower than this is left out, with a note
-    models_url: str = "http://127.0.0.1:8080/v1"  # OpenAI base URL the agents' models answer on
 
     @classmethod
     def settings_customise_sources(

@@ -17,6 +17,7 @@ from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
 from conch.web.agent import discovery, execution, health, marketplace, mcp, streams
+from conch.web.agent import orchestration as orchestration_routes
 from conch.web.agent.errors import install_error_handlers
 from conch.web.agent.fast_path import AgentApp
 from conch.web.agent.metrics import AgentMetrics
@@ -43,9 +44,11 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     @asynccontextmanager
     async def lifespan(app: AgentApp) -> AsyncIterator[None]:
         await pool.start()
+        await app.state.orchestrator.start()
         try:
             yield
         finally:
+            await app.state.orchestrator.close()
             await pool.close()
 
     # Outermost first; the fast path goes through the very same stack.
@@ -78,6 +81,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     install_error_handlers(app)
     for module in (execution, streams, discovery, health):
         app.include_router(module.router)
+    orchestration_routes.install(app, settings, pool)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)
     app.serve_fast(runs, middleware, execution.router.routes)

@@ -1,0 +1,1 @@
+"""Orchestration: agent tasks, durable DAG workflows and their events (no HTTP)."""

@@ -1,0 +1,292 @@
+"""The agent loop: ask the model for one JSON action at a time, run the tool, feed back the
+observation, until a final answer or the step budget runs out.
+
+An action is ``{"tool": NAME, "args": {...}}`` or ``{"final": ANSWER}``. The model is asked to
+answer with a JSON Schema generated from the chosen tools' declared parameters (an ``anyOf``
+with one branch per tool plus the final answer), which the conch inference server turns into
+a llama.cpp grammar; a provider that cannot constrain may still answer with prose or code
+fences around the object, so the reply goes through a lenient parser, and a reply that still
+is not an action gets one corrective retry.
+
+The loop knows nothing of HTTP, databases or processes: the model call, the tool call and
+what to do with each step are functions given to it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conch.lang.builtins.registry import lookup
+
+FINAL_MAX_CHARS = 2000
+STRING_MAX_CHARS = 500
+
+
+class ModelError(Exception):
+    """The model could not be reached or answered with something that is not a completion."""
+
+
+@dataclass
+class Reply:
+    text: str
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+ChatFn = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Reply]]
+ToolFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+StepFn = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class Outcome:
+    status: str  # succeeded | failed
+    result: Any = None
+    error: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def unknown_tools(tools: list[str]) -> list[str]:
+    return [name for name in tools if lookup(name) is None]
+
+
+def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    # A small model under a grammar may otherwise write one string forever: bound them.
+    if schema.get("type") == "string" and "maxLength" not in schema:
+        return {**schema, "maxLength": STRING_MAX_CHARS}
+    if "anyOf" in schema:
+        return {**schema, "anyOf": [_bounded(s) for s in schema["anyOf"]]}
+    return schema
+
+
+def tool_parameters(name: str) -> dict[str, Any]:
+    """A builtin's declared parameters as the JSON Schema of an action's ``args``."""
+    from conch.lang.schema import parameters_schema
+
+    b = lookup(name)
+    if b is None:
+        raise KeyError(name)
+    schema = parameters_schema(b)
+    props = {}
+    for key, prop in schema.get("properties", {}).items():
+        prop = {k: v for k, v in prop.items() if k not in ("description", "default")}
+        props[key] = _bounded(prop)
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if schema.get("required"):
+        out["required"] = schema["required"]
+    return out
+
+
+def action_schema(tools: list[str]) -> dict[str, Any]:
+    """The JSON Schema of one action for these tools."""
+    variants: list[dict[str, Any]] = [
+        {
+            "type": "object",
+            "properties": {"tool": {"const": name}, "args": tool_parameters(name)},
+            "required": ["tool", "args"],
+            "additionalProperties": False,
+        }
+        for name in tools
+    ]
+    variants.append(
+        {
+            "type": "object",
+            "properties": {"final": {"type": "string", "maxLength": FINAL_MAX_CHARS}},
+            "required": ["final"],
+            "additionalProperties": False,
+        }
+    )
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _tool_line(name: str) -> str:
+    b = lookup(name)
+    assert b is not None
+    return f"- {b.signature}: {b.description}"
+
+
+def system_prompt(base: str, tools: list[str]) -> str:
+    listing = "\n".join(_tool_line(n) for n in tools) or "(none: answer directly)"
+    return (
+        f"{base}\n\nTools:\n{listing}\n\n"
+        'Reply with exactly one JSON object: {"tool": "<name>", "args": {...}} to call a tool '
+        '(args by parameter name), or {"final": "<answer>"} when you have the answer.'
+    )
+
+
+def parse_action(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` that is an action (prose and code fences around it
+    are ignored). Raises ``ValueError`` saying what is wrong."""
+    decoder = json.JSONDecoder()
+    found: Any = None
+    pos = text.find("{")
+    while pos != -1:
+        try:
+            found, _end = decoder.raw_decode(text, pos)
+        except ValueError:
+            pos = text.find("{", pos + 1)
+            continue
+        if isinstance(found, dict) and ("tool" in found or "final" in found):
+            break
+        pos = text.find("{", pos + 1)
+        found = None
+    if found is None:
+        raise ValueError('no JSON object with "tool" or "final" in the reply')
+    if "final" in found:
+        return {"final": found["final"]}
+    tool = found.get("tool")
+    if not isinstance(tool, str):
+        raise ValueError('"tool" must be a string naming a tool')
+    args = found.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ValueError('"args" must be an object of parameter values by name')
+    return {"tool": tool, "args": args}
+
+
+def check_args(name: str, args: dict[str, Any]) -> str | None:
+    """Why ``args`` do not fit the tool's declared parameters, or None."""
+    b = lookup(name)
+    if b is None:
+        return f"unknown tool {name!r}"
+    declared = {p.name for p in b.params}
+    extra = sorted(set(args) - declared)
+    if extra:
+        return f"{name} has no parameter {', '.join(extra)} (parameters: {', '.join(sorted(declared)) or 'none'})"
+    missing = [p.name for p in b.params if p.required and not p.variadic and p.name not in args]
+    if missing:
+        return f"{name} needs {', '.join(missing)}"
+    return None
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+
+
+def observation_of(envelope: dict[str, Any], limit: int) -> tuple[str, dict[str, Any] | None]:
+    """The text the model sees for a tool's result envelope, and the error if it failed."""
+    if envelope.get("success"):
+        result = envelope.get("result")
+        return truncate("" if result is None else str(result), limit), None
+    err = envelope.get("error") or {}
+    error = {"kind": err.get("kind", "Error"), "message": err.get("message", "")}
+    return truncate(f"{error['kind']}: {error['message']}", limit), error
+
+
+def _add_usage(total: dict[str, int], usage: dict[str, int]) -> None:
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int):
+            total[key] = total.get(key, 0) + value
+
+
+def _ms(since: float) -> int:
+    return int((time.perf_counter() - since) * 1000)
+
+
+async def run_agent_loop(
+    *,
+    goal: str,
+    tools: list[str],
+    max_steps: int,
+    system: str,
+    chat: ChatFn,
+    call_tool: ToolFn,
+    on_step: StepFn | None = None,
+    observation_chars: int = 4000,
+) -> Outcome:
+    schema = action_schema(tools)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt(system, tools)},
+        {"role": "user", "content": goal},
+    ]
+    out = Outcome(status="running")
+    allowed = set(tools)
+    for index in range(max_steps):
+        started = time.perf_counter()
+        usage: dict[str, int] = {}
+        reply = await chat(messages, schema)
+        _add_usage(usage, reply.usage)
+        try:
+            action = parse_action(reply.text)
+        except ValueError as first:
+            # One corrective retry: the model sees its reply and what was wrong with it.
+            retry = [
+                *messages,
+                {"role": "assistant", "content": reply.text},
+                {
+                    "role": "user",
+                    "content": f"That reply is not a valid action ({first}). Answer with one "
+                    'JSON object only: {"tool": ..., "args": {...}} or {"final": ...}.',
+                },
+            ]
+            reply = await chat(retry, schema)
+            _add_usage(usage, reply.usage)
+            try:
+                action = parse_action(reply.text)
+            except ValueError as second:
+                _add_usage(out.usage, usage)
+                out.status = "failed"
+                out.error = {
+                    "kind": "ProviderError",
+                    "message": f"the model did not give a valid action after a corrective retry: {second}",
+                }
+                return out
+        _add_usage(out.usage, usage)
+        step: dict[str, Any] = {"index": index}
+        if "final" in action:
+            step.update(
+                action="final",
+                args={"final": action["final"]},
+                observation=None,
+                error=None,
+                elapsed_ms=_ms(started),
+                usage=usage,
+            )
+            out.steps.append(step)
+            if on_step is not None:
+                await on_step(step)
+            out.status = "succeeded"
+            out.result = action["final"]
+            return out
+        name, args = action["tool"], action["args"]
+        problem = (
+            f"unknown tool {name!r}; the tools are: {', '.join(tools) or 'none'}"
+            if name not in allowed
+            else check_args(name, args)
+        )
+        if problem is not None:
+            error: dict[str, Any] | None = {
+                "kind": "NameError" if name not in allowed else "TypeError",
+                "message": problem,
+            }
+            observation = f"{error['kind']}: {problem}"  # type: ignore[index]
+        else:
+            envelope = await call_tool(name, args)
+            observation, error = observation_of(envelope, observation_chars)
+        step.update(
+            action=name,
+            args=args,
+            observation=observation,
+            error=error,
+            elapsed_ms=_ms(started),
+            usage=usage,
+        )
+        out.steps.append(step)
+        if on_step is not None:
+            await on_step(step)
+        messages.append({"role": "assistant", "content": json.dumps(action, ensure_ascii=False)})
+        messages.append({"role": "user", "content": f"Observation: {observation}"})
+    out.status = "failed"
+    out.error = {
+        "kind": "LimitError",
+        "message": f"no final answer within max_steps={max_steps} steps",
+    }
+    return out

@@ -1,0 +1,104 @@
+"""Models through the inference server's OpenAI-compatible chat API (``models_url``).
+
+The agent server never loads a model: every completion is an HTTP request to the conch
+inference server (or any OpenAI-compatible server), which routes ``<provider>:<model>``
+names to its providers; a ``local:`` prefix is conch's own and is stripped. Each request
+carries ``response_format: {"type": "json_schema"}`` so that a server able to constrain
+decoding (conch's, through a llama.cpp grammar) only produces valid actions; a server that
+refuses the field is asked again without it, and the loop's lenient parser takes over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from conch.orchestration.loop import ModelError, Reply
+
+MAX_TOKENS = 512
+
+
+def wire_model(model: str) -> str:
+    return model.removeprefix("local:")
+
+
+class ModelClient:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, timeout: float = 300.0
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.AsyncClient | None = None
+        self._headers = headers
+        self._timeout = timeout
+        # Models whose server refused response_format: asked without it from then on.
+        self._unconstrained: set[str] = set()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=self._timeout,
+                headers=self._headers,
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def chat(
+        self, model: str, messages: list[dict[str, Any]], schema: dict[str, Any]
+    ) -> Reply:
+        name = wire_model(model)
+        body: dict[str, Any] = {
+            "model": name,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": MAX_TOKENS,
+        }
+        if name not in self._unconstrained:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "action", "schema": schema, "strict": True},
+            }
+        response = await self._post(body)
+        if (
+            response.status_code == 400
+            and "response_format" in body
+            and "response_format" in response.text
+        ):
+            self._unconstrained.add(name)
+            body.pop("response_format")
+            response = await self._post(body)
+        if response.status_code != 200:
+            raise ModelError(
+                f"the model server answered {response.status_code} for model {model!r}: "
+                f"{_message(response)}"
+            )
+        try:
+            data = response.json()
+            text = data["choices"][0]["message"].get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise ModelError("the model server's reply is not a chat completion") from None
+        usage = data.get("usage") or {}
+        return Reply(text=str(text), usage={k: v for k, v in usage.items() if isinstance(v, int)})
+
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        url = f"{self.base_url}/chat/completions"
+        try:
+            return await self._http().post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise ModelError(f"cannot reach the model server at {self.base_url}: {exc}") from exc
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        err = response.json().get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    except (ValueError, AttributeError):
+        pass
+    return response.text[:300]

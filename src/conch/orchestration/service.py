@@ -1,0 +1,615 @@
+"""The orchestrator: tasks run by the agent loop, durable DAG workflows, their event streams.
+
+State lives in the database (:mod:`conch.orchestration.store`); this object runs the work
+that this server has claimed, in the background of the server's event loop:
+
+- a task is run by the server that created it (it owns the task's lease);
+- workflow steps are claimed by whichever server's scheduler gets them first, so several
+  servers on one PostgreSQL database share a workflow and no step runs twice;
+- a lease keeper renews this server's leases, notices work cancelled through another server,
+  and takes over work whose server died (tasks fail with reason ``interrupted``; running
+  steps are retried if they have attempts left).
+
+``run`` steps and agent tool calls go through the executor (sandbox pool or Dask); models
+are reached through the inference server's OpenAI-compatible API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from conch.agents.registry import DEFAULT_AGENT, AgentRegistry, AgentSpec, qualified_model
+from conch.agents.sandbox import Job
+from conch.config import Settings
+from conch.orchestration.errors import Conflict, Invalid, NotFound
+from conch.orchestration.executor import Executor
+from conch.orchestration.loop import ModelError, Reply, run_agent_loop, unknown_tools
+from conch.orchestration.models import ModelClient
+from conch.orchestration.spec import (
+    Plan,
+    WorkflowRequest,
+    interpolate,
+    parse_workflow,
+    plan,
+    run_source,
+)
+from conch.orchestration.store import TASK_DONE, Store
+
+log = logging.getLogger("conch.orchestration")
+
+TERMINAL_EVENTS = frozenset({"complete", "error"})
+POLL_S = 0.5
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        settings: Settings,
+        executor: Executor,
+        *,
+        engine: Engine | None = None,
+        models: ModelClient | None = None,
+    ) -> None:
+        from conch import db
+
+        self.settings = settings
+        self.executor = executor
+        self.engine = engine or db.engine_for(settings.effective_database_url)
+        self.store = Store(self.engine)
+        self.agents = AgentRegistry(self.engine, settings.default_model)
+        self.models = models or ModelClient(settings.models_url)
+        self.instance = f"{uuid.uuid4().hex[:12]}"
+        self.lease_s = settings.orchestration_lease_s
+        self.capacity = settings.orchestration_max_concurrent_steps
+        self._tasks: dict[str, asyncio.Task[Any]] = {}  # task id -> its run
+        self._steps: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._plans: dict[str, Plan] = {}
+        self._background: list[asyncio.Task[Any]] = []
+        self._wake = asyncio.Event()
+        self._listeners: dict[str, set[asyncio.Event]] = {}
+        self._closing = False
+        self.task_listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.executor.start()
+        # A SQLite database has a single server: whatever it was running when it stopped was
+        # interrupted, whatever the leases say. PostgreSQL waits for leases to run out.
+        single = self.engine.dialect.name == "sqlite"
+        await self._reclaim(everything=single)
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(self._scheduler(), name="orchestration-scheduler"),
+            loop.create_task(self._keeper(), name="orchestration-leases"),
+        ]
+
+    async def close(self) -> None:
+        """Stop: running tasks end as interrupted; running steps go back to pending without
+        spending an attempt... unless a lease keeper elsewhere gets them first."""
+        self._closing = True
+        for bg in self._background:
+            bg.cancel()
+        running = [*self._tasks.values(), *self._steps.values()]
+        for job in running:
+            job.cancel()
+        await asyncio.gather(*self._background, *running, return_exceptions=True)
+        await self.models.close()
+        await self.executor.close()
+
+    def _lease(self) -> float:
+        return time.time() + self.lease_s
+
+    async def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kw)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _notify(self, stream: str) -> None:
+        for ev in self._listeners.get(stream, ()):
+            ev.set()
+
+    async def events(self, stream: str, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
+        """The stream's events after sequence number ``after``, live, until the terminal one
+        (``complete`` or ``error``); a finished run replays and ends at once."""
+        ev = asyncio.Event()
+        self._listeners.setdefault(stream, set()).add(ev)
+        try:
+            while True:
+                ev.clear()
+                batch = await self._db(self.store.events_after, stream, after)
+                for seq, name, data in batch:
+                    after = seq
+                    yield seq, name, data
+                    if name in TERMINAL_EVENTS:
+                        return
+                if batch:
+                    continue
+                # Other servers write to the same database: poll as well as listen.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev.wait(), POLL_S)
+        finally:
+            listeners = self._listeners.get(stream)
+            if listeners is not None:
+                listeners.discard(ev)
+                if not listeners:
+                    self._listeners.pop(stream, None)
+
+    # -- agents ---------------------------------------------------------------------------
+
+    def agent_view(self, spec: AgentSpec, busy: set[str]) -> dict[str, Any]:
+        return {
+            "id": spec.id,
+            "status": "busy" if spec.id in busy else "idle",
+            "capabilities": list(spec.tools),
+            "model": qualified_model(spec.model),
+            "description": spec.description,
+            "system_prompt": spec.system_prompt,
+            "source": spec.source,
+            "version": spec.version,
+        }
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        specs = await self._db(self.agents.list)
+        busy = await self._db(self.agents.busy_ids)
+        return [self.agent_view(s, busy) for s in specs]
+
+    async def get_agent(self, id: str) -> dict[str, Any]:
+        spec = await self._db(self.agents.get, id)
+        if spec is None:
+            raise NotFound(f"no agent {id!r}")
+        busy = await self._db(self.agents.busy_ids)
+        return self.agent_view(spec, busy)
+
+    async def register_agent(
+        self,
+        *,
+        id: str,
+        system_prompt: str,
+        tools: list[str],
+        model: str | None,
+        description: str = "",
+    ) -> dict[str, Any]:
+        bad = unknown_tools(tools)
+        if bad:
+            raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
+        spec = AgentSpec(
+            id=id,
+            description=description,
+            system_prompt=system_prompt,
+            tools=tools,
+            model=qualified_model(model or self.settings.default_model),
+            source="registered",
+        )
+        try:
+            await self._db(self.agents.register, spec)
+        except ValueError as exc:
+            raise Invalid(str(exc), where="id") from None
+        return await self.get_agent(id)
+
+    async def remove_agent(self, id: str) -> None:
+        try:
+            removed = await self._db(self.agents.remove, id)
+        except ValueError as exc:
+            raise Conflict(str(exc)) from None
+        if not removed:
+            raise NotFound(f"no agent {id!r}")
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        *,
+        goal: str,
+        tools: list[str] | None,
+        max_steps: int,
+        agent: str | None = None,
+        model: str | None = None,
+        origin: str = "api",
+    ) -> dict[str, Any]:
+        """Record a task and start it in the background; returns the task record."""
+        agent_id = agent or DEFAULT_AGENT
+        spec = await self._db(self.agents.get, agent_id)
+        if spec is None:
+            raise Invalid(f"agent: no agent {agent_id!r}", where="agent")
+        if tools is None:
+            tools = list(spec.tools)
+        bad = unknown_tools(tools)
+        if bad:
+            raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
+        if max_steps < 1:
+            raise Invalid("max_steps: must be at least 1", where="max_steps")
+        task_id = _new_id("task")
+        row = {
+            "id": task_id,
+            "goal": goal,
+            "tools": tools,
+            "max_steps": max_steps,
+            "agent": agent_id,
+            "model": qualified_model(model or spec.model),
+            "status": "pending",
+            "steps": [],
+            "result": None,
+            "error": None,
+            "usage": {},
+            "created_at": time.time(),
+            "started_at": None,
+            "finished_at": None,
+            "origin": origin,
+            "owner": self.instance,
+            "lease_until": self._lease(),
+        }
+        record = await self._db(self.store.insert_task, row)
+        run = asyncio.get_running_loop().create_task(self._run_task(task_id, spec, row))
+        self._tasks[task_id] = run
+        run.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
+        return record  # type: ignore[no-any-return]
+
+    async def _run_task(self, task_id: str, spec: AgentSpec, row: dict[str, Any]) -> None:
+        stream = f"task:{task_id}"
+        usage: dict[str, int] = {}
+        try:
+            if not await self._db(self.store.start_task, task_id, self.instance, self._lease()):
+                return
+            self._notify(stream)
+
+            async def chat(messages: list[dict[str, Any]], schema: dict[str, Any]) -> Reply:
+                return await self.models.chat(row["model"], messages, schema)
+
+            async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+                return await self.executor.run(Job("call", builtin=name, kwargs=args))
+
+            async def on_step(step: dict[str, Any]) -> None:
+                for key, value in (step.get("usage") or {}).items():
+                    usage[key] = usage.get(key, 0) + value
+                if not await self._db(self.store.add_task_step, task_id, step, dict(usage)):
+                    # Cancelled (perhaps through another server) while this step ran.
+                    raise asyncio.CancelledError()
+                self._notify(stream)
+
+            try:
+                outcome = await run_agent_loop(
+                    goal=row["goal"],
+                    tools=row["tools"],
+                    max_steps=row["max_steps"],
+                    system=spec.system_prompt,
+                    chat=chat,
+                    call_tool=call_tool,
+                    on_step=on_step,
+                    observation_chars=self.settings.agent_observation_chars,
+                )
+            except ModelError as exc:
+                await self._db(
+                    self.store.finish_task,
+                    task_id,
+                    "failed",
+                    error={"kind": "ProviderError", "message": str(exc)},
+                    usage=dict(usage),
+                )
+                return
+            await self._db(
+                self.store.finish_task,
+                task_id,
+                outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                usage=outcome.usage,
+            )
+        except asyncio.CancelledError:
+            if self._closing:
+                await asyncio.shield(
+                    self._db(
+                        self.store.finish_task,
+                        task_id,
+                        "failed",
+                        error={
+                            "kind": "InterruptedError",
+                            "reason": "interrupted",
+                            "message": "the server stopped while the task was running",
+                        },
+                    )
+                )
+            raise
+        except Exception as exc:  # a bug must not leave the task running forever
+            log.exception("task %s crashed", task_id)
+            await self._db(
+                self.store.finish_task,
+                task_id,
+                "failed",
+                error={"kind": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
+            )
+        finally:
+            self._notify(stream)
+
+    async def get_task(self, task_id: str) -> dict[str, Any]:
+        record = await self._db(self.store.get_task, task_id)
+        if record is None:
+            raise NotFound(f"no task {task_id!r}")
+        return record  # type: ignore[no-any-return]
+
+    async def list_tasks(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        return await self._db(self.store.list_tasks, status, limit, offset)  # type: ignore[no-any-return]
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        """Cancel a pending or running task (``409`` once it has finished)."""
+        record = await self._db(
+            self.store.finish_task,
+            task_id,
+            "cancelled",
+            error={"kind": "CancelledError", "message": "the task was cancelled"},
+        )
+        if record is None:
+            current = await self.get_task(task_id)
+            raise Conflict(f"task {task_id!r} already {current['status']}")
+        run = self._tasks.get(task_id)
+        if run is not None:
+            run.cancel()
+        self._notify(f"task:{task_id}")
+        return record  # type: ignore[no-any-return]
+
+    async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """The task record once it has finished (``TimeoutError`` after ``timeout`` s)."""
+
+        async def until_done() -> dict[str, Any]:
+            async for _seq, name, _data in self.events(f"task:{task_id}"):
+                if name in TERMINAL_EVENTS:
+                    break
+            return await self.get_task(task_id)
+
+        await self.get_task(task_id)
+        return await asyncio.wait_for(until_done(), timeout)
+
+    # -- workflows ------------------------------------------------------------------------
+
+    async def create_workflow(self, body: Any) -> dict[str, Any]:
+        req = body if isinstance(body, WorkflowRequest) else parse_workflow(body)
+        p = plan(req)
+        for i, sid in enumerate(p.steps):
+            task = p.steps[sid].task
+            if task is None:
+                continue
+            if task.tools is not None:
+                bad = unknown_tools(task.tools)
+                if bad:
+                    raise Invalid(
+                        f"steps[{i}].task.tools: unknown builtin {', '.join(map(repr, bad))}",
+                        where=f"steps[{i}].task.tools",
+                    )
+            if task.agent is not None and await self._db(self.agents.get, task.agent) is None:
+                raise Invalid(
+                    f"steps[{i}].task.agent: no agent {task.agent!r}",
+                    where=f"steps[{i}].task.agent",
+                )
+        wf_id = _new_id("wf")
+        self._plans[wf_id] = p
+        await self._db(self.store.insert_workflow, wf_id, p)
+        self._wake.set()
+        return await self.get_workflow(wf_id)
+
+    async def get_workflow(self, wf_id: str) -> dict[str, Any]:
+        record = await self._db(self.store.get_workflow, wf_id)
+        if record is None:
+            raise NotFound(f"no workflow {wf_id!r}")
+        return record  # type: ignore[no-any-return]
+
+    async def list_workflows(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        return await self._db(self.store.list_workflows, status, limit, offset)  # type: ignore[no-any-return]
+
+    async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
+        previous, running = await self._db(self.store.cancel_workflow, wf_id)
+        if previous is None:
+            raise NotFound(f"no workflow {wf_id!r}")
+        if previous not in ("pending", "running"):
+            raise Conflict(f"workflow {wf_id!r} already {previous}")
+        for sid in running:
+            job = self._steps.get((wf_id, sid))
+            if job is not None:
+                job.cancel()
+        self._notify(f"workflow:{wf_id}")
+        return await self.get_workflow(wf_id)
+
+    async def wait_workflow(self, wf_id: str, timeout: float | None = None) -> dict[str, Any]:
+        async def until_done() -> dict[str, Any]:
+            async for _seq, name, _data in self.events(f"workflow:{wf_id}"):
+                if name in TERMINAL_EVENTS:
+                    break
+            return await self.get_workflow(wf_id)
+
+        await self.get_workflow(wf_id)
+        return await asyncio.wait_for(until_done(), timeout)
+
+    def _load_plan(self, wf_id: str) -> Plan | None:
+        p = self._plans.get(wf_id)
+        if p is not None:
+            return p
+        definition = self.store.definition(wf_id)
+        if definition is None:
+            return None
+        p = plan(WorkflowRequest.model_validate(definition))
+        self._plans[wf_id] = p
+        return p
+
+    async def _scheduler(self) -> None:
+        while True:
+            try:
+                free = self.capacity - len(self._steps)
+                claimed = await self._db(self.store.claim_steps, self.instance, self._lease(), free)
+                for wf_id, sid, attempt in claimed:
+                    p = await self._db(self._load_plan, wf_id)
+                    if p is None:
+                        continue
+                    self._notify(f"workflow:{wf_id}")
+                    job = asyncio.get_running_loop().create_task(
+                        self._run_step(p, wf_id, sid, attempt)
+                    )
+                    key = (wf_id, sid)
+                    self._steps[key] = job
+                    job.add_done_callback(functools.partial(self._step_done, key))
+                if claimed and len(claimed) == free:
+                    await asyncio.sleep(0)
+                    continue
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("workflow scheduler")
+                await asyncio.sleep(POLL_S)
+
+    def _step_done(self, key: tuple[str, str], _job: object = None) -> None:
+        self._steps.pop(key, None)
+        self._wake.set()
+
+    async def _run_step(self, p: Plan, wf_id: str, sid: str, attempt: int) -> None:
+        step = p.steps[sid]
+        stream = f"workflow:{wf_id}"
+        try:
+            scope_steps = await self._db(self.store.step_scope, wf_id, p.ancestors[sid])
+            scope = {"inputs": p.inputs, "steps": scope_steps}
+            try:
+                async with asyncio.timeout(step.timeout_s):
+                    ok, result, error = await self._execute_step(wf_id, sid, step, scope)
+            except TimeoutError:
+                ok, result, error = (
+                    False,
+                    None,
+                    {
+                        "kind": "TimeoutError",
+                        "message": f"step {sid!r} exceeded timeout_s={step.timeout_s:g}",
+                    },
+                )
+            await self._db(
+                self.store.finish_step, p, wf_id, sid, self.instance,
+                ok=ok, result=result, error=error, backoff_s=step.backoff_s,
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            if self._closing:
+                # Give the step back without spending its attempt: a restart runs it again.
+                await asyncio.shield(self._db(self._release_step, wf_id, sid))
+            raise
+        except Exception as exc:
+            log.exception("step %s/%s crashed", wf_id, sid)
+            await self._db(
+                self.store.finish_step, p, wf_id, sid, self.instance,
+                ok=False, error={"kind": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
+            )  # fmt: skip
+        finally:
+            self._notify(stream)
+
+    def _release_step(self, wf_id: str, sid: str) -> None:
+        import sqlalchemy as sa
+
+        from conch.orchestration import tables as t
+
+        s = t.workflow_steps
+        with self.store.tx() as conn:
+            conn.execute(
+                sa.update(s)
+                .where(
+                    s.c.workflow_id == wf_id,
+                    s.c.id == sid,
+                    s.c.status == "running",
+                    s.c.owner == self.instance,
+                )
+                .values(
+                    status="pending",
+                    attempts=s.c.attempts - 1,
+                    owner=None,
+                    lease_until=None,
+                    started_at=None,
+                )
+            )
+
+    async def _execute_step(
+        self, wf_id: str, sid: str, step: Any, scope: dict[str, Any]
+    ) -> tuple[bool, Any, dict[str, Any] | None]:
+        if step.run is not None:
+            limits = {"wall_time_s": step.timeout_s} if step.timeout_s else None
+            envelope = await self.executor.run(
+                Job("program", source=run_source(step.run, scope), limits=limits)
+            )
+            if envelope.get("success"):
+                return True, envelope.get("value"), None
+            err = envelope.get("error") or {}
+            return (
+                False,
+                None,
+                {k: err.get(k) for k in ("kind", "message", "line", "column", "hint")},
+            )
+        task = step.task
+        try:
+            goal = interpolate(task.goal, scope)
+        except KeyError as exc:
+            return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
+        record = await self.create_task(
+            goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
+            model=task.model, origin="workflow",
+        )  # fmt: skip
+        await self._db(self.store.set_step_task, wf_id, sid, record["id"])
+        try:
+            done = await self.wait_task(record["id"])
+        except BaseException:
+            with contextlib.suppress(Conflict, NotFound):
+                await asyncio.shield(self.cancel_task(record["id"]))
+            raise
+        if done["status"] == "succeeded":
+            return True, done["result"], None
+        return False, None, done["error"] or {"kind": "Error", "message": f"task {done['status']}"}
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _reclaim(self, everything: bool = False) -> None:
+        changed = await self._db(
+            self.store.reclaim, self._plans, self._load_plan, everything=everything
+        )
+        for wf_id in changed:
+            self._notify(f"workflow:{wf_id}")
+        if changed:
+            self._wake.set()
+
+    async def _keeper(self) -> None:
+        interval = max(0.2, self.lease_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._db(self.store.renew, self.instance, self._lease())
+                if self._steps:
+                    # A step cancelled through another server: stop it here.
+                    statuses = await self._db(self.store.step_statuses, self.instance)
+                    for key, job in list(self._steps.items()):
+                        if statuses.get(key) not in (None, "running"):
+                            job.cancel()
+                for task_id, run in list(self._tasks.items()):
+                    status = await self._db(self.store.task_status, task_id)
+                    if status in TASK_DONE:
+                        run.cancel()
+                await self._reclaim()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("orchestration lease keeper")
+
+    # -- metrics --------------------------------------------------------------------------
+
+    async def metrics(self) -> dict[str, int]:
+        figures = await self._db(self.store.metrics)
+        registered = figures.pop("registered_agents")
+        return {"total_agents": registered + 1, **figures}

@@ -1,0 +1,713 @@
+"""Every read and write of orchestration state (synchronous SQLAlchemy Core; the service
+calls these from worker threads).
+
+Concurrency. Each state change and the events it emits commit in one transaction. On
+PostgreSQL several servers share the tables: transitions of one workflow lock its row
+(``SELECT … FOR UPDATE``), and servers claim runnable steps with
+``SELECT … FOR UPDATE SKIP LOCKED`` so that no step is handed out twice; claims lock only
+step rows (never the workflow row) so the two kinds of transaction cannot deadlock. SQLite
+has one writer at a time anyway; a process-wide lock keeps this process's writers from
+tripping over each other's read-then-write transactions.
+
+Leases. A server that runs a task or a step holds it until ``lease_until`` and renews that
+while it works. Work whose lease ran out belongs to a server that died: tasks are then
+failed with reason ``interrupted`` (an agent's half-done conversation is not resumable);
+steps go back to pending if they have attempts left, so workflows resume.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from conch.orchestration import tables as t
+from conch.orchestration.spec import Plan
+
+TASK_ACTIVE = ("pending", "running")
+TASK_DONE = ("succeeded", "failed", "cancelled")
+STEP_DONE = ("succeeded", "failed", "skipped", "cancelled")
+INTERRUPTED = {
+    "kind": "InterruptedError",
+    "reason": "interrupted",
+    "message": "the server running it stopped before it finished",
+}
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def task_record(row: Any) -> dict[str, Any]:
+    duration = None
+    if row.started_at is not None and row.finished_at is not None:
+        duration = int((row.finished_at - row.started_at) * 1000)
+    return {
+        "id": row.id,
+        "goal": row.goal,
+        "tools": row.tools,
+        "max_steps": row.max_steps,
+        "agent": row.agent,
+        "model": row.model,
+        "status": row.status,
+        "steps": row.steps,
+        "result": row.result,
+        "error": row.error,
+        "created_at": iso(row.created_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+        "duration_ms": duration,
+        "usage": row.usage,
+    }
+
+
+def step_record(row: Any) -> dict[str, Any]:
+    out = {
+        "id": row.id,
+        "status": row.status,
+        "result": row.result,
+        "error": row.error,
+        "attempts": row.attempts,
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+    }
+    if row.task_id is not None:
+        out["task_id"] = row.task_id
+    return out
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.postgres = engine.dialect.name == "postgresql"
+        self._lock = threading.Lock() if not self.postgres else None
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        if self._lock is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._lock, self.engine.begin() as conn:
+            yield conn
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _emit(self, conn: Connection, stream: str, event: str, data: dict[str, Any]) -> int:
+        """Append an event; callers hold the lock of the stream's parent row."""
+        seq = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(t.events.c.seq), 0)).where(
+                t.events.c.stream == stream
+            )
+        ).scalar_one()
+        seq += 1
+        conn.execute(
+            sa.insert(t.events).values(
+                stream=stream, seq=seq, event=event, data=data, created_at=time.time()
+            )
+        )
+        return int(seq)
+
+    def events_after(self, stream: str, after: int, limit: int = 500) -> list[tuple[int, str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.events.c.seq, t.events.c.event, t.events.c.data)
+                .where(t.events.c.stream == stream, t.events.c.seq > after)
+                .order_by(t.events.c.seq)
+                .limit(limit)
+            ).all()
+        return [(r.seq, r.event, r.data) for r in rows]
+
+    def _lock_row(self, conn: Connection, table: sa.Table, id: str) -> Any:
+        return conn.execute(sa.select(table).where(table.c.id == id).with_for_update()).first()
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def insert_task(self, row: dict[str, Any]) -> dict[str, Any]:
+        with self.tx() as conn:
+            conn.execute(sa.insert(t.tasks).values(**row))
+            got = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == row["id"])).one()
+        return task_record(got)
+
+    def start_task(self, id: str, owner: str, lease_until: float) -> bool:
+        now = time.time()
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id)
+            if row is None or row.status != "pending":
+                return False
+            conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.id == id)
+                .values(status="running", started_at=now, owner=owner, lease_until=lease_until)
+            )
+            self._emit(conn, f"task:{id}", "start", {"id": id, "status": "running"})
+        return True
+
+    def add_task_step(self, id: str, step: dict[str, Any], usage: dict[str, int]) -> bool:
+        """Record a step; False if the task is no longer running (cancelled meanwhile)."""
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id)
+            if row is None or row.status != "running":
+                return False
+            conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.id == id)
+                .values(steps=[*row.steps, step], usage=usage)
+            )
+            self._emit(conn, f"task:{id}", "step", step)
+        return True
+
+    def finish_task(
+        self,
+        id: str,
+        status: str,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        usage: dict[str, int] | None = None,
+        steps: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:
+        """Move an active task to a final status; None if it already had one."""
+        now = time.time()
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id)
+            if row is None or row.status not in TASK_ACTIVE:
+                return None
+            values: dict[str, Any] = {
+                "status": status,
+                "result": result,
+                "error": error,
+                "finished_at": now,
+                "lease_until": None,
+            }
+            if row.started_at is None:
+                values["started_at"] = now
+            if usage is not None:
+                values["usage"] = usage
+            if steps is not None:
+                values["steps"] = steps
+            conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(**values))
+            got = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).one()
+            record = task_record(got)
+            if status == "succeeded":
+                self._emit(
+                    conn,
+                    f"task:{id}",
+                    "complete",
+                    {
+                        "id": id,
+                        "status": status,
+                        "result": result,
+                        "elapsed_ms": record["duration_ms"],
+                        "usage": record["usage"],
+                    },
+                )
+            else:
+                err = error or {}
+                self._emit(
+                    conn,
+                    f"task:{id}",
+                    "error",
+                    {
+                        "id": id,
+                        "status": status,
+                        "kind": err.get("kind"),
+                        "message": err.get("message", ""),
+                        "reason": err.get("reason"),
+                    },
+                )
+        return record
+
+    def get_task(self, id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).first()
+        return task_record(row) if row is not None else None
+
+    def task_status(self, id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(  # type: ignore[no-any-return]
+                sa.select(t.tasks.c.status).where(t.tasks.c.id == id)
+            ).scalar_one_or_none()
+
+    def list_tasks(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        q = (
+            sa.select(t.tasks)
+            .order_by(t.tasks.c.created_at.desc(), t.tasks.c.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        if status:
+            q = q.where(t.tasks.c.status == status)
+        with self.engine.connect() as conn:
+            return [task_record(r) for r in conn.execute(q).all()]
+
+    # -- workflows ------------------------------------------------------------------------
+
+    def insert_workflow(self, id: str, plan: Plan) -> None:
+        now = time.time()
+        rows = [
+            {
+                "workflow_id": id,
+                "id": sid,
+                "position": i,
+                "status": "pending",
+                "blocked": len(plan.deps[sid]),
+                "result": None,
+                "error": None,
+                "attempts": 0,
+                "max_attempts": plan.steps[sid].retries + 1,
+                "started_at": None,
+                "finished_at": None,
+                "not_before": 0.0,
+                "owner": None,
+                "lease_until": None,
+                "task_id": None,
+            }
+            for i, sid in enumerate(plan.steps)
+        ]
+        with self.tx() as conn:
+            conn.execute(
+                sa.insert(t.workflows).values(
+                    id=id,
+                    name=plan.name,
+                    status="running",
+                    definition=plan.definition(),
+                    error=None,
+                    created_at=now,
+                    finished_at=None,
+                )
+            )
+            conn.execute(sa.insert(t.workflow_steps), rows)
+            self._emit(conn, f"workflow:{id}", "start", {"id": id, "name": plan.name})
+
+    def definition(self, id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            return conn.execute(  # type: ignore[no-any-return]
+                sa.select(t.workflows.c.definition).where(t.workflows.c.id == id)
+            ).scalar_one_or_none()
+
+    def get_workflow(self, id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            wf = conn.execute(sa.select(t.workflows).where(t.workflows.c.id == id)).first()
+            if wf is None:
+                return None
+            steps = conn.execute(
+                sa.select(t.workflow_steps)
+                .where(t.workflow_steps.c.workflow_id == id)
+                .order_by(t.workflow_steps.c.position)
+            ).all()
+        return self._workflow_record(wf, steps)
+
+    @staticmethod
+    def _workflow_record(wf: Any, steps: Any) -> dict[str, Any]:
+        return {
+            "id": wf.id,
+            "name": wf.name,
+            "status": wf.status,
+            "inputs": (wf.definition or {}).get("inputs", {}),
+            "steps": [step_record(s) for s in steps],
+            "error": wf.error,
+            "created_at": iso(wf.created_at),
+            "finished_at": iso(wf.finished_at),
+        }
+
+    def list_workflows(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        q = (
+            sa.select(t.workflows)
+            .order_by(t.workflows.c.created_at.desc(), t.workflows.c.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        if status:
+            q = q.where(t.workflows.c.status == status)
+        with self.engine.connect() as conn:
+            wfs = conn.execute(q).all()
+            ids = [w.id for w in wfs]
+            steps: dict[str, list[Any]] = {i: [] for i in ids}
+            if ids:
+                for s in conn.execute(
+                    sa.select(t.workflow_steps)
+                    .where(t.workflow_steps.c.workflow_id.in_(ids))
+                    .order_by(t.workflow_steps.c.position)
+                ).all():
+                    steps[s.workflow_id].append(s)
+        return [self._workflow_record(w, steps[w.id]) for w in wfs]
+
+    def claim_steps(self, owner: str, lease_until: float, limit: int) -> list[tuple[str, str, int]]:
+        """Hand up to ``limit`` runnable steps to ``owner``: ``(workflow_id, step_id, attempt)``."""
+        if limit <= 0:
+            return []
+        now = time.time()
+        s, w = t.workflow_steps, t.workflows
+        q = (
+            sa.select(s.c.workflow_id, s.c.id, s.c.attempts)
+            .join(w, w.c.id == s.c.workflow_id)
+            .where(
+                s.c.status == "pending",
+                s.c.blocked == 0,
+                s.c.not_before <= now,
+                w.c.status == "running",
+            )
+            .order_by(w.c.created_at, s.c.position)
+            .limit(limit)
+            .with_for_update(of=s, skip_locked=True)
+        )
+        with self.tx() as conn:
+            rows = conn.execute(q).all()
+            claimed = []
+            for r in rows:
+                done = conn.execute(
+                    sa.update(s)
+                    .where(
+                        s.c.workflow_id == r.workflow_id, s.c.id == r.id, s.c.status == "pending"
+                    )
+                    .values(
+                        status="running",
+                        owner=owner,
+                        lease_until=lease_until,
+                        attempts=r.attempts + 1,
+                        started_at=now,
+                        finished_at=None,
+                    )
+                )
+                if done.rowcount == 1:
+                    claimed.append((r.workflow_id, r.id, r.attempts + 1))
+        if claimed:
+            by_wf: dict[str, list[tuple[str, int]]] = {}
+            for wf_id, sid, attempt in claimed:
+                by_wf.setdefault(wf_id, []).append((sid, attempt))
+            for wf_id, items in by_wf.items():
+                with self.tx() as conn:
+                    self._lock_row(conn, w, wf_id)
+                    for sid, attempt in items:
+                        self._emit(
+                            conn,
+                            f"workflow:{wf_id}",
+                            "step",
+                            {"id": sid, "status": "running", "attempts": attempt},
+                        )
+        return claimed
+
+    def step_scope(self, wf_id: str, ids: list[str]) -> dict[str, Any]:
+        """``{id: {"result": …}}`` for the given finished steps."""
+        s = t.workflow_steps
+        out: dict[str, Any] = {}
+        with self.engine.connect() as conn:
+            for chunk_start in range(0, len(ids), 500):
+                chunk = ids[chunk_start : chunk_start + 500]
+                for r in conn.execute(
+                    sa.select(s.c.id, s.c.result).where(
+                        s.c.workflow_id == wf_id, s.c.id.in_(chunk), s.c.status == "succeeded"
+                    )
+                ).all():
+                    out[r.id] = {"result": r.result}
+        return out
+
+    def set_step_task(self, wf_id: str, step_id: str, task_id: str) -> None:
+        s = t.workflow_steps
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s)
+                .where(s.c.workflow_id == wf_id, s.c.id == step_id)
+                .values(task_id=task_id)
+            )
+
+    def finish_step(
+        self,
+        plan: Plan,
+        wf_id: str,
+        step_id: str,
+        owner: str | None,
+        *,
+        ok: bool,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        backoff_s: float = 1.0,
+    ) -> str | None:
+        """Record a step's outcome (a failure with attempts left goes back to pending after a
+        backoff); returns the workflow's new final status when this ended it. A step that is
+        no longer this owner's (cancelled, or taken over after a lease ran out) is left alone."""
+        now = time.time()
+        s, w = t.workflow_steps, t.workflows
+        stream = f"workflow:{wf_id}"
+        with self.tx() as conn:
+            wf = self._lock_row(conn, w, wf_id)
+            row = conn.execute(
+                sa.select(s).where(s.c.workflow_id == wf_id, s.c.id == step_id)
+            ).first()
+            if wf is None or row is None or row.status != "running":
+                return None
+            if owner is not None and row.owner != owner:
+                return None
+            key = (s.c.workflow_id == wf_id, s.c.id == step_id)
+            if ok:
+                conn.execute(
+                    sa.update(s)
+                    .where(*key)
+                    .values(
+                        status="succeeded",
+                        result=result,
+                        error=None,
+                        finished_at=now,
+                        lease_until=None,
+                    )
+                )
+                self._emit(
+                    conn, stream, "step",
+                    {"id": step_id, "status": "succeeded", "attempts": row.attempts, "result": result},
+                )  # fmt: skip
+                children = plan.dependents.get(step_id, [])
+                if children:
+                    conn.execute(
+                        sa.update(s)
+                        .where(s.c.workflow_id == wf_id, s.c.id.in_(children))
+                        .values(blocked=s.c.blocked - 1)
+                    )
+            elif row.attempts < row.max_attempts and wf.status == "running":
+                delay = min(60.0, backoff_s * (2 ** (row.attempts - 1)))
+                conn.execute(
+                    sa.update(s)
+                    .where(*key)
+                    .values(
+                        status="pending",
+                        error=error,
+                        not_before=now + delay,
+                        owner=None,
+                        lease_until=None,
+                    )
+                )
+                self._emit(
+                    conn, stream, "step",
+                    {"id": step_id, "status": "pending", "attempts": row.attempts, "error": error, "retry_in_s": delay},
+                )  # fmt: skip
+            else:
+                conn.execute(
+                    sa.update(s)
+                    .where(*key)
+                    .values(status="failed", error=error, finished_at=now, lease_until=None)
+                )
+                self._emit(
+                    conn, stream, "step",
+                    {"id": step_id, "status": "failed", "attempts": row.attempts, "error": error},
+                )  # fmt: skip
+                self._skip(conn, wf_id, plan.descendants(step_id), f"step {step_id!r} failed")
+            return self._maybe_finish(conn, wf_id, now)
+
+    def _skip(self, conn: Connection, wf_id: str, ids: list[str], why: str) -> None:
+        if not ids:
+            return
+        s = t.workflow_steps
+        pending = conn.execute(
+            sa.select(s.c.id).where(
+                s.c.workflow_id == wf_id, s.c.id.in_(ids), s.c.status == "pending"
+            )
+        ).all()
+        names = [r.id for r in pending]
+        if not names:
+            return
+        error = {"kind": "SkippedError", "message": why}
+        conn.execute(
+            sa.update(s)
+            .where(s.c.workflow_id == wf_id, s.c.id.in_(names), s.c.status == "pending")
+            .values(status="skipped", error=error, finished_at=time.time())
+        )
+        for sid in names:
+            self._emit(
+                conn, f"workflow:{wf_id}", "step", {"id": sid, "status": "skipped", "error": error}
+            )
+
+    def _maybe_finish(self, conn: Connection, wf_id: str, now: float) -> str | None:
+        s, w = t.workflow_steps, t.workflows
+        counts: dict[str, int] = dict(
+            conn.execute(
+                sa.select(s.c.status, sa.func.count())
+                .where(s.c.workflow_id == wf_id)
+                .group_by(s.c.status)
+            ).all()
+        )
+        if any(status not in STEP_DONE for status in counts):
+            return None
+        status = "succeeded" if set(counts) <= {"succeeded"} else "failed"
+        error = None
+        if status == "failed":
+            failed = conn.execute(
+                sa.select(s.c.id)
+                .where(s.c.workflow_id == wf_id, s.c.status == "failed")
+                .order_by(s.c.position)
+            ).all()
+            error = {
+                "kind": "StepError",
+                "message": "failed steps: " + ", ".join(r.id for r in failed),
+            }
+        conn.execute(
+            sa.update(w).where(w.c.id == wf_id).values(status=status, error=error, finished_at=now)
+        )
+        stream = f"workflow:{wf_id}"
+        if status == "succeeded":
+            wf = conn.execute(sa.select(w.c.created_at).where(w.c.id == wf_id)).one()
+            self._emit(
+                conn, stream, "complete",
+                {"id": wf_id, "status": status, "elapsed_ms": int((now - wf.created_at) * 1000)},
+            )  # fmt: skip
+        else:
+            assert error is not None
+            self._emit(conn, stream, "error", {"id": wf_id, "status": status, **error})
+        return status
+
+    def cancel_workflow(self, wf_id: str) -> tuple[str | None, list[str]]:
+        """``(previous status, steps that were running)``; nothing changes unless running."""
+        now = time.time()
+        s, w = t.workflow_steps, t.workflows
+        with self.tx() as conn:
+            wf = self._lock_row(conn, w, wf_id)
+            if wf is None:
+                return None, []
+            if wf.status not in ("pending", "running"):
+                return wf.status, []
+            running = [
+                r.id
+                for r in conn.execute(
+                    sa.select(s.c.id).where(s.c.workflow_id == wf_id, s.c.status == "running")
+                ).all()
+            ]
+            error = {"kind": "CancelledError", "message": "the workflow was cancelled"}
+            conn.execute(
+                sa.update(s)
+                .where(s.c.workflow_id == wf_id, s.c.status == "running")
+                .values(status="cancelled", error=error, finished_at=now, lease_until=None)
+            )
+            pending = [
+                r.id
+                for r in conn.execute(
+                    sa.select(s.c.id).where(s.c.workflow_id == wf_id, s.c.status == "pending")
+                ).all()
+            ]
+            conn.execute(
+                sa.update(s)
+                .where(s.c.workflow_id == wf_id, s.c.status == "pending")
+                .values(
+                    status="skipped",
+                    error={
+                        "kind": "CancelledError",
+                        "message": "the workflow was cancelled before this step ran",
+                    },
+                    finished_at=now,
+                )
+            )
+            conn.execute(
+                sa.update(w)
+                .where(w.c.id == wf_id)
+                .values(status="cancelled", error=error, finished_at=now)
+            )
+            stream = f"workflow:{wf_id}"
+            for sid in running:
+                self._emit(conn, stream, "step", {"id": sid, "status": "cancelled"})
+            for sid in pending:
+                self._emit(conn, stream, "step", {"id": sid, "status": "skipped"})
+            self._emit(conn, stream, "error", {"id": wf_id, "status": "cancelled", **error})
+            return wf.status, running
+
+    def step_statuses(self, owner: str) -> dict[tuple[str, str], str]:
+        s = t.workflow_steps
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(s.c.workflow_id, s.c.id, s.c.status, s.c.owner).where(s.c.owner == owner)
+            ).all()
+        return {(r.workflow_id, r.id): r.status for r in rows}
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def renew(self, owner: str, lease_until: float) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.owner == owner, t.tasks.c.status.in_(TASK_ACTIVE))
+                .values(lease_until=lease_until)
+            )
+            conn.execute(
+                sa.update(t.workflow_steps)
+                .where(t.workflow_steps.c.owner == owner, t.workflow_steps.c.status == "running")
+                .values(lease_until=lease_until)
+            )
+
+    def reclaim(
+        self, plans: dict[str, Plan], load_plan: Any, *, everything: bool = False
+    ) -> list[str]:
+        """Take over work whose lease ran out (``everything``: all active work, for a
+        single-server database at start). Returns the workflows that changed."""
+        now = time.time()
+        expired = (
+            sa.true()
+            if everything
+            else sa.or_(t.tasks.c.lease_until.is_(None), t.tasks.c.lease_until < now)
+        )
+        with self.engine.connect() as conn:
+            task_ids = [
+                r.id
+                for r in conn.execute(
+                    sa.select(t.tasks.c.id).where(t.tasks.c.status.in_(TASK_ACTIVE), expired)
+                ).all()
+            ]
+            s = t.workflow_steps
+            step_expired = (
+                sa.true()
+                if everything
+                else sa.or_(s.c.lease_until.is_(None), s.c.lease_until < now)
+            )
+            steps = conn.execute(
+                sa.select(s.c.workflow_id, s.c.id, s.c.owner).where(
+                    s.c.status == "running", step_expired
+                )
+            ).all()
+        for tid in task_ids:
+            self.finish_task(tid, "failed", error=dict(INTERRUPTED))
+        changed: list[str] = []
+        for r in steps:
+            plan = plans.get(r.workflow_id) or load_plan(r.workflow_id)
+            if plan is None:
+                continue
+            self.finish_step(
+                plan, r.workflow_id, r.id, r.owner, ok=False, error=dict(INTERRUPTED), backoff_s=0.0
+            )
+            changed.append(r.workflow_id)
+        return changed
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, int]:
+        tk, wf = t.tasks, t.workflows
+        with self.engine.connect() as conn:
+            by_status: dict[str, int] = dict(
+                conn.execute(sa.select(tk.c.status, sa.func.count()).group_by(tk.c.status)).all()
+            )
+            avg = conn.execute(
+                sa.select(sa.func.avg(tk.c.finished_at - tk.c.started_at)).where(
+                    tk.c.status == "succeeded", tk.c.started_at.is_not(None)
+                )
+            ).scalar_one()
+            wf_status: dict[str, int] = dict(
+                conn.execute(sa.select(wf.c.status, sa.func.count()).group_by(wf.c.status)).all()
+            )
+            agents = conn.execute(sa.select(sa.func.count()).select_from(t.agents)).scalar_one()
+        return {
+            "registered_agents": int(agents),
+            "active_tasks": int(by_status.get("pending", 0) + by_status.get("running", 0)),
+            "completed_tasks": int(by_status.get("succeeded", 0)),
+            "avg_task_duration_ms": round(float(avg) * 1000) if avg is not None else 0,
+            "failed_tasks": int(by_status.get("failed", 0)),
+            "cancelled_tasks": int(by_status.get("cancelled", 0)),
+            "total_workflows": int(sum(wf_status.values())),
+            "running_workflows": int(wf_status.get("running", 0) + wf_status.get("pending", 0)),
+        }

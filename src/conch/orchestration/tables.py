@@ -1,0 +1,91 @@
+"""The orchestration tables: agents, tasks, workflows, their steps and the event log.
+
+Times are Unix seconds (floats) so that leases and backoff compare without time-zone
+parsing; records render them as ISO-8601 UTC. Created by the ``orchestration`` Alembic
+branch (``0002_orchestration``), never by ``metadata.create_all``.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from conch.db import metadata
+
+agents = sa.Table(
+    "orch_agents",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("description", sa.String, nullable=False, default=""),
+    sa.Column("system_prompt", sa.Text, nullable=False, default=""),
+    sa.Column("tools", sa.JSON, nullable=False),
+    sa.Column("model", sa.String, nullable=False),
+    sa.Column("source", sa.String, nullable=False),  # registered | marketplace
+    sa.Column("version", sa.String, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+tasks = sa.Table(
+    "orch_tasks",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("goal", sa.Text, nullable=False),
+    sa.Column("tools", sa.JSON, nullable=False),
+    sa.Column("max_steps", sa.Integer, nullable=False),
+    sa.Column("agent", sa.String, nullable=False),
+    sa.Column("model", sa.String, nullable=False),
+    sa.Column("status", sa.String, nullable=False, index=True),
+    sa.Column("steps", sa.JSON, nullable=False),
+    sa.Column("result", sa.JSON, nullable=True),
+    sa.Column("error", sa.JSON, nullable=True),
+    sa.Column("usage", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("origin", sa.String, nullable=False),  # api | workflow | builtin
+    sa.Column("owner", sa.String, nullable=True),  # the server instance running it
+    sa.Column("lease_until", sa.Float, nullable=True),
+)
+
+workflows = sa.Table(
+    "orch_workflows",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("status", sa.String, nullable=False, index=True),
+    sa.Column("definition", sa.JSON, nullable=False),
+    sa.Column("error", sa.JSON, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float, nullable=True),
+)
+
+workflow_steps = sa.Table(
+    "orch_workflow_steps",
+    metadata,
+    sa.Column("workflow_id", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("status", sa.String, nullable=False),
+    # Dependencies not yet succeeded: a pending step is claimable when this reaches 0.
+    sa.Column("blocked", sa.Integer, nullable=False),
+    sa.Column("result", sa.JSON, nullable=True),
+    sa.Column("error", sa.JSON, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("not_before", sa.Float, nullable=False, default=0.0),
+    sa.Column("owner", sa.String, nullable=True),
+    sa.Column("lease_until", sa.Float, nullable=True),
+    sa.Column("task_id", sa.String, nullable=True),
+    sa.Index("ix_orch_steps_claim", "status", "blocked", "not_before"),
+)
+
+events = sa.Table(
+    "orch_events",
+    metadata,
+    sa.Column("stream", sa.String, primary_key=True),  # "task:<id>" | "workflow:<id>"
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("event", sa.String, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)

@@ -1,0 +1,138 @@
+"""A scripted model server on loopback that speaks the OpenAI chat completions API.
+
+It stands in for a model (replies are scripted, so agent-loop behaviour is deterministic)
+and is proven with the official ``openai`` client in ``test_scripted_model.py``. The reply
+to a conversation is chosen by its goal (the first user message) and the number of
+requests made for it so far, so concurrent tasks each follow their own script. Every request
+body is kept for inspection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+Reply = str | dict[str, Any]
+
+
+def final(answer: str) -> str:
+    return json.dumps({"final": answer})
+
+
+def tool(name: str, **args: Any) -> str:
+    return json.dumps({"tool": name, "args": args})
+
+
+@dataclass
+class ScriptedModel:
+    url: str = ""
+    scripts: dict[str, list[Reply]] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # What to answer for a goal with no script (default: a final answer at once).
+    fallback: Callable[[dict[str, Any]], Reply] | None = None
+    _turns: dict[str, int] = field(default_factory=dict)
+    _server: Any = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def script(self, goal: str, *replies: Reply) -> str:
+        self.scripts[goal] = list(replies)
+        self._turns.pop(goal, None)
+        return goal
+
+    def requests_for(self, goal: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if _goal(r) == goal]
+
+    async def _chat(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.requests.append(body)
+        goal = _goal(body)
+        turn = self._turns.get(goal, 0)
+        self._turns[goal] = turn + 1
+        script = self.scripts.get(goal)
+        reply: Reply
+        if script is not None:
+            reply = script[min(turn, len(script) - 1)]
+        elif self.fallback is not None:
+            reply = self.fallback(body)
+        else:
+            reply = final("done")
+        if isinstance(reply, dict):
+            if reply.get("delay"):
+                await asyncio.sleep(reply["delay"])
+            if reply.get("status"):
+                return JSONResponse(
+                    {"error": {"message": reply.get("content", "scripted failure")}},
+                    reply["status"],
+                )
+            text = reply.get("content", "")
+        else:
+            text = reply
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
+
+    def start(self) -> ScriptedModel:
+        import uvicorn
+
+        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
+
+        def serve() -> None:
+            asyncio.run(self._server.serve(sockets=[sock]))
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the scripted model server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def _goal(body: dict[str, Any]) -> str:
+    for m in body.get("messages", []):
+        if m.get("role") == "user":
+            return str(m.get("content"))
+    return ""

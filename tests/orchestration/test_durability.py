@@ -1,0 +1,64 @@
+"""Durability: a real ``conch serve`` process killed with SIGKILL mid-workflow, restarted on
+the same database; the workflow resumes and every step runs once (or within its attempts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.orchestration.scripted_model import ScriptedModel, final
+from tests.orchestration.servers import finished, start_process_server, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+API = "/api/v1/orchestration"
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedModel) -> None:
+    data = tmp_path / "data"
+    log = tmp_path / "server.log"
+    env = {"models_url": scripted.v1}
+    goal = scripted.script("a task that outlives its server", {"delay": 60, "content": final("late")})
+    first = start_process_server(data, log, **env)
+    body = {
+        "name": "durable",
+        "steps": [
+            {"id": "a", "run": 'append("a.log", "x\\n"); 1'},
+            {"id": "b", "depends_on": ["a"], "retries": 1, "run": 'append("b-start.log", "x\\n"); sleep(3000); append("b.log", "x\\n"); steps.a.result + 1'},
+            {"id": "c", "depends_on": ["b"], "run": 'append("c.log", "x\\n"); steps.b.result + 1'},
+            {"id": "side", "run": 'append("side.log", "x\\n"); "side"'},
+        ],
+    }
+    try:
+        with first.client() as c:
+            wf = c.post(f"{API}/workflows", json=body).json()
+            task = c.post(f"{API}/tasks", json={"goal": goal, "tools": [], "max_steps": 2}).json()
+            wait_for(c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][1]["status"] == "running", 60)
+            wait_for(c, f"{API}/tasks/{task['id']}", lambda t: t["status"] == "running", 30)
+        first.kill()
+    finally:
+        first.stop()
+
+    second = start_process_server(data, log, **env)
+    try:
+        with second.client() as c:
+            done = wait_for(c, f"{API}/workflows/{wf['id']}", finished, 90)
+            interrupted = c.get(f"{API}/tasks/{task['id']}").json()
+    finally:
+        second.stop()
+
+    assert done["status"] == "succeeded", done
+    steps = {s["id"]: s for s in done["steps"]}
+    assert steps["c"]["result"] == 3
+    assert steps["a"]["attempts"] == 1 and steps["c"]["attempts"] == 1
+    assert steps["b"]["attempts"] == 2  # interrupted once, retried within its attempts
+    ws = data / "workspace"
+    assert lines(ws / "a.log") == 1 and lines(ws / "c.log") == 1 and lines(ws / "side.log") == 1
+    assert lines(ws / "b-start.log") == 2
+    assert interrupted["status"] == "failed"
+    assert interrupted["error"]["reason"] == "interrupted"
