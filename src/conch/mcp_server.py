@@ -57,6 +57,26 @@ class AgentRunner(Protocol):
         ...
 
 
+class OrchestratorRunner:
+    """An agent tool's call as an orchestration task: created with the agent (its tools,
+    prompt and model) and awaited; the MCP client waits as long as the task runs."""
+
+    def __init__(self, orchestrator: Any) -> None:
+        self.orchestrator = orchestrator
+
+    async def __call__(self, agent: InstalledAgent, goal: str, max_steps: int) -> dict[str, Any]:
+        try:
+            task = await self.orchestrator.create_task(
+                goal=goal, tools=None, max_steps=max_steps, agent=agent.name
+            )
+        except Exception as exc:
+            if not hasattr(exc, "kind"):
+                raise
+            return {"status": "failed", "error": {"kind": exc.kind, "message": str(exc)}}
+        done: dict[str, Any] = await self.orchestrator.wait_task(task["id"])
+        return done
+
+
 @dataclass
 class ConchMCP:
     settings: Settings

@@ -186,17 +186,29 @@ async def _serve_stdio(settings: Any) -> None:
     from conch.lang.builtins.registry import load_all
     from conch.marketplace.catalogue import CATALOGUE
     from conch.marketplace.service import MarketplaceService
-    from conch.mcp_server import ConchMCP
+    from conch.marketplace.sink import RegistrySink
+    from conch.mcp_server import ConchMCP, OrchestratorRunner
+    from conch.orchestration.executor import make_executor
+    from conch.orchestration.service import Orchestrator
 
     load_all()
     settings.ensure_dirs()
     service = MarketplaceService.from_settings(settings)
     service.seed(CATALOGUE)
     pool = SandboxPool(settings)
+    orchestrator = Orchestrator(settings, make_executor(settings, pool))
+    service.attach_sink(RegistrySink(orchestrator.agents))
     await pool.start()
+    await orchestrator.start()
     try:
-        server = ConchMCP(settings=settings, run_job=pool.run, installed=service.installed)
+        server = ConchMCP(
+            settings=settings,
+            run_job=pool.run,
+            installed=service.installed,
+            run_agent=OrchestratorRunner(orchestrator),
+        )
         async with stdio_server() as (read, write):
             await server.server.run(read, write, server.server.create_initialization_options())
     finally:
+        await orchestrator.close()
         await pool.close()

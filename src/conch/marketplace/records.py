@@ -121,8 +121,18 @@ def slug(text: str, field: str, max_length: int) -> str:
     return out
 
 
+RESERVED_NAMES = frozenset({"default"})  # the orchestration's built-in agent
+
+
 def normalise_name(name: str) -> str:
     return slug(name, "name", MAX_NAME)
+
+
+def publishable_name(name: str) -> str:
+    key = normalise_name(name)
+    if key in RESERVED_NAMES:
+        raise invalid(f"the name {key!r} is reserved", "name")
+    return key
 
 
 def check_model(model: str) -> str:
@@ -177,7 +187,7 @@ def build_manifest(req: PublishRequest, version: str) -> Manifest:
             tags.append(t)
     author = req.author.strip() or None if req.author is not None else None
     return Manifest(
-        name=normalise_name(req.name),
+        name=publishable_name(req.name),
         version=version,
         description=check_text(req.description, "description"),
         system_prompt=check_text(req.system_prompt, "system_prompt"),

@@ -515,51 +515,63 @@ class MarketplaceService:
             "installed": True,
             "origin": origin,
         }
-        with self.engine.begin() as conn:
+        with self.engine.connect() as conn:
             current = conn.execute(sa.select(i).where(i.c.name == key)).first()
-            if current is not None and current.version == agent.version and current.digest == digest:
-                if self.sink is not None:
-                    self.sink.register(agent)  # idempotent; heals a sink that lost it
-                return {**answer, "changed": False}
-            values = {
-                "version": agent.version,
-                "digest": digest,
-                "origin": origin,
-                "manifest": manifest,
-                "installed_at": self._clock(),
-            }
-            if current is None:
-                conn.execute(i.insert().values(name=key, **values))
-            else:
-                conn.execute(i.update().where(i.c.name == key).values(**values))
-            if origin == LOCAL:
-                a = tables.agents
-                conn.execute(
-                    a.update()
-                    .where(a.c.name == key, a.c.version == agent.version)
-                    .values(downloads=a.c.downloads + 1)
-                )
-            # Inside the transaction: if the sink refuses, nothing is recorded.
+        if current is not None and current.version == agent.version and current.digest == digest:
             if self.sink is not None:
-                self.sink.register(agent)
+                self.sink.register(agent)  # idempotent; heals a registry that lost it
+            return {**answer, "changed": False}
+        # The registry first: if it refuses, nothing is recorded. (Not inside this
+        # transaction: the registry writes through its own connection, and SQLite would
+        # make it wait for ours.)
+        if self.sink is not None:
+            self.sink.register(agent)
+        values = {
+            "version": agent.version,
+            "digest": digest,
+            "origin": origin,
+            "manifest": manifest,
+            "installed_at": self._clock(),
+        }
+        try:
+            with self.engine.begin() as conn:
+                if current is None:
+                    conn.execute(i.insert().values(name=key, **values))
+                else:
+                    conn.execute(i.update().where(i.c.name == key).values(**values))
+                if origin == LOCAL:
+                    a = tables.agents
+                    conn.execute(
+                        a.update()
+                        .where(a.c.name == key, a.c.version == agent.version)
+                        .values(downloads=a.c.downloads + 1)
+                    )
+        except Exception:
+            if self.sink is not None:
+                if current is None:
+                    self.sink.remove(key)
+                else:
+                    self.sink.register(self._installed_agent(current._mapping))
+            raise
         return {**answer, "changed": True, "previous_version": current.version if current else None}
 
     def uninstall(self, name: str) -> dict[str, Any]:
         key = normalise_name(name)
         i = tables.installed
-        with self.engine.begin() as conn:
+        with self.engine.connect() as conn:
             current = conn.execute(sa.select(i).where(i.c.name == key)).first()
-            if current is None:
-                raise not_found(f"{key!r} is not installed", "name")
-            if self.sink is not None and self.sink.is_busy(key):
+        if current is None:
+            raise not_found(f"{key!r} is not installed", "name")
+        if self.sink is not None:
+            if self.sink.is_busy(key):
                 raise conflict(
                     f"{key} is running a task; wait for it to finish or cancel it, "
                     "then uninstall",
                     "name",
                 )
+            self.sink.remove(key)
+        with self.engine.begin() as conn:
             conn.execute(i.delete().where(i.c.name == key))
-            if self.sink is not None:
-                self.sink.remove(key)
         return {"name": key, "version": current.version, "installed": False}
 
     # -- curated catalogue --------------------------------------------------------------------

@@ -193,12 +193,15 @@ async def uninstall(request: Request, service: MarketplaceDep) -> Response:
 
 def attach(app: Any, settings: Any) -> MarketplaceService:
     """Add the marketplace to the agent server ``app``: its routes, its service at
-    ``app.state.marketplace``, and the curated catalogue published on start."""
+    ``app.state.marketplace``, the curated catalogue published on start, and installed agents
+    handed to the orchestrator's agent registry (``app.state.orchestrator``)."""
     from contextlib import asynccontextmanager
 
     from conch.marketplace.catalogue import CATALOGUE
+    from conch.marketplace.sink import RegistrySink
 
     service = MarketplaceService.from_settings(settings)
+    orchestrator = getattr(app.state, "orchestrator", None)
     app.state.marketplace = service
     app.include_router(router)
     inner = app.router.lifespan_context
@@ -207,6 +210,8 @@ def attach(app: Any, settings: Any) -> MarketplaceService:
     async def lifespan(a: Any) -> Any:
         async with inner(a) as state:
             await run_in_threadpool(service.seed, CATALOGUE)
+            if orchestrator is not None:
+                await run_in_threadpool(service.attach_sink, RegistrySink(orchestrator.agents))
             try:
                 yield state
             finally:

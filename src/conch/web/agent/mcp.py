@@ -13,18 +13,20 @@ from typing import Any
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from conch.mcp_server import AgentRunner, ConchMCP
+from conch.mcp_server import ConchMCP, OrchestratorRunner
 
 PATH = "/mcp"
 
 
-def attach(app: Any, settings: Any, run_agent: AgentRunner | None = None) -> ConchMCP:
-    """Serve conch's MCP server at ``/mcp`` of ``app`` (after the marketplace is attached)."""
+def attach(app: Any, settings: Any) -> ConchMCP:
+    """Serve conch's MCP server at ``/mcp`` of ``app`` (after the marketplace and the
+    orchestrator are on ``app.state``)."""
+    orchestrator = getattr(app.state, "orchestrator", None)
     server = ConchMCP(
         settings=settings,
         run_job=app.state.pool.run,
         installed=app.state.marketplace.installed,
-        run_agent=run_agent,
+        run_agent=OrchestratorRunner(orchestrator) if orchestrator is not None else None,
     )
     manager = StreamableHTTPSessionManager(
         app=server.server,
