@@ -43,6 +43,7 @@ from conch.web.agent_protocol import (
 )
 from conch.web.security import SecurityMiddleware, error_body, is_loopback
 from conch.web.sse import EventStreamResponse, format_event
+from conch.web.studio import ALL_PAGES, mount_studio
 
 
 class ConfigurationError(Exception):
@@ -466,6 +467,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.fast_paths = frozenset(fast.handlers)
     app.fast_app = guarded(fast)
+    mount_studio(app, ALL_PAGES)
     return app
 
 
