@@ -95,9 +95,13 @@ export async function send(url: string, init: RequestInit = {}, retried = false)
     if ((e as Error).name === "AbortError") throw e;
     throw new ApiError(0, `cannot reach ${url.startsWith("http") ? new URL(url).origin : "the server"}`, "NetworkError");
   }
-  if (res.status === 401 && !retried) {
-    await askForKey();
-    return send(url, init, true);
+  if (res.status === 401) {
+    // A refused key is dropped, so that the next request asks again instead of reusing it.
+    if (retried) forgetKey();
+    else {
+      await askForKey();
+      return send(url, init, true);
+    }
   }
   if (!res.ok) throw await errorOf(res);
   return res;
