@@ -63,13 +63,12 @@ def start_servers(data_dir: Path, **overrides: Any) -> tuple[Servers, list[tuple
     from conch.web.agent_app import create_app as create_agent_app
     from conch.web.inference_app import create_app as create_inference_app
 
+    port, models_port = _free_port(), _free_port()
+    if "models_url" in Settings.model_fields:
+        # Where the agent server's model calls go: this inference server, as under `conch up`.
+        overrides.setdefault("models_url", f"http://127.0.0.1:{models_port}/v1")
     settings = Settings(
-        data_dir=data_dir,
-        port=_free_port(),
-        models_port=_free_port(),
-        n_parallel=2,
-        n_ctx=1024,
-        **overrides,
+        data_dir=data_dir, port=port, models_port=models_port, n_parallel=2, n_ctx=1024, **overrides
     )
     running = [
         _serve(create_agent_app(settings), settings.port),
