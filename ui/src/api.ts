@@ -30,6 +30,7 @@ export function apiKey(): string | null {
 
 export function onKeyPrompt(fn: (asking: boolean) => void): () => void {
   keyListeners.add(fn);
+  if (waiters.length) fn(true); // a request asked before the prompt was on screen
   return () => keyListeners.delete(fn);
 }
 
@@ -155,4 +156,23 @@ export function listOf<T = any>(body: any, ...keys: string[]): T[] {
   if (Array.isArray(body)) return body;
   for (const k of [...keys, "data", "items", "results"]) if (Array.isArray(body?.[k])) return body[k];
   return [];
+}
+
+// -- prefetch: a request started before the page that needs it is loaded --------------------
+const early = new Map<string, Promise<unknown>>();
+
+export function prefetchJSON(url: string): void {
+  const p = getJSON(url);
+  p.catch(() => undefined); // the page that takes it handles the error
+  early.set(url, p);
+}
+
+/** The prefetched answer for `url` when there is one (taken once), else a new request. */
+export function getJSONOnce<T = any>(url: string, signal?: AbortSignal): Promise<T> {
+  const p = early.get(url);
+  if (p) {
+    early.delete(url);
+    return p as Promise<T>;
+  }
+  return getJSON<T>(url, signal);
 }

@@ -1,23 +1,37 @@
+import type { ComponentType } from "preact";
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { apiKey, forgetKey, onKeyPrompt, provideKey } from "./api";
+import { apiKey, forgetKey, onKeyPrompt, prefetchJSON, provideKey } from "./api";
 import { config } from "./config";
-import { Agents } from "./pages/Agents";
-import { Chat } from "./pages/Chat";
-import { Marketplace } from "./pages/Marketplace";
-import { Models } from "./pages/Models";
-import { Playground } from "./pages/Playground";
-import { Status } from "./pages/Status";
 import "./style.css";
 
-const PAGES = [
-  { id: "playground", title: "Playground", view: Playground },
-  { id: "chat", title: "Chat", view: Chat },
-  { id: "models", title: "Models", view: Models },
-  { id: "agents", title: "Agents", view: Agents },
-  { id: "marketplace", title: "Marketplace", view: Marketplace },
-  { id: "status", title: "Status", view: Status },
+type Page = { id: string; title: string; load: () => Promise<ComponentType> };
+
+// Each page is its own chunk, loaded when first shown: the first paint only pays for one.
+const PAGES: Page[] = [
+  { id: "playground", title: "Playground", load: () => import("./pages/Playground").then((m) => m.Playground) },
+  { id: "chat", title: "Chat", load: () => import("./pages/Chat").then((m) => m.Chat) },
+  { id: "models", title: "Models", load: () => import("./pages/Models").then((m) => m.Models) },
+  { id: "agents", title: "Agents", load: () => import("./pages/Agents").then((m) => m.Agents) },
+  { id: "marketplace", title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
+  { id: "status", title: "Status", load: () => import("./pages/Status").then((m) => m.Status) },
 ].filter((p) => config.pages.includes(p.id));
+
+const loaded = new Map<string, ComponentType>();
+
+function PageView({ page }: { page: Page }) {
+  const [View, setView] = useState<ComponentType | null>(() => loaded.get(page.id) ?? null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (loaded.has(page.id)) return setView(() => loaded.get(page.id)!);
+    page.load().then(
+      (c) => (loaded.set(page.id, c), setView(() => c)),
+      (e) => setError(String(e)),
+    );
+  }, [page.id]);
+  if (error) return <div class="error-box">could not load this page: {error}</div>;
+  return View ? <View /> : <div class="muted">loading…</div>;
+}
 
 function currentPage(): string {
   const id = location.hash.replace(/^#\/?/, "");
@@ -86,7 +100,7 @@ function App() {
     addEventListener("hashchange", on);
     return () => removeEventListener("hashchange", on);
   }, []);
-  const View = PAGES.find((p) => p.id === page)?.view ?? (() => null);
+  const current = PAGES.find((p) => p.id === page);
   return (
     <>
       <a class="skip" href="#main">
@@ -116,12 +130,14 @@ function App() {
         </div>
       </header>
       <main id="main" tabIndex={-1} data-page={page}>
-        <View key={page} />
+        {current && <PageView key={page} page={current} />}
       </main>
       <KeyPrompt />
     </>
   );
 }
 
+// The playground's first request goes out while its code loads.
+if (currentPage() === "playground") prefetchJSON("/api/v1/builtins");
 render(<App />, document.getElementById("app")!);
 (window as any).__conchStudioReady = performance.now();

@@ -1,6 +1,6 @@
 import type { EditorView } from "@codemirror/view";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { getJSON, isAbort, streamEvents } from "../api";
+import { getJSON, getJSONOnce, isAbort, streamEvents } from "../api";
 import { Failure, useLoad } from "../components/common";
 import { Table, tableColumns } from "../components/Table";
 import { Tree } from "../components/Tree";
@@ -50,7 +50,7 @@ export function Playground() {
   const source = useRef(localStorage.getItem(STORE) ?? SAMPLE);
   const [run, setRun] = useState<Run | null>(null);
   const abort = useRef<AbortController | null>(null);
-  const builtins = useLoad<Builtin[]>((s) => getJSON("/api/v1/builtins", s));
+  const builtins = useLoad<Builtin[]>((s) => getJSONOnce("/api/v1/builtins", s));
 
   useEffect(() => {
     if (builtins.data) setBuiltins(builtins.data);
@@ -87,6 +87,7 @@ export function Playground() {
           } else if (ev.event === "progress") {
             state = { ...state, progress: `${data.step}/${data.total} ${data.message ?? ""}` };
           } else if (ev.event === "complete") {
+            performance.mark("conch:run-complete");
             state = { ...state, complete: data, running: false, ms: performance.now() - t0 };
           } else if (ev.event === "error") {
             state = { ...state, error: data, running: false, ms: performance.now() - t0 };
@@ -154,6 +155,10 @@ export function Playground() {
 }
 
 function Result({ run, source }: { run: Run | null; source: string }) {
+  useEffect(() => {
+    // For benchmarks/studio.py: the result is on screen (effects run after the paint).
+    if (run && !run.running) performance.mark("conch:result-rendered");
+  }, [run]);
   const view = useMemo(() => {
     if (!run || run.running) return null;
     const c = run.complete;
