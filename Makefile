@@ -35,3 +35,8 @@ lint: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The studio's bundle (src/conch/web/studio/dist, committed) from ui/; needs Node and npm.
+.PHONY: ui
+ui:
+	cd ui && npm ci --no-audit --no-fund && npm run build

@@ -42,6 +42,7 @@ from conch.inference.onnx_engine import OnnxRuntimeMissing
 from conch.inference.store import ModelRecord, ModelStore
 from conch.web import openai_protocol as p
 from conch.web.errors import APIError, install_error_handlers
+from conch.web.studio import INFERENCE_PAGES, mount_studio
 
 # Provider kinds a later issue adds; a model string with one of these prefixes is remote.
 REMOTE_PROVIDER_KINDS = ("ollama", "openai", "anthropic", "vllm", "llamacpp", "lmstudio")
@@ -543,6 +544,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def root() -> JSONResponse:
         return JSONResponse({"name": "conch inference server", "version": conch.__version__, "api": "/v1", "docs": "/swagger-ui"})
 
+    mount_studio(app, INFERENCE_PAGES)
     return app
 
 

@@ -24,6 +24,7 @@ from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 from conch.web.common.errors import agent_error_body
 from conch.web.common.metrics import MetricsMiddleware
+from conch.web.studio import ALL_PAGES, mount_studio
 from conch.web.common.security import (
     ConfigurationError,
     SecurityMiddleware,
@@ -84,5 +85,6 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     orchestration_routes.install(app, settings, pool)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)
+    mount_studio(app, ALL_PAGES)
     app.serve_fast(runs, middleware, execution.router.routes)
     return app

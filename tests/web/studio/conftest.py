@@ -1,0 +1,139 @@
+"""A real agent server and inference server on loopback (as ``conch up`` runs them, sharing one
+configuration), and a real Chromium driven by Playwright against the studio they serve."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conch import db
+from conch.config import Settings
+from tests.web.conftest import _free_port
+
+CHROMIUM = os.environ.get("CONCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@dataclass
+class Servers:
+    agent: str
+    inference: str
+    settings: Settings
+    data_dir: Path
+
+    def get(self, base: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
+        return httpx.get(base + path, headers=headers, timeout=30, **kw)
+
+
+def _serve(app: Any, port: int) -> tuple[Any, threading.Thread]:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("a conch server did not start")
+        time.sleep(0.05)
+    return server, thread
+
+
+def start_servers(data_dir: Path, **overrides: Any) -> tuple[Servers, list[tuple[Any, threading.Thread]]]:
+    from conch.web.agent_app import create_app as create_agent_app
+    from conch.web.inference_app import create_app as create_inference_app
+
+    port, models_port = _free_port(), _free_port()
+    if "models_url" in Settings.model_fields:
+        # Where the agent server's model calls go: this inference server, as under `conch up`.
+        overrides.setdefault("models_url", f"http://127.0.0.1:{models_port}/v1")
+    settings = Settings(
+        data_dir=data_dir, port=port, models_port=models_port, n_parallel=2, n_ctx=1024, **overrides
+    )
+    running = [
+        _serve(create_agent_app(settings), settings.port),
+        _serve(create_inference_app(settings), settings.models_port),
+    ]
+    servers = Servers(
+        f"http://127.0.0.1:{settings.port}",
+        f"http://127.0.0.1:{settings.models_port}",
+        settings,
+        data_dir,
+    )
+    return servers, running
+
+
+def stop_servers(running: list[tuple[Any, threading.Thread]]) -> None:
+    for server, _ in running:
+        server.should_exit = True
+    for _, thread in running:
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    running_servers, running = start_servers(tmp_path_factory.mktemp("studio-data"))
+    yield running_servers
+    stop_servers(running)
+    db.dispose_all()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium; .ci/run does it)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Screenshots of every page at 1280x800, for a reviewer to look at."""
+    return tmp_path_factory.mktemp("studio-screenshots")
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport=VIEWPORT)
+    # The studio loads nothing from elsewhere: any request off loopback fails the test.
+    outside: list[str] = []
+
+    def check(route: Any) -> None:
+        url = route.request.url
+        if not url.startswith(("http://127.0.0.1:", "http://localhost:", "data:")):
+            outside.append(url)
+            route.abort()
+        else:
+            route.continue_()
+
+    context.route("**/*", check)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    context.close()
+    assert not outside, f"the studio requested outside addresses: {outside}"
+    assert not errors, f"uncaught errors in the page: {errors}"

@@ -1,0 +1,156 @@
+import type { ComponentChildren } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, isAbort } from "../api";
+
+/** Loads once (and again when `deps` change), with an AbortController per load. */
+export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unknown[] = []) {
+  const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: true });
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    const ctl = new AbortController();
+    setState((s) => ({ ...s, loading: true }));
+    load(ctl.signal).then(
+      (data) => setState({ data, loading: false }),
+      (error) => !isAbort(error) && setState({ error, loading: false }),
+    );
+    return () => ctl.abort();
+  }, [...deps, tick]);
+  return { ...state, reload: () => setTick((t) => t + 1) };
+}
+
+/** Runs `fn` every `ms` while the page is visible. */
+export function useInterval(fn: () => void, ms: number) {
+  const saved = useRef(fn);
+  saved.current = fn;
+  useEffect(() => {
+    const id = setInterval(() => document.visibilityState === "visible" && saved.current(), ms);
+    return () => clearInterval(id);
+  }, [ms]);
+}
+
+export function NotAvailable({ what, error }: { what: string; error?: unknown }) {
+  const e = error as ApiError | undefined;
+  return (
+    <div class="notice" role="status" data-testid="not-available">
+      <strong>{what} is not available on this server.</strong>
+      <p>
+        {e?.status === 0
+          ? e.message
+          : `The server answered ${e?.status ?? 404} for these routes: this conch build does not include them yet.`}
+      </p>
+    </div>
+  );
+}
+
+export function ErrorBox({ error }: { error: unknown }) {
+  if (error == null) return null;
+  const e = error as ApiError;
+  return (
+    <div class="error-box" role="alert">
+      {e.status ? <span class="badge bad">{e.status}</span> : null} {e.kind ? `${e.kind}: ` : ""}
+      {e.message ?? String(error)}
+    </div>
+  );
+}
+
+/** Shows NotAvailable for a 404-ish or unreachable server, an error box otherwise. */
+export function Failure({ what, error }: { what: string; error: unknown }) {
+  const e = error as ApiError;
+  if (e instanceof ApiError && (e.notAvailable || e.status === 0)) return <NotAvailable what={what} error={e} />;
+  return <ErrorBox error={error} />;
+}
+
+export function Progress({ value, label }: { value: number | null; label?: string }) {
+  const pct = value == null ? null : Math.max(0, Math.min(100, Math.round(value * 100)));
+  return (
+    <div class="progress-wrap">
+      <div
+        class="progress"
+        role="progressbar"
+        aria-valuemin={0}
+        aria-valuemax={100}
+        aria-valuenow={pct ?? undefined}
+        aria-label={label ?? "progress"}
+      >
+        <div class={`bar ${pct == null ? "indeterminate" : ""}`} style={{ width: pct == null ? "30%" : `${pct}%` }} />
+      </div>
+      <span class="progress-text" data-testid="progress-text">
+        {pct == null ? "…" : `${pct} %`}
+      </span>
+    </div>
+  );
+}
+
+export function Confirm(props: {
+  open: boolean;
+  title: string;
+  children?: ComponentChildren;
+  confirm: string;
+  onClose: (ok: boolean) => void;
+}) {
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    const d = ref.current;
+    if (!d) return;
+    if (props.open && !d.open) d.showModal();
+    if (!props.open && d.open) d.close();
+  }, [props.open]);
+  return (
+    <dialog ref={ref} class="dialog" onCancel={() => props.onClose(false)}>
+      <h3>{props.title}</h3>
+      <div>{props.children}</div>
+      <div class="row end">
+        <button type="button" onClick={() => props.onClose(false)}>
+          Cancel
+        </button>
+        <button type="button" class="danger" onClick={() => props.onClose(true)}>
+          {props.confirm}
+        </button>
+      </div>
+    </dialog>
+  );
+}
+
+export function bytes(n: number | null | undefined): string {
+  if (n == null) return "—";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000;
+    i++;
+  }
+  return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+
+export function StatusBadge({ status }: { status: string | null | undefined }) {
+  const s = status ?? "unknown";
+  const tone =
+    ["ready", "succeeded", "healthy", "ok", "available", "connected", "idle", "running", "installed"].includes(s)
+      ? s === "running"
+        ? "busy"
+        : "good"
+      : ["failed", "unavailable", "error", "cancelled"].includes(s)
+        ? "bad"
+        : "busy";
+  return <span class={`badge ${tone}`}>{s}</span>;
+}
+
+/** A small SVG line chart of the last values. */
+export function Sparkline({ values, label, unit }: { values: number[]; label: string; unit?: string }) {
+  const w = 240;
+  const h = 60;
+  const max = Math.max(1e-9, ...values);
+  const pts = values.map((v, i) => `${(i / Math.max(1, values.length - 1)) * w},${h - (v / max) * (h - 4) - 2}`);
+  const last = values.length ? values[values.length - 1] : 0;
+  return (
+    <figure class="chart" aria-label={`${label}: ${last.toFixed(2)} ${unit ?? ""}`}>
+      <figcaption>
+        {label} <strong>{last.toFixed(last >= 100 ? 0 : 2)}</strong> {unit}
+      </figcaption>
+      <svg viewBox={`0 0 ${w} ${h}`} preserveAspectRatio="none" role="img" aria-hidden="true">
+        <polyline points={pts.join(" ")} fill="none" stroke="currentColor" stroke-width="2" vector-effect="non-scaling-stroke" />
+      </svg>
+    </figure>
+  );
+}

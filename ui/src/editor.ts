@@ -1,0 +1,129 @@
+import { autocompletion, closeBrackets, closeBracketsKeymap, completionKeymap, type Completion, type CompletionContext } from "@codemirror/autocomplete";
+import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
+import { bracketMatching, HighlightStyle, StreamLanguage, syntaxHighlighting, type StringStream } from "@codemirror/language";
+import { EditorState, Prec, StateEffect, StateField } from "@codemirror/state";
+import { Decoration, type DecorationSet, drawSelection, EditorView, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
+import { tags as t } from "@lezer/highlight";
+
+// The keywords of SPEC §1.3; builtin names come from /api/v1/builtins at run time.
+export const KEYWORDS = [
+  "let", "mut", "fn", "if", "else", "match", "for", "in", "while", "break", "continue", "return",
+  "try", "catch", "throw", "and", "or", "not",
+];
+const ATOMS = new Set(["true", "false", "null"]);
+const KW = new Set(KEYWORDS);
+let builtinNames = new Set<string>();
+
+type St = { inTriple: boolean };
+
+const conch = StreamLanguage.define<St>({
+  name: "conch",
+  startState: () => ({ inTriple: false }),
+  token(stream: StringStream, state: St) {
+    if (state.inTriple) {
+      if (stream.skipTo('"""')) {
+        stream.pos += 3;
+        state.inTriple = false;
+      } else stream.skipToEnd();
+      return "string";
+    }
+    if (stream.eatSpace()) return null;
+    if (stream.match("#")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match('"""')) {
+      state.inTriple = true;
+      return "string";
+    }
+    if (stream.match(/^"(?:[^"\\]|\\.)*"?/)) return "string";
+    if (stream.match(/^'[^']*'?/)) return "string";
+    if (stream.match(/^(?:0x[0-9a-fA-F_]+|0b[01_]+|\d[\d_]*(?:\.\d+)?(?:e[+-]?\d+)?(?:kib|kb|mib|mb|gib|gb|ms|min|s|h)?)/)) return "number";
+    if (stream.match(/^[A-Za-z_][A-Za-z0-9_]*/)) {
+      const w = stream.current();
+      if (KW.has(w)) return "keyword";
+      if (ATOMS.has(w)) return "atom";
+      if (builtinNames.has(w)) return "function";
+      return "variableName";
+    }
+    if (stream.match(/^(?:\|\||&&|==|!=|<=|>=|=~|=>|\.\.=|\.\.|\*\*|\/\/|\?\.|[|+\-*/%<>=!])/)) return "operator";
+    stream.next();
+    return null;
+  },
+  languageData: { commentTokens: { line: "#" } },
+});
+
+const style = HighlightStyle.define([
+  { tag: t.keyword, color: "var(--hl-keyword)", fontWeight: "600" },
+  { tag: t.string, color: "var(--hl-string)" },
+  { tag: t.number, color: "var(--hl-number)" },
+  { tag: t.atom, color: "var(--hl-number)" },
+  { tag: t.comment, color: "var(--hl-comment)", fontStyle: "italic" },
+  { tag: t.function(t.variableName), color: "var(--hl-function)" },
+  { tag: t.operator, color: "var(--hl-operator)" },
+]);
+
+let completions: Completion[] = KEYWORDS.map((k) => ({ label: k, type: "keyword" }));
+
+export function setBuiltins(list: { name: string; description: string; category: string }[]): void {
+  builtinNames = new Set(list.map((b) => b.name));
+  completions = [
+    ...list.map((b) => ({ label: b.name, type: "function", detail: b.category, info: b.description })),
+    ...KEYWORDS.map((k) => ({ label: k, type: "keyword" })),
+  ];
+}
+
+function complete(ctx: CompletionContext) {
+  const word = ctx.matchBefore(/[A-Za-z_][A-Za-z0-9_]*/);
+  if (!word || (word.from === word.to && !ctx.explicit)) return null;
+  return { from: word.from, options: completions, validFor: /^[A-Za-z0-9_]*$/ };
+}
+
+// -- the error mark: the offending token of the last run ------------------------------------
+export const setErrorMark = StateEffect.define<{ line: number; column: number } | null>();
+const errorField = StateField.define<DecorationSet>({
+  create: () => Decoration.none,
+  update(deco, tr) {
+    deco = deco.map(tr.changes);
+    for (const e of tr.effects) {
+      if (!e.is(setErrorMark)) continue;
+      if (!e.value) return Decoration.none;
+      const doc = tr.state.doc;
+      const ln = doc.line(Math.min(Math.max(1, e.value.line), doc.lines));
+      const from = Math.min(ln.to, ln.from + Math.max(0, e.value.column - 1));
+      const to = Math.min(ln.to, from + 1);
+      const marks = [Decoration.line({ class: "cm-error-line" }).range(ln.from)];
+      if (to > from) marks.push(Decoration.mark({ class: "cm-error-mark" }).range(from, to));
+      return Decoration.set(marks);
+    }
+    if (tr.docChanged) return Decoration.none;
+    return deco;
+  },
+  provide: (f) => EditorView.decorations.from(f),
+});
+
+export function createEditor(parent: HTMLElement, doc: string, onRun: () => void, onChange: (s: string) => void): EditorView {
+  return new EditorView({
+    parent,
+    state: EditorState.create({
+      doc,
+      extensions: [
+        lineNumbers(),
+        history(),
+        drawSelection(),
+        highlightActiveLine(),
+        bracketMatching(),
+        closeBrackets(),
+        conch,
+        syntaxHighlighting(style),
+        autocompletion({ override: [complete] }),
+        errorField,
+        Prec.highest(keymap.of([{ key: "Mod-Enter", run: () => (onRun(), true) }])),
+        // Tab indents; Escape then Tab moves focus on (CodeMirror), so the editor is no keyboard trap.
+        keymap.of([...closeBracketsKeymap, ...defaultKeymap, ...historyKeymap, ...completionKeymap, indentWithTab]),
+        EditorView.updateListener.of((u) => u.docChanged && onChange(u.state.doc.toString())),
+        EditorView.contentAttributes.of({ "aria-label": "conch program (Ctrl+Enter runs it)" }),
+      ],
+    }),
+  });
+}

