@@ -24,13 +24,13 @@ from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 from conch.web.common.errors import agent_error_body
 from conch.web.common.metrics import MetricsMiddleware
-from conch.web.studio import ALL_PAGES, mount_studio
 from conch.web.common.security import (
     ConfigurationError,
     SecurityMiddleware,
     check_bind,
     is_loopback,
 )
+from conch.web.studio import ALL_PAGES, mount_studio
 
 __all__ = ["ConfigurationError", "create_app"]
 
