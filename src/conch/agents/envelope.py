@@ -13,7 +13,7 @@ the hot path, and there is nothing to validate that :meth:`from_wire` does not c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -28,13 +28,7 @@ class RunError:
     hint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "line": self.line,
-            "column": self.column,
-            "hint": self.hint,
-        }
+        return asdict(self)
 
 
 @dataclass(slots=True)

@@ -465,7 +465,7 @@ def _envelope(
 
 
 def _run_error(exc: ConchError) -> RunError:
-    return RunError(exc.kind, exc.message, exc.line, exc.column, exc.hint)
+    return RunError(**exc.to_dict())
 
 
 if __name__ == "__main__":
