@@ -36,6 +36,7 @@ import uvloop
 DURATION_S = float(os.environ.get("CONCH_BENCH_SECONDS", "2"))
 ROUNDS = int(os.environ.get("CONCH_BENCH_ROUNDS", "3"))
 OLD_SRC = os.environ.get("CONCH_BENCH_OLD_SRC")
+SCENARIOS = os.environ.get("CONCH_BENCH_SCENARIOS", "execute,pipeline_10k").split(",")
 CONCURRENCY = (1, 16)
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -119,23 +120,26 @@ async def _client(port: int, request: bytes, stop: float, latencies: list[float]
         writer.close()
 
 
-async def _load(port: int, path: str, body: bytes, clients: int) -> dict[str, float]:
+async def _load(port: int, path: str, body: bytes, clients: int, pid: int) -> dict[str, float]:
     request = _request(path, body, port)
     # Warm up (connections, caches, worker code paths).
     await asyncio.gather(
         *(_client(port, request, time.perf_counter() + 0.3, []) for _ in range(clients))
     )
     latencies: list[float] = []
+    cpu = _cpu_s(pid)
     started = time.perf_counter()
     stop = started + DURATION_S
     await asyncio.gather(*(_client(port, request, stop, latencies) for _ in range(clients)))
     elapsed = time.perf_counter() - started
+    cpu = _cpu_s(pid) - cpu
     latencies.sort()
     return {
         "rps": len(latencies) / elapsed,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "requests": len(latencies),
+        "cpu_us_per_req": cpu / len(latencies) * 1e6,
     }
 
 
@@ -144,6 +148,19 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its live children (the sandbox
+    workers): a cost per request that other load on the machine hardly changes."""
+    total = 0.0
+    for p in (pid, *_children(pid)):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _children(pid: int) -> list[int]:
@@ -173,9 +190,11 @@ def run() -> dict[str, Any]:
         ceiling, ceiling_port = _start(_CEILING, data)
         servers = {"conch": agent_port, "ceiling": ceiling_port}
         procs = [agent, ceiling]
+        pids = {"conch": agent.pid, "ceiling": ceiling.pid}
         if OLD_SRC:
             old, servers["old"] = _start(_AGENT, old_data, OLD_SRC)
             procs.append(old)
+            pids["old"] = old.pid
         try:
             time.sleep(1.0)
             workers = _children(agent.pid)
@@ -188,12 +207,23 @@ def run() -> dict[str, Any]:
                 ("execute", "/api/v1/execute", execute),
                 ("pipeline_10k", "/api/v1/pipeline", pipeline),
             ):
+                if name not in SCENARIOS:
+                    continue
                 for clients in CONCURRENCY:
                     rounds: dict[str, list[dict[str, float]]] = {label: [] for label in servers}
                     for _ in range(ROUNDS):
                         for label, port in servers.items():
-                            rounds[label].append(uvloop.run(_load(port, path, body, clients)))
+                            load = _load(port, path, body, clients, pids[label])
+                            rounds[label].append(uvloop.run(load))
+                    if "old" in rounds:
+                        # Paired by round, so a burst of other load hits both alike.
+                        results[f"{name}/{clients}/new_vs_old"] = statistics.median(
+                            n["rps"] / o["rps"] for n, o in zip(rounds["conch"], rounds["old"], strict=True)
+                        )
                     for label, runs in rounds.items():
+                        results[f"{name}/{clients}/{label}/cpu_us_per_req"] = statistics.median(
+                            r["cpu_us_per_req"] for r in runs
+                        )
                         runs.sort(key=lambda r: r["rps"])
                         results[f"{name}/{clients}/{label}"] = runs[len(runs) // 2]
         finally:
@@ -211,8 +241,11 @@ def main() -> None:
     )
     if OLD_SRC:
         print(f"old: the conch at {OLD_SRC}, measured in the same alternating rounds")
-    print(f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}")
-    for name in ("execute", "pipeline_10k"):
+    print(
+        f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}"
+        f"{'CPU µs/req':>12}"
+    )
+    for name in SCENARIOS:
         for clients in CONCURRENCY:
             conch = results[f"{name}/{clients}/conch"]
             ceiling = results[f"{name}/{clients}/ceiling"]
@@ -220,11 +253,15 @@ def main() -> None:
             if f"{name}/{clients}/old" in results:
                 rows.insert(1, ("old", results[f"{name}/{clients}/old"]))
             for label, r in rows:
-                suffix = f"{r['rps'] / ceiling['rps']:>11.2f}x" if label != "ceiling" else ""
+                suffix = f"{r['rps'] / ceiling['rps']:>11.2f}x" if label != "ceiling" else " " * 12
+                suffix += f"{results[f'{name}/{clients}/{label}/cpu_us_per_req']:>12.0f}"
                 print(
                     f"{name + ' c=' + str(clients) + ' ' + label:<28}{r['rps']:>10.0f}"
                     f"{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{suffix}"
                 )
+            if f"{name}/{clients}/new_vs_old" in results:
+                paired = results[f"{name}/{clients}/new_vs_old"]
+                print(f"{name + ' c=' + str(clients) + ' conch / old':<28}{paired:>10.2f}x (median per round)")
     ex1 = results["execute/1/conch"]
     ratio16 = results["execute/16/conch"]["rps"] / results["execute/16/ceiling"]["rps"]
     ratio1 = ex1["rps"] / results["execute/1/ceiling"]["rps"]
