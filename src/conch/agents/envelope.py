@@ -13,8 +13,13 @@ the hot path, and there is nothing to validate that :meth:`from_wire` does not c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# One encoder, reused for every frame and body: ``json.dumps`` with arguments builds a new
+# JSONEncoder on each call, which costs as much as encoding a small envelope.
+COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(slots=True)
@@ -28,13 +33,7 @@ class RunError:
     hint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "line": self.line,
-            "column": self.column,
-            "hint": self.hint,
-        }
+        return asdict(self)
 
 
 @dataclass(slots=True)
@@ -85,27 +84,36 @@ class RunEnvelope:
         out["elapsed_ms"] = self.elapsed_ms
         return out
 
+    def to_json_bytes(self) -> bytes:
+        return COMPACT_JSON.encode(self.to_json()).encode()
+
     @staticmethod
     def from_wire(data: Any) -> RunEnvelope:
         """The envelope a worker sent; ``ValueError`` when it is not one."""
         if type(data) is not dict:
             raise ValueError("an envelope must be an object")
         try:
+            success = data["success"]
+            result = data.get("result")
+            type_name = data.get("type")
+            output = data.get("output", [])
             error = data.get("error")
+            if (
+                type(success) is not bool
+                or success != (error is None)
+                or (result is not None and type(result) is not str)
+                or (type_name is not None and type(type_name) is not str)
+                or type(output) is not list
+            ):
+                raise TypeError("fields of the wrong type")
+            err = None if error is None else RunError(**error)
             steps = data.get("steps")
-            if bool(data["success"]) != (error is None):
-                raise TypeError("exactly a failed run has an error")
-            fields = (
-                bool(data["success"]),
-                _optional(data.get("result"), str),
-                _optional(data.get("type"), str),
-                data.get("value"),
-                [str(line) for line in data.get("output") or ()],
-                None if error is None else RunError(**error),
-            )
             if steps is None:
-                return RunEnvelope(*fields)
-            return PipelineEnvelope(*fields, steps=[StepTiming(**s) for s in steps])
+                return RunEnvelope(success, result, type_name, data.get("value"), output, err)
+            timings = [StepTiming(**s) for s in steps]
+            return PipelineEnvelope(
+                success, result, type_name, data.get("value"), output, err, steps=timings
+            )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed envelope: {exc}") from None
 
@@ -122,9 +130,3 @@ class PipelineEnvelope(RunEnvelope):
             {"step": s.step, "type": s.type, "elapsed_ms": s.elapsed_ms} for s in self.steps
         ]
         return out
-
-
-def _optional(value: Any, kind: type) -> Any:
-    if value is not None and type(value) is not kind:
-        raise TypeError(f"expected {kind.__name__} or null, got {type(value).__name__}")
-    return value

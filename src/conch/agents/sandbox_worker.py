@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conch.agents.envelope import PipelineEnvelope, RunEnvelope, RunError, StepTiming
+from conch.agents.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
 from conch.config import Settings
 from conch.lang import values
 from conch.lang.builtins.registry import type_names
@@ -44,7 +44,7 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", 
 
 
 def encode(message: Any) -> bytes:
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = COMPACT_JSON.encode(message).encode("utf-8")
     return HEADER.pack(len(data)) + data
 
 
@@ -454,7 +454,7 @@ def _envelope(
     if type(value) is str:
         result = value
     else:
-        result = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        result = COMPACT_JSON.encode(data)
     if limits.output_bytes is not None and len(result) > limits.output_bytes:
         raise ConchError(
             "LimitError",
@@ -465,7 +465,7 @@ def _envelope(
 
 
 def _run_error(exc: ConchError) -> RunError:
-    return RunError(exc.kind, exc.message, exc.line, exc.column, exc.hint)
+    return RunError(**exc.to_dict())
 
 
 if __name__ == "__main__":

@@ -63,34 +63,30 @@ FAST_ROUTES: dict[str, tuple[type[BaseModel], Callable[[Any], Job], str]] = {
 }
 
 
-@router.post(
-    "/api/v1/execute",
-    openapi_extra=request_body(ExecuteRequest),
-    response_model=RunEnvelope,
-    responses=ERRORS,
-)
+def _route(
+    path: str,
+    body: type[BaseModel],
+    envelope: type[RunEnvelope] = RunEnvelope,
+    responses: dict[int | str, dict[str, Any]] = ERRORS,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return router.post(
+        path, openapi_extra=request_body(body), response_model=envelope, responses=responses
+    )
+
+
+@_route("/api/v1/execute", ExecuteRequest)
 async def execute(request: Request, runs: RunsDep) -> Response:
     """Run a conch command; the envelope holds its value, output and any error."""
     return await runs.respond(execute_job(await parse_body(request, ExecuteRequest)), "execute")
 
 
-@router.post(
-    "/api/v1/eval",
-    openapi_extra=request_body(EvalRequest),
-    response_model=RunEnvelope,
-    responses=ERRORS,
-)
+@_route("/api/v1/eval", EvalRequest)
 async def evaluate(request: Request, runs: RunsDep) -> Response:
     """Evaluate a conch program (an expression or statements)."""
     return await runs.respond(eval_job(await parse_body(request, EvalRequest)), "eval")
 
 
-@router.post(
-    "/api/v1/call/{builtin}",
-    openapi_extra=request_body(CallRequest),
-    response_model=RunEnvelope,
-    responses={**ERRORS, **UNKNOWN_BUILTIN},
-)
+@_route("/api/v1/call/{builtin}", CallRequest, responses={**ERRORS, **UNKNOWN_BUILTIN})
 async def call(builtin: str, request: Request, runs: RunsDep) -> Response:
     """Call one builtin with positional `args` and named `kwargs`."""
     body = await parse_body(request, CallRequest)
@@ -99,12 +95,7 @@ async def call(builtin: str, request: Request, runs: RunsDep) -> Response:
     return await runs.respond(call_job(builtin, body), "call")
 
 
-@router.post(
-    "/api/v1/pipeline",
-    openapi_extra=request_body(PipelineRequest),
-    response_model=PipelineEnvelope,
-    responses=ERRORS,
-)
+@_route("/api/v1/pipeline", PipelineRequest, PipelineEnvelope)
 async def pipeline(request: Request, runs: RunsDep) -> Response:
     """Feed `input` through each stage of `steps`; adds per-step timings."""
     return await runs.respond(pipeline_job(await parse_body(request, PipelineRequest)), "pipeline")

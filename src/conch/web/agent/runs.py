@@ -3,7 +3,6 @@ envelope. The one path of every execution route, documented and fast path alike.
 
 from __future__ import annotations
 
-import json
 import time
 
 from starlette.responses import Response
@@ -23,7 +22,7 @@ class Runs:
         done = await self.pool.run(job)
         self.metrics.observe_run(kind, started)
         done.elapsed_ms = int((time.perf_counter() - started) * 1000)
-        return json.dumps(done.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
+        return done.to_json_bytes()
 
     async def respond(self, job: Job, kind: str) -> Response:
         return Response(await self.envelope(job, kind), media_type="application/json")
