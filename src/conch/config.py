@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     # (after a crash another server, or this one restarted, takes the work over)
     orchestration_lease_s: float = 15.0
     orchestration_max_concurrent_steps: int = 64
+    # agent tasks running at once on this server; the others stay pending in order
+    orchestration_max_concurrent_tasks: int = 16
 
     @classmethod
     def settings_customise_sources(
