@@ -12,6 +12,9 @@ rather than one. Idle RSS is read from /proc.
 
 Targets (issue 3): execute throughput >= 0.5x the ceiling; p50 <= 3 ms at 1 client; idle
 server RSS <= 150 MB.
+
+``CONCH_BENCH_OLD_SRC=/path/to/old/checkout/src`` adds a third server, the same benchmark on
+an older conch, in the same alternating rounds (before/after figures from one run).
 """
 
 from __future__ import annotations
@@ -32,12 +35,17 @@ import uvloop
 
 DURATION_S = float(os.environ.get("CONCH_BENCH_SECONDS", "2"))
 ROUNDS = int(os.environ.get("CONCH_BENCH_ROUNDS", "3"))
+OLD_SRC = os.environ.get("CONCH_BENCH_OLD_SRC")
 CONCURRENCY = (1, 16)
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 _AGENT = """
 import sys, uvicorn
 from conch.config import Settings
-from conch.web.agent_app import create_app
+try:
+    from conch.web.agent.app import create_app
+except ImportError:  # an older checkout, measured side by side (CONCH_BENCH_OLD_SRC)
+    from conch.web.agent_app import create_app
 settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]))
 uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
             log_level="warning", access_log=False, loop="uvloop", http="httptools")
@@ -68,9 +76,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(code: str, data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+def _start(code: str, data_dir: str, src: Path | str = SRC) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    env["PYTHONPATH"] = str(src)  # this checkout's conch, not whichever one is installed
     proc = subprocess.Popen([sys.executable, "-c", code, data_dir, str(port)], env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -159,9 +168,14 @@ def run() -> dict[str, Any]:
         }
     ).encode()
     results: dict[str, Any] = {"duration_s": DURATION_S, "rounds": ROUNDS, "cpus": os.cpu_count()}
-    with tempfile.TemporaryDirectory() as data:
+    with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as old_data:
         agent, agent_port = _start(_AGENT, data)
         ceiling, ceiling_port = _start(_CEILING, data)
+        servers = {"conch": agent_port, "ceiling": ceiling_port}
+        procs = [agent, ceiling]
+        if OLD_SRC:
+            old, servers["old"] = _start(_AGENT, old_data, OLD_SRC)
+            procs.append(old)
         try:
             time.sleep(1.0)
             workers = _children(agent.pid)
@@ -175,15 +189,15 @@ def run() -> dict[str, Any]:
                 ("pipeline_10k", "/api/v1/pipeline", pipeline),
             ):
                 for clients in CONCURRENCY:
-                    rounds: dict[str, list[dict[str, float]]] = {"conch": [], "ceiling": []}
+                    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in servers}
                     for _ in range(ROUNDS):
-                        for label, port in (("conch", agent_port), ("ceiling", ceiling_port)):
+                        for label, port in servers.items():
                             rounds[label].append(uvloop.run(_load(port, path, body, clients)))
                     for label, runs in rounds.items():
                         runs.sort(key=lambda r: r["rps"])
                         results[f"{name}/{clients}/{label}"] = runs[len(runs) // 2]
         finally:
-            for proc in (agent, ceiling):
+            for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=30)
     return results
@@ -195,14 +209,18 @@ def main() -> None:
     print(
         f"idle RSS: server {rss['server']} MB (+ {rss['workers']} sandbox workers, {rss['sandbox_workers']} MB)"
     )
+    if OLD_SRC:
+        print(f"old: the conch at {OLD_SRC}, measured in the same alternating rounds")
     print(f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}")
     for name in ("execute", "pipeline_10k"):
         for clients in CONCURRENCY:
             conch = results[f"{name}/{clients}/conch"]
             ceiling = results[f"{name}/{clients}/ceiling"]
-            ratio = conch["rps"] / ceiling["rps"]
-            for label, r in (("conch", conch), ("ceiling", ceiling)):
-                suffix = f"{ratio:>11.2f}x" if label == "conch" else ""
+            rows = [("conch", conch), ("ceiling", ceiling)]
+            if f"{name}/{clients}/old" in results:
+                rows.insert(1, ("old", results[f"{name}/{clients}/old"]))
+            for label, r in rows:
+                suffix = f"{r['rps'] / ceiling['rps']:>11.2f}x" if label != "ceiling" else ""
                 print(
                     f"{name + ' c=' + str(clients) + ' ' + label:<28}{r['rps']:>10.0f}"
                     f"{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{suffix}"

@@ -29,10 +29,8 @@ def free_port() -> int:
 
 
 def _create_app(settings: Settings) -> Any:
-    try:
-        from conch.web.agent.app import create_app  # type: ignore[import-not-found]
-    except ImportError:
-        from conch.web.agent_app import create_app
+    from conch.web.agent.app import create_app
+
     return create_app(settings)
 
 
