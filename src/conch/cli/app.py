@@ -25,6 +25,7 @@ SUBCOMMANDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("up", "conch.cli.up", ("app", "up")),
     ("providers", "conch.cli.providers", ("app",)),
     ("marketplace", "conch.cli.marketplace", ("app",)),
+    ("tasks", "conch.cli.orchestration", ("register",)),
 ]
 
 
