@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     # (after a crash another server, or this one restarted, takes the work over)
     orchestration_lease_s: float = 15.0
     orchestration_max_concurrent_steps: int = 64
+    # agent tasks running at once on this server; the others stay pending in order
+    orchestration_max_concurrent_tasks: int = 16
 
     # marketplace federation: the upstream is `marketplace_url`
     marketplace_api_key: str | None = None  # bearer key for the upstream marketplace

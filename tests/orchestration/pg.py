@@ -41,13 +41,27 @@ def postgres_cluster(tmp: Path) -> Iterator[str]:
     data = root / "data"
     port = free_port()
     subprocess.run(
-        _as_cluster_user([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]),
+        _as_cluster_user(
+            [str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
+        ),
         check=True,
         capture_output=True,
     )
     opts = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=200"
     subprocess.run(
-        _as_cluster_user([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-o", opts, "-w", "start"]),
+        _as_cluster_user(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(root / "log"),
+                "-o",
+                opts,
+                "-w",
+                "start",
+            ]
+        ),
         check=True,
         capture_output=True,
     )

@@ -247,3 +247,20 @@ def read_sse(c: httpx.Client, path: str, **kw: Any) -> list[dict[str, Any]]:
     if current:
         events.append(current)
     return events
+
+
+def test_agent_builtin_in_the_server_records_a_task(server: Server, scripted: ScriptedModel) -> None:
+    goal = scripted.script("builtin agent goal", tool("len", value=[1, 2, 3, 4]), final("four"))
+    code = f'agent({{goal: "{goal}", tools: ["len"], max_steps: 3}})'
+    with server.client() as c:
+        r = c.post("/api/v1/eval", json={"code": code})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["success"], body
+        value = body["value"]
+        assert value["status"] == "succeeded" and value["result"] == "four"
+        assert [s["action"] for s in value["steps"]] == ["len", "final"]
+        assert value["steps"][0]["observation"] == "4"
+        record = c.get(f"{API}/tasks/{value['id']}").json()
+    assert record["status"] == "succeeded" and record["result"] == "four"
+    assert len(record["steps"]) == 2

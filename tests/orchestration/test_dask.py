@@ -34,7 +34,9 @@ def cluster() -> Iterator[Any]:
         os.environ["PYTHONPATH"] = path
 
 
-def test_steps_and_tool_calls_run_on_dask(tmp_path: Path, cluster: Any, scripted: ScriptedModel) -> None:
+def test_steps_and_tool_calls_run_on_dask(
+    tmp_path: Path, cluster: Any, scripted: ScriptedModel
+) -> None:
     srv = start_thread_server(
         tmp_path / "data",
         executor="dask",
@@ -66,7 +68,11 @@ def test_steps_and_tool_calls_run_on_dask(tmp_path: Path, cluster: Any, scripted
         # The work really went to the cluster's workers.
         client = distributed.Client(cluster.scheduler_address)
         try:
-            counts = client.run(lambda: __import__("conch.orchestration.executor", fromlist=["_RUNNERS"])._RUNNERS.__len__())
+            counts = client.run(
+                lambda: __import__(
+                    "conch.orchestration.executor", fromlist=["_RUNNERS"]
+                )._RUNNERS.__len__()
+            )
         finally:
             client.close()
         assert sum(counts.values()) >= 1

@@ -23,13 +23,20 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
     data = tmp_path / "data"
     log = tmp_path / "server.log"
     env = {"models_url": scripted.v1}
-    goal = scripted.script("a task that outlives its server", {"delay": 60, "content": final("late")})
+    goal = scripted.script(
+        "a task that outlives its server", {"delay": 60, "content": final("late")}
+    )
     first = start_process_server(data, log, **env)
     body = {
         "name": "durable",
         "steps": [
             {"id": "a", "run": 'append("a.log", "x\\n"); 1'},
-            {"id": "b", "depends_on": ["a"], "retries": 1, "run": 'append("b-start.log", "x\\n"); sleep(3000); append("b.log", "x\\n"); steps.a.result + 1'},
+            {
+                "id": "b",
+                "depends_on": ["a"],
+                "retries": 1,
+                "run": 'append("b-start.log", "x\\n"); sleep(3000); append("b.log", "x\\n"); steps.a.result + 1',
+            },
             {"id": "c", "depends_on": ["b"], "run": 'append("c.log", "x\\n"); steps.b.result + 1'},
             {"id": "side", "run": 'append("side.log", "x\\n"); "side"'},
         ],
@@ -38,7 +45,9 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
         with first.client() as c:
             wf = c.post(f"{API}/workflows", json=body).json()
             task = c.post(f"{API}/tasks", json={"goal": goal, "tools": [], "max_steps": 2}).json()
-            wait_for(c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][1]["status"] == "running", 60)
+            wait_for(
+                c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][1]["status"] == "running", 60
+            )
             wait_for(c, f"{API}/tasks/{task['id']}", lambda t: t["status"] == "running", 30)
         first.kill()
     finally:

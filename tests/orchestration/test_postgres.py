@@ -26,10 +26,20 @@ def test_two_servers_share_one_database(tmp_path: Path) -> None:
             n = 40
             steps = [{"id": "root", "run": "0"}]
             steps += [
-                {"id": f"s{i}", "depends_on": ["root"], "run": f'append("ran.log", "s{i}\\n"); sleep(50); {i}'}
+                {
+                    "id": f"s{i}",
+                    "depends_on": ["root"],
+                    "run": f'append("ran.log", "s{i}\\n"); sleep(50); {i}',
+                }
                 for i in range(n)
             ]
-            steps.append({"id": "sum", "depends_on": [f"s{i}" for i in range(n)], "run": "steps | values | map(fn(s) => s.result) | sum"})
+            steps.append(
+                {
+                    "id": "sum",
+                    "depends_on": [f"s{i}" for i in range(n)],
+                    "run": "steps | values | map(fn(s) => s.result) | sum",
+                }
+            )
             with a.client() as ca, b.client() as cb:
                 wf = ca.post(f"{API}/workflows", json={"name": "shared", "steps": steps})
                 assert wf.status_code == 201, wf.text
@@ -50,17 +60,36 @@ def test_two_servers_share_one_database(tmp_path: Path) -> None:
                 # Created on A, cancelled on B while A or B runs its long step.
                 long = ca.post(
                     f"{API}/workflows",
-                    json={"steps": [{"id": "long", "run": "sleep(30000); 1"}, {"id": "after", "depends_on": ["long"], "run": "2"}]},
+                    json={
+                        "steps": [
+                            {"id": "long", "run": "sleep(30000); 1"},
+                            {"id": "after", "depends_on": ["long"], "run": "2"},
+                        ]
+                    },
                 ).json()
-                wait_for(cb, f"{API}/workflows/{long['id']}", lambda w: w["steps"][0]["status"] == "running", 30)
+                wait_for(
+                    cb,
+                    f"{API}/workflows/{long['id']}",
+                    lambda w: w["steps"][0]["status"] == "running",
+                    30,
+                )
                 r = cb.post(f"{API}/workflows/{long['id']}/cancel")
                 assert r.status_code == 200 and r.json()["status"] == "cancelled"
                 assert ca.post(f"{API}/workflows/{long['id']}/cancel").status_code == 409
                 # The server running the step stops it: both pools serve at once again.
                 time.sleep(2.5)
-                quick = ca.post(f"{API}/workflows", json={"steps": [{"id": "q", "run": "1"}, {"id": "r", "run": "2"}]}).json()
-                assert wait_for(ca, f"{API}/workflows/{quick['id']}", finished, 20)["status"] == "succeeded"
-                assert ca.get(f"{API}/workflows/{long['id']}").json()["steps"][1]["status"] == "skipped"
+                quick = ca.post(
+                    f"{API}/workflows",
+                    json={"steps": [{"id": "q", "run": "1"}, {"id": "r", "run": "2"}]},
+                ).json()
+                assert (
+                    wait_for(ca, f"{API}/workflows/{quick['id']}", finished, 20)["status"]
+                    == "succeeded"
+                )
+                assert (
+                    ca.get(f"{API}/workflows/{long['id']}").json()["steps"][1]["status"]
+                    == "skipped"
+                )
                 assert cb.get(f"{API}/metrics").json()["total_workflows"] == 3
         finally:
             a.stop()

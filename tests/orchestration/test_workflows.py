@@ -39,7 +39,15 @@ def test_created_record_shape(server: Server) -> None:
         wf = create(c, {"name": "shape", "steps": [{"id": "a", "run": "1 + 1"}]})
         assert set(wf) >= {"id", "name", "status", "steps", "created_at", "finished_at"}
         assert wf["status"] == "running"
-        assert set(wf["steps"][0]) >= {"id", "status", "result", "error", "attempts", "started_at", "finished_at"}
+        assert set(wf["steps"][0]) >= {
+            "id",
+            "status",
+            "result",
+            "error",
+            "attempts",
+            "started_at",
+            "finished_at",
+        }
         done = wait_for(c, f"{API}/workflows/{wf['id']}", finished)
         assert done["status"] == "succeeded" and done["steps"][0]["result"] == 2
         assert any(w["id"] == wf["id"] for w in c.get(f"{API}/workflows").json())
@@ -48,15 +56,41 @@ def test_created_record_shape(server: Server) -> None:
 
 def test_dag_validation_is_400(server: Server) -> None:
     bad = [
-        ({"steps": [{"id": "a", "run": "1", "depends_on": ["b"]}, {"id": "b", "run": "1", "depends_on": ["a"]}]}, "cycle"),
+        (
+            {
+                "steps": [
+                    {"id": "a", "run": "1", "depends_on": ["b"]},
+                    {"id": "b", "run": "1", "depends_on": ["a"]},
+                ]
+            },
+            "cycle",
+        ),
         ({"steps": [{"id": "a", "run": "1", "depends_on": ["ghost"]}]}, "unknown step id"),
         ({"steps": [{"id": "a", "run": "1"}, {"id": "a", "run": "2"}]}, "duplicate"),
         ({"steps": [{"id": "a"}]}, "exactly one"),
-        ({"steps": [{"id": "a", "run": "1", "task": {"goal": "g", "tools": [], "max_steps": 1}}]}, "exactly one"),
+        (
+            {
+                "steps": [
+                    {"id": "a", "run": "1", "task": {"goal": "g", "tools": [], "max_steps": 1}}
+                ]
+            },
+            "exactly one",
+        ),
         ({"steps": []}, "steps"),
         ({"steps": [{"id": "a", "run": "1", "colour": "red"}]}, "colour"),
-        ({"steps": [{"id": "a", "task": {"goal": "x", "tools": ["nope"], "max_steps": 2}}]}, "nope"),
-        ({"steps": [{"id": "a", "run": "1"}, {"id": "b", "task": {"goal": "${steps.a.result}", "tools": [], "max_steps": 1}}]}, "does not depend"),
+        (
+            {"steps": [{"id": "a", "task": {"goal": "x", "tools": ["nope"], "max_steps": 2}}]},
+            "nope",
+        ),
+        (
+            {
+                "steps": [
+                    {"id": "a", "run": "1"},
+                    {"id": "b", "task": {"goal": "${steps.a.result}", "tools": [], "max_steps": 1}},
+                ]
+            },
+            "does not depend",
+        ),
         ({"steps": [{"id": "a", "run": "1", "retries": -1}]}, "retries"),
     ]
     with server.client() as c:
@@ -84,14 +118,18 @@ def test_diamond_runs_independent_steps_concurrently(server: Server) -> None:
     assert s["d"]["result"] == 20
     b, cc = s["b"], s["c"]
     # b and c overlapped in time: each started before the other finished.
-    assert ts(b["started_at"]) < ts(cc["finished_at"]) and ts(cc["started_at"]) < ts(b["finished_at"])
+    assert ts(b["started_at"]) < ts(cc["finished_at"]) and ts(cc["started_at"]) < ts(
+        b["finished_at"]
+    )
     assert ts(s["d"]["started_at"]) >= max(ts(b["finished_at"]), ts(cc["finished_at"]))
 
 
 def test_retry_succeeds_on_second_attempt(server: Server) -> None:
     code = 'if exists("retry-flag") { "ok" } else { write("retry-flag", "x"); throw "first attempt fails" }'
     with server.client() as c:
-        wf = run_workflow(c, {"steps": [{"id": "flaky", "run": code, "retries": 2, "backoff_s": 0.1}]})
+        wf = run_workflow(
+            c, {"steps": [{"id": "flaky", "run": code, "retries": 2, "backoff_s": 0.1}]}
+        )
     step = wf["steps"][0]
     assert wf["status"] == "succeeded"
     assert step["status"] == "succeeded" and step["attempts"] == 2 and step["result"] == "ok"
@@ -116,7 +154,9 @@ def test_timeout_fails_step_and_skips_dependents(server: Server) -> None:
 
 
 def test_failed_step_error_and_skips(server: Server) -> None:
-    body = {"steps": [{"id": "bad", "run": "1 / 0"}, {"id": "child", "depends_on": ["bad"], "run": "1"}]}
+    body = {
+        "steps": [{"id": "bad", "run": "1 / 0"}, {"id": "child", "depends_on": ["bad"], "run": "1"}]
+    }
     with server.client() as c:
         wf = run_workflow(c, body)
     s = steps_by_id(wf)
@@ -153,7 +193,11 @@ def test_cancel_before_start_skips_pending(server: Server) -> None:
     body = {"steps": [{"id": "w", "run": 'throw "no"', "retries": 3, "backoff_s": 30}]}
     with server.client() as c:
         wf = create(c, body)
-        wait_for(c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][0]["attempts"] == 1 and w["steps"][0]["status"] == "pending")
+        wait_for(
+            c,
+            f"{API}/workflows/{wf['id']}",
+            lambda w: w["steps"][0]["attempts"] == 1 and w["steps"][0]["status"] == "pending",
+        )
         r = c.post(f"{API}/workflows/{wf['id']}/cancel")
         assert r.status_code == 200
         assert r.json()["steps"][0]["status"] == "skipped"
@@ -180,7 +224,11 @@ def test_task_step_interpolates_previous_result(server: Server, scripted: Script
                 "depends_on": ["files"],
                 "retries": 1,
                 "timeout_s": 60,
-                "task": {"goal": "Summarise these files: ${steps.files.result}", "tools": ["cat"], "max_steps": 3},
+                "task": {
+                    "goal": "Summarise these files: ${steps.files.result}",
+                    "tools": ["cat"],
+                    "max_steps": 3,
+                },
             },
         ],
     }
@@ -195,16 +243,25 @@ def test_task_step_interpolates_previous_result(server: Server, scripted: Script
 
 
 def test_workflow_events_live_and_resumed(server: Server) -> None:
-    body = {"steps": [{"id": "a", "run": "sleep(300); 1"}, {"id": "b", "depends_on": ["a"], "run": "2"}]}
+    body = {
+        "steps": [{"id": "a", "run": "sleep(300); 1"}, {"id": "b", "depends_on": ["a"], "run": "2"}]
+    }
     with server.client() as c:
         wf = create(c, body)
         live = read_sse(c, f"{API}/workflows/{wf['id']}/events")
         names = [e["event"] for e in live]
         assert names[0] == "start" and names[-1] == "complete"
-        assert [e["data"]["status"] for e in live if e["event"] == "step"] == ["running", "succeeded", "running", "succeeded"]
+        assert [e["data"]["status"] for e in live if e["event"] == "step"] == [
+            "running",
+            "succeeded",
+            "running",
+            "succeeded",
+        ]
         ids = [int(e["id"]) for e in live]
         assert ids == sorted(ids)
-        resumed = read_sse(c, f"{API}/workflows/{wf['id']}/events", headers={"Last-Event-ID": str(ids[2])})
+        resumed = read_sse(
+            c, f"{API}/workflows/{wf['id']}/events", headers={"Last-Event-ID": str(ids[2])}
+        )
         assert [int(e["id"]) for e in resumed] == ids[3:]
         via_query = read_sse(c, f"{API}/workflows/{wf['id']}/events?last_event_id={ids[-2]}")
         assert [e["event"] for e in via_query] == ["complete"]

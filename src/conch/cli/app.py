@@ -26,6 +26,7 @@ SUBCOMMANDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("providers", "conch.cli.providers", ("app",)),
     ("marketplace", "conch.cli.marketplace", ("app",)),
     ("mcp", "conch.cli.marketplace", ("mcp_app",)),
+    ("tasks", "conch.cli.orchestration", ("register",)),
 ]
 
 

@@ -5,7 +5,8 @@ OS limits). ``dask`` submits it to a Dask distributed cluster (``dask_scheduler`
 Dask worker runs it with the same :class:`~conch.agents.sandbox_worker.Runner` the sandbox
 workers use: the same workspace confinement, effect policy and language limits, but the
 cluster's processes, so the OS limits (RLIMIT_AS, RLIMIT_CPU) are the cluster's to set.
-Both return the sandbox's envelope ``{success, result, type, value, output, error}``.
+Both return the sandbox's envelope as its wire dict
+``{success, result, type, value, output, error}``.
 """
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ class LocalExecutor:
         return None
 
     async def run(self, job: Job) -> dict[str, Any]:
-        # The pool answers a RunEnvelope (since the agent server's restructuring); the agent
-        # loop reads the envelope as the client would see it.
-        return (await self.pool.run(job)).to_json()
+        return (await self.pool.run(job)).to_wire()
 
 
 def _failure(kind: str, message: str) -> dict[str, Any]:
@@ -91,9 +90,7 @@ def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[
         runner = _RUNNERS[key] = Runner(WorkerConfig(**config))
     chan = _Collect()
     runner.run(payload, chan)  # type: ignore[arg-type]
-    done = chan.done or _failure("LimitError", "the job produced no result")
-    done.pop("recycle", None)
-    return done
+    return chan.done or _failure("LimitError", "the job produced no result")
 
 
 class DaskExecutor:

@@ -23,6 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -81,6 +82,16 @@ class Orchestrator:
         self._wake = asyncio.Event()
         self._listeners: dict[str, set[asyncio.Event]] = {}
         self._closing = False
+        # Tasks beyond this many wait (pending) for a free slot: each running task keeps the
+        # event loop busy for a moment at every model reply and tool result, and the server
+        # must keep answering other requests promptly however many tasks are queued.
+        self._task_slots = asyncio.Semaphore(max(1, settings.orchestration_max_concurrent_tasks))
+        # SQLite calls are local and take well under a millisecond (WAL, no fsync per
+        # commit): they run on the event loop, because a thread doing them would hold the
+        # interpreter lock in 5 ms slices against the loop and every request would queue
+        # behind it. PostgreSQL calls wait on the network: they go to threads.
+        self._inline_db = self.engine.dialect.name == "sqlite"
+        self._db_threads = ThreadPoolExecutor(8, thread_name_prefix="orchestration-db")
         self.task_listeners: list[Callable[[dict[str, Any]], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -109,12 +120,16 @@ class Orchestrator:
         await asyncio.gather(*self._background, *running, return_exceptions=True)
         await self.models.close()
         await self.executor.close()
+        self._db_threads.shutdown(wait=False)
 
     def _lease(self) -> float:
         return time.time() + self.lease_s
 
     async def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        return await asyncio.to_thread(fn, *args, **kw)
+        if self._inline_db:
+            return fn(*args, **kw)
+        call = functools.partial(fn, *args, **kw)
+        return await asyncio.get_running_loop().run_in_executor(self._db_threads, call)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -262,52 +277,8 @@ class Orchestrator:
         stream = f"task:{task_id}"
         usage: dict[str, int] = {}
         try:
-            if not await self._db(self.store.start_task, task_id, self.instance, self._lease()):
-                return
-            self._notify(stream)
-
-            async def chat(messages: list[dict[str, Any]], schema: dict[str, Any]) -> Reply:
-                return await self.models.chat(row["model"], messages, schema)
-
-            async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
-                return await self.executor.run(Job("call", builtin=name, kwargs=args))
-
-            async def on_step(step: dict[str, Any]) -> None:
-                for key, value in (step.get("usage") or {}).items():
-                    usage[key] = usage.get(key, 0) + value
-                if not await self._db(self.store.add_task_step, task_id, step, dict(usage)):
-                    # Cancelled (perhaps through another server) while this step ran.
-                    raise asyncio.CancelledError()
-                self._notify(stream)
-
-            try:
-                outcome = await run_agent_loop(
-                    goal=row["goal"],
-                    tools=row["tools"],
-                    max_steps=row["max_steps"],
-                    system=spec.system_prompt,
-                    chat=chat,
-                    call_tool=call_tool,
-                    on_step=on_step,
-                    observation_chars=self.settings.agent_observation_chars,
-                )
-            except ModelError as exc:
-                await self._db(
-                    self.store.finish_task,
-                    task_id,
-                    "failed",
-                    error={"kind": "ProviderError", "message": str(exc)},
-                    usage=dict(usage),
-                )
-                return
-            await self._db(
-                self.store.finish_task,
-                task_id,
-                outcome.status,
-                result=outcome.result,
-                error=outcome.error,
-                usage=outcome.usage,
-            )
+            async with self._task_slots:
+                await self._run_task_body(task_id, spec, row, stream, usage)
         except asyncio.CancelledError:
             if self._closing:
                 await asyncio.shield(
@@ -333,6 +304,56 @@ class Orchestrator:
             )
         finally:
             self._notify(stream)
+
+    async def _run_task_body(
+        self, task_id: str, spec: AgentSpec, row: dict[str, Any], stream: str, usage: dict[str, int]
+    ) -> None:
+        if not await self._db(self.store.start_task, task_id, self.instance, self._lease()):
+            return
+        self._notify(stream)
+
+        async def chat(messages: list[dict[str, Any]], schema: dict[str, Any]) -> Reply:
+            return await self.models.chat(row["model"], messages, schema)
+
+        async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+            return await self.executor.run(Job("call", builtin=name, kwargs=args))
+
+        async def on_step(step: dict[str, Any]) -> None:
+            for key, value in (step.get("usage") or {}).items():
+                usage[key] = usage.get(key, 0) + value
+            if not await self._db(self.store.add_task_step, task_id, step, dict(usage)):
+                # Cancelled (perhaps through another server) while this step ran.
+                raise asyncio.CancelledError()
+            self._notify(stream)
+
+        try:
+            outcome = await run_agent_loop(
+                goal=row["goal"],
+                tools=row["tools"],
+                max_steps=row["max_steps"],
+                system=spec.system_prompt,
+                chat=chat,
+                call_tool=call_tool,
+                on_step=on_step,
+                observation_chars=self.settings.agent_observation_chars,
+            )
+        except ModelError as exc:
+            await self._db(
+                self.store.finish_task,
+                task_id,
+                "failed",
+                error={"kind": "ProviderError", "message": str(exc)},
+                usage=dict(usage),
+            )
+            return
+        await self._db(
+            self.store.finish_task,
+            task_id,
+            outcome.status,
+            result=outcome.result,
+            error=outcome.error,
+            usage=outcome.usage,
+        )
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
         record = await self._db(self.store.get_task, task_id)

@@ -4,6 +4,7 @@ it is out of date."""
 
 INDEX: dict[str, tuple[str, ...]] = {
     "abs": ("math",),
+    "agent": ("agent",),
     "all": ("collections",),
     "any": ("collections",),
     "append": ("filesystem", "collections"),

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system")
+# Builtin modules not named after their category: agent.py holds ``agent`` (category "ai").
+MODULE_CATEGORIES = {"agent": "ai"}
 
 _MISSING: Any = object()
 _EMPTY: Any = object()  # a parameter without a default
@@ -431,7 +433,7 @@ def load_all() -> None:
     with _load_lock:
         if _loaded or _importing:
             return
-        _import(CATEGORIES)
+        _import((*CATEGORIES, *MODULE_CATEGORIES))
         _loaded = True
 
 
@@ -443,7 +445,7 @@ def build_index() -> dict[str, tuple[str, ...]]:
     for key, b in sorted(dict.items(REGISTRY)):
         mods = {_category_module(m) for m in b.overloads or [b]}
         if None not in mods:
-            index[key] = tuple(m for m in CATEGORIES if m in mods)
+            index[key] = tuple(m for m in (*CATEGORIES, *MODULE_CATEGORIES) if m in mods)
     return index
 
 
@@ -473,7 +475,8 @@ INDEX: dict[str, tuple[str, ...]] = {
 def _category_module(b: Builtin) -> str | None:
     module = getattr(b.impl, "__module__", "") or ""
     prefix, _, name = module.rpartition(".")
-    return name if prefix == "conch.lang.builtins" and name in CATEGORIES else None
+    known = name in CATEGORIES or name in MODULE_CATEGORIES
+    return name if prefix == "conch.lang.builtins" and known else None
 
 
 # -- type checks -------------------------------------------------------------------------
@@ -646,7 +649,7 @@ def builtin(
     """
 
     def decorate(impl: Callable[..., Any]) -> Callable[..., Any]:
-        if category not in CATEGORIES:
+        if category not in CATEGORIES and category not in MODULE_CATEGORIES.values():
             raise AssertionError(f"{name}: unknown category {category!r}")
         if effect not in EFFECTS:
             raise AssertionError(f"{name}: unknown effect {effect!r}")

@@ -16,8 +16,7 @@ from conch import __version__
 from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
-from conch.web.agent import discovery, execution, health, marketplace, mcp, streams
-from conch.web.agent import orchestration as orchestration_routes
+from conch.web.agent import discovery, execution, health, marketplace, mcp, orchestration, streams
 from conch.web.agent.errors import install_error_handlers
 from conch.web.agent.fast_path import AgentApp
 from conch.web.agent.metrics import AgentMetrics
@@ -78,11 +77,11 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.pool = pool
     app.state.metrics = metrics
     app.state.runs = runs = Runs(pool, metrics)
+    app.state.orchestrator = orchestration.build(settings, pool, metrics)
 
     install_error_handlers(app)
-    for module in (execution, streams, discovery, health):
+    for module in (execution, streams, discovery, health, orchestration):
         app.include_router(module.router)
-    orchestration_routes.install(app, settings, pool)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)
     mount_studio(app, ALL_PAGES)

@@ -23,6 +23,7 @@ from fastapi import Depends, Request
 from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.marketplace import MarketplaceService
+from conch.orchestration.service import Orchestrator
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 
@@ -50,6 +51,8 @@ def get_started_at(request: Request) -> float:
 
 def get_marketplace(request: Request) -> MarketplaceService:
     return cast(MarketplaceService, request.app.state.marketplace)
+def get_orchestrator(request: Request) -> Orchestrator:
+    return cast(Orchestrator, request.app.state.orchestrator)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -58,3 +61,4 @@ MetricsDep = Annotated[AgentMetrics, Depends(get_metrics)]
 RunsDep = Annotated[Runs, Depends(get_runs)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 MarketplaceDep = Annotated[MarketplaceService, Depends(get_marketplace)]
+OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.orchestration.errors import Invalid, OrchestrationError
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator
-from conch.orchestration.spec import TaskRequest, WorkflowRequest, parse_workflow
-from conch.web.common.errors import agent_error_body
+from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.web.agent.deps import OrchestratorDep
+from conch.web.agent.metrics import AgentMetrics
+from conch.web.agent.protocol import parse_body
+from conch.web.common.errors import WebError
 from conch.web.common.sse import EventStreamResponse, encode_event
 
 PREFIX = "/api/v1/orchestration"
@@ -40,48 +43,22 @@ class AgentRequest(BaseModel):
     description: str = ""
 
 
-def orchestrator(request: Request) -> Orchestrator:
-    return request.app.state.orchestrator  # type: ignore[no-any-return]
-
-
 def _json(data: Any, status: int = 200) -> Response:
     body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return Response(body, status_code=status, media_type="application/json")
 
 
-def _error(exc: OrchestrationError) -> Response:
-    extra = {"where": exc.where} if exc.where else {}
-    return Response(
-        agent_error_body(exc.status, exc.message, kind=exc.kind, **extra),
-        exc.status,
-        media_type="application/json",
-    )
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-async def _parse(request: Request, model: type[M]) -> M:
-    raw = await request.body()
-    try:
-        data = json.loads(raw or b"null")
-    except ValueError as exc:
-        raise Invalid(f"body: not JSON ({exc})", where="body") from None
-    if not isinstance(data, dict):
-        raise Invalid("body: a JSON object is required", where="body")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        raise Invalid(f"{where}: {err['msg']}", where=where) from None
+def _web_error(exc: OrchestrationError) -> WebError:
+    if exc.where:
+        return WebError(exc.status, exc.message, kind=exc.kind, where=exc.where)
+    return WebError(exc.status, exc.message, kind=exc.kind)
 
 
 async def _call(coro: Any, status: int = 200) -> Response:
     try:
         return _json(await coro, status)
     except OrchestrationError as exc:
-        return _error(exc)
+        raise _web_error(exc) from None
 
 
 def _last_event_id(request: Request, last_event_id: int | None) -> int:
@@ -90,9 +67,7 @@ def _last_event_id(request: Request, last_event_id: int | None) -> int:
         try:
             return max(0, int(header))
         except ValueError:
-            raise Invalid(
-                "Last-Event-ID: an event number is required", where="Last-Event-ID"
-            ) from None
+            raise WebError(400, "Last-Event-ID: an event number is required") from None
     return max(0, last_event_id or 0)
 
 
@@ -102,6 +77,15 @@ def _stream(orch: Orchestrator, stream: str, after: int) -> EventStreamResponse:
             yield encode_event(data, event=name, id=seq)
 
     return EventStreamResponse(chunks())
+
+
+def _schema_body(model: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
 
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
@@ -115,7 +99,7 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/agents")
-async def list_agents(orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def list_agents(orch: OrchestratorDep) -> Response:
     """Every agent: `{id, status, capabilities, model, description}` (bare array)."""
     return await _call(orch.list_agents())
 
@@ -129,12 +113,9 @@ async def list_agents(orch: Orchestrator = Depends(orchestrator)) -> Response:
         }
     },
 )
-async def register_agent(request: Request, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def register_agent(request: Request, orch: OrchestratorDep) -> Response:
     """Register (or replace) an agent `{id, system_prompt, tools, model}`."""
-    try:
-        body = await _parse(request, AgentRequest)
-    except OrchestrationError as exc:
-        return _error(exc)
+    body = await parse_body(request, AgentRequest)
     return await _call(
         orch.register_agent(
             id=body.id,
@@ -148,12 +129,12 @@ async def register_agent(request: Request, orch: Orchestrator = Depends(orchestr
 
 
 @router.get("/agents/{agent_id}")
-async def get_agent(agent_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def get_agent(agent_id: str, orch: OrchestratorDep) -> Response:
     return await _call(orch.get_agent(agent_id))
 
 
 @router.delete("/agents/{agent_id}")
-async def delete_agent(agent_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
     async def remove() -> dict[str, Any]:
         await orch.remove_agent(agent_id)
         return {"id": agent_id, "deleted": True}
@@ -173,12 +154,9 @@ async def delete_agent(agent_id: str, orch: Orchestrator = Depends(orchestrator)
         }
     },
 )
-async def create_task(request: Request, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def create_task(request: Request, orch: OrchestratorDep) -> Response:
     """Create a task `{goal, tools, max_steps, agent?, model?}`; it runs in the background."""
-    try:
-        body = await _parse(request, TaskRequest)
-    except OrchestrationError as exc:
-        return _error(exc)
+    body = await parse_body(request, TaskRequest)
     return await _call(
         orch.create_task(
             goal=body.goal,
@@ -193,55 +171,44 @@ async def create_task(request: Request, orch: Orchestrator = Depends(orchestrato
 
 @router.get("/tasks")
 async def list_tasks(
+    orch: OrchestratorDep,
     status: str | None = Query(default=None),
     limit: int = Query(default=100, ge=1, le=1000),
     offset: int = Query(default=0, ge=0),
-    orch: Orchestrator = Depends(orchestrator),
 ) -> Response:
     """Tasks, newest first (bare array); `?status=` filters."""
     return await _call(orch.list_tasks(status, limit, offset))
 
 
 @router.get("/tasks/{task_id}")
-async def get_task(task_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def get_task(task_id: str, orch: OrchestratorDep) -> Response:
     return await _call(orch.get_task(task_id))
 
 
 @router.post("/tasks/{task_id}/cancel")
-async def cancel_task(task_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def cancel_task(task_id: str, orch: OrchestratorDep) -> Response:
     """Cancel a pending or running task; `409` once it has finished."""
     return await _call(orch.cancel_task(task_id))
 
 
 @router.get("/tasks/{task_id}/events", response_class=Response, responses=_SSE_DOC)
 async def task_events(
+    orch: OrchestratorDep,
     task_id: str,
     request: Request,
     last_event_id: int | None = Query(default=None),
-    orch: Orchestrator = Depends(orchestrator),
 ) -> Response:
     """The task's events; join at any time, resume with `Last-Event-ID`."""
-    try:
-        after = _last_event_id(request, last_event_id)
-        await orch.get_task(task_id)
-    except OrchestrationError as exc:
-        return _error(exc)
+    after = _last_event_id(request, last_event_id)
+    await _call(orch.get_task(task_id))
     return _stream(orch, f"task:{task_id}", after)
 
 
 # -- workflows ----------------------------------------------------------------------------
 
 
-@router.post(
-    "/workflows",
-    status_code=201,
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": WorkflowRequest.model_json_schema()}}
-        }
-    },
-)
-async def create_workflow(request: Request, orch: Orchestrator = Depends(orchestrator)) -> Response:
+@router.post("/workflows", status_code=201)
+async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
     """Create and start a workflow (a DAG of `run` and `task` steps)."""
     raw = await request.body()
     try:
@@ -251,43 +218,40 @@ async def create_workflow(request: Request, orch: Orchestrator = Depends(orchest
             raise Invalid(f"body: not JSON ({exc})", where="body") from None
         req = parse_workflow(data)
     except OrchestrationError as exc:
-        return _error(exc)
+        raise _web_error(exc) from None
     return await _call(orch.create_workflow(req), 201)
 
 
 @router.get("/workflows")
 async def list_workflows(
+    orch: OrchestratorDep,
     status: str | None = Query(default=None),
     limit: int = Query(default=100, ge=1, le=1000),
     offset: int = Query(default=0, ge=0),
-    orch: Orchestrator = Depends(orchestrator),
 ) -> Response:
     return await _call(orch.list_workflows(status, limit, offset))
 
 
 @router.get("/workflows/{workflow_id}")
-async def get_workflow(workflow_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def get_workflow(workflow_id: str, orch: OrchestratorDep) -> Response:
     return await _call(orch.get_workflow(workflow_id))
 
 
 @router.post("/workflows/{workflow_id}/cancel")
-async def cancel_workflow(workflow_id: str, orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def cancel_workflow(workflow_id: str, orch: OrchestratorDep) -> Response:
     """Stop running steps, skip pending ones; `409` on a finished workflow."""
     return await _call(orch.cancel_workflow(workflow_id))
 
 
 @router.get("/workflows/{workflow_id}/events", response_class=Response, responses=_SSE_DOC)
 async def workflow_events(
+    orch: OrchestratorDep,
     workflow_id: str,
     request: Request,
     last_event_id: int | None = Query(default=None),
-    orch: Orchestrator = Depends(orchestrator),
 ) -> Response:
-    try:
-        after = _last_event_id(request, last_event_id)
-        await orch.get_workflow(workflow_id)
-    except OrchestrationError as exc:
-        return _error(exc)
+    after = _last_event_id(request, last_event_id)
+    await _call(orch.get_workflow(workflow_id))
     return _stream(orch, f"workflow:{workflow_id}", after)
 
 
@@ -295,7 +259,7 @@ async def workflow_events(
 
 
 @router.get("/metrics")
-async def metrics(orch: Orchestrator = Depends(orchestrator)) -> Response:
+async def metrics(orch: OrchestratorDep) -> Response:
     """`{total_agents, active_tasks, completed_tasks, avg_task_duration_ms, failed_tasks,
     cancelled_tasks, total_workflows, running_workflows}`."""
     return await _call(orch.metrics())
@@ -324,13 +288,9 @@ class OrchestrationCollector(Collector):
                 )
 
 
-def install(app: FastAPI, settings: Settings, pool: SandboxPool) -> Orchestrator:
-    """Build the orchestrator (started and closed by the app's lifespan) and add the routes."""
+def build(settings: Settings, pool: SandboxPool, metrics: AgentMetrics) -> Orchestrator:
+    """The orchestrator of the app (started and closed by the app's lifespan); its figures
+    join the app's Prometheus registry."""
     orch = Orchestrator(settings, make_executor(settings, pool))
-    app.state.orchestrator = orch
-    app.include_router(router)
-    metrics = getattr(app.state, "metrics", None)
-    registry = getattr(metrics, "registry", None)
-    if registry is not None:
-        registry.register(OrchestrationCollector(orch))
+    metrics.registry.register(OrchestrationCollector(orch))
     return orch

@@ -1,0 +1,186 @@
+"""``conch tasks`` and ``conch workflows``: talk to a running agent server (``conch serve``).
+
+The server is ``--url`` (default ``http://<host>:<port>`` from the configuration) and the
+configured ``api_key`` is sent as a bearer token. Every command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+API = "/api/v1/orchestration"
+
+tasks_app = typer.Typer(help="Agent tasks on the agent server.", no_args_is_help=True)
+workflows_app = typer.Typer(help="Workflows on the agent server.", no_args_is_help=True)
+
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Agent server (default from config).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tasks_app, name="tasks")
+    app.add_typer(workflows_app, name="workflows")
+
+
+def _client(url: str | None) -> Any:
+    import httpx
+
+    from conch.config import load_settings
+
+    settings = load_settings()
+    base = url or f"http://{settings.host}:{settings.port}"
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    return httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=60)
+
+
+def _call(url: str | None, method: str, path: str, body: Any = None) -> Any:
+    import httpx
+
+    try:
+        with _client(url) as c:
+            r = c.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        typer.echo(f"error: cannot reach the agent server: {exc}", err=True)
+        raise typer.Exit(1)
+    if r.status_code >= 400:
+        try:
+            err = r.json().get("error", {})
+            message = f"{err.get('kind', 'Error')}: {err.get('message', r.text)}"
+        except ValueError:
+            message = r.text
+        typer.echo(f"error ({r.status_code}): {message}", err=True)
+        raise typer.Exit(1)
+    return r.json()
+
+
+def _print(data: Any, as_json: bool, columns: list[str]) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = data if isinstance(data, list) else [data]
+    table = Table(show_header=True, header_style="bold", box=None)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(_cell(row.get(col)) for col in columns))
+    Console().print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)[:80]
+    return str(value)
+
+
+def _show_steps(steps: list[dict[str, Any]], columns: list[str]) -> None:
+    if steps:
+        _print(steps, False, columns)
+
+
+# -- tasks --------------------------------------------------------------------------------
+
+TASK_COLUMNS = ["id", "status", "agent", "goal", "result", "duration_ms", "created_at"]
+
+
+@tasks_app.command("list")
+def tasks_list(
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    status: Annotated[str | None, typer.Option(help="Only tasks with this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (newest first).")] = 100,
+) -> None:
+    """List tasks, newest first."""
+    query = f"?limit={limit}" + (f"&status={status}" if status else "")
+    _print(_call(url, "GET", f"{API}/tasks{query}"), as_json, TASK_COLUMNS)
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """One task with its steps."""
+    task = _call(url, "GET", f"{API}/tasks/{task_id}")
+    _print(task, as_json, TASK_COLUMNS)
+    if not as_json:
+        _show_steps(task["steps"], ["index", "action", "args", "observation", "elapsed_ms"])
+        if task.get("error"):
+            typer.echo(f"error: {task['error'].get('kind')}: {task['error'].get('message')}")
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """Cancel a pending or running task."""
+    _print(_call(url, "POST", f"{API}/tasks/{task_id}/cancel"), as_json, TASK_COLUMNS)
+
+
+# -- workflows ----------------------------------------------------------------------------
+
+WF_COLUMNS = ["id", "name", "status", "created_at", "finished_at"]
+STEP_COLUMNS = ["id", "status", "attempts", "result", "error"]
+
+
+def _load_definition(path: Path) -> Any:
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        typer.echo(f"error: {path}: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+@workflows_app.command("run")
+def workflows_run(
+    file: Annotated[Path, typer.Argument(help="Workflow definition (.toml or .json).", exists=True, dir_okay=False)],
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it finishes.")] = True,
+) -> None:
+    """Create and start a workflow from a file; by default wait for it and show its steps."""
+    import time
+
+    wf = _call(url, "POST", f"{API}/workflows", _load_definition(file))
+    if wait:
+        while wf["status"] in ("pending", "running"):
+            time.sleep(0.3)
+            wf = _call(url, "GET", f"{API}/workflows/{wf['id']}")
+    _print(wf, as_json, WF_COLUMNS)
+    if not as_json:
+        _show_steps(wf["steps"], STEP_COLUMNS)
+    if wait and wf["status"] != "succeeded":
+        raise typer.Exit(1)
+
+
+@workflows_app.command("list")
+def workflows_list(
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    status: Annotated[str | None, typer.Option(help="Only workflows with this status.")] = None,
+) -> None:
+    """List workflows, newest first."""
+    query = f"?status={status}" if status else ""
+    _print(_call(url, "GET", f"{API}/workflows{query}"), as_json, WF_COLUMNS)
+
+
+@workflows_app.command("show")
+def workflows_show(workflow_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """One workflow with every step."""
+    wf = _call(url, "GET", f"{API}/workflows/{workflow_id}")
+    _print(wf, as_json, WF_COLUMNS)
+    if not as_json:
+        _show_steps(wf["steps"], STEP_COLUMNS)
+
+
+@workflows_app.command("cancel")
+def workflows_cancel(workflow_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """Cancel a running workflow (running steps stop, pending ones are skipped)."""
+    _print(_call(url, "POST", f"{API}/workflows/{workflow_id}/cancel"), as_json, WF_COLUMNS)
