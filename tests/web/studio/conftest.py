@@ -60,8 +60,15 @@ def _serve(app: Any, port: int) -> tuple[Any, threading.Thread]:
 
 
 def start_servers(data_dir: Path, **overrides: Any) -> tuple[Servers, list[tuple[Any, threading.Thread]]]:
-    from conch.web.agent_app import create_app as create_agent_app
-    from conch.web.inference_app import create_app as create_inference_app
+    # The app modules as they are before and after the servers' move to a package each.
+    try:
+        from conch.web.agent.app import create_app as create_agent_app
+    except ImportError:
+        from conch.web.agent_app import create_app as create_agent_app  # type: ignore[no-redef]
+    try:
+        from conch.web.inference.app import create_app as create_inference_app
+    except ImportError:
+        from conch.web.inference_app import create_app as create_inference_app  # type: ignore[no-redef]
 
     port, models_port = _free_port(), _free_port()
     if "models_url" in Settings.model_fields:
