@@ -61,7 +61,7 @@ def _serve(app: Any, port: int) -> tuple[Any, threading.Thread]:
 
 def start_servers(data_dir: Path, **overrides: Any) -> tuple[Servers, list[tuple[Any, threading.Thread]]]:
     from conch.web.agent.app import create_app as create_agent_app
-    from conch.web.inference_app import create_app as create_inference_app
+    from conch.web.inference.app import create_app as create_inference_app
 
     port, models_port = _free_port(), _free_port()
     if "models_url" in Settings.model_fields:

@@ -56,6 +56,20 @@ def test_chat_streams_tokens_and_stops(servers: Servers, page: Any, shots: Path)
     assert answer.locator(".md").inner_text() == final
 
 
+def test_chat_answer_runs_to_the_end(servers: Servers, page: Any, shots: Path) -> None:
+    page.goto(servers.agent + "/#/chat")
+    page.get_by_label("Max tokens").fill("160")
+    page.get_by_test_id("chat-input").fill("Show a Python function that adds two numbers, in a code block.")
+    page.get_by_test_id("chat-input").press("Enter")
+    expect(page.get_by_test_id("send")).to_be_visible(timeout=120_000)
+    answer = page.get_by_test_id("msg-assistant").last
+    stats = answer.get_by_test_id("chat-stats")
+    expect(stats).to_contain_text("tokens/s")
+    expect(stats).not_to_contain_text("stopped")
+    assert answer.locator(".md").inner_text().strip()
+    page.screenshot(path=str(shots / "chat-answer.png"))
+
+
 def test_pull_a_model_with_a_live_progress_bar(servers: Servers, page: Any, shots: Path, tmp_path: Path) -> None:
     # 16 MiB: the url source reports progress every 4 MiB.
     gguf = make_small_gguf(tmp_path / "tiny.gguf", n=64 * 65536)

@@ -37,7 +37,10 @@ export function Marketplace() {
   const categories = [...new Set((all.data ?? []).map((a) => a.category).filter(Boolean))].sort() as string[];
   const installed = new Map((all.data ?? []).map((a) => [a.name, a]));
   const results = search.data?.results ?? [];
-  const current = selected ? (installed.get(selected) ?? results.find((r) => r.name === selected)) : null;
+  // The record from search, with the install state from the list.
+  const listed = selected ? installed.get(selected) : undefined;
+  const found = selected ? results.find((r) => r.name === selected) : undefined;
+  const current = found || listed ? ({ ...listed, ...found, installed: listed?.installed, installed_version: listed?.installed_version } as Agent) : null;
   return (
     <div class="stack">
       <div role="tablist" class="tabs" aria-label="Marketplace">
