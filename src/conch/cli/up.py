@@ -38,7 +38,7 @@ def up(
 
     from conch.config import load_settings
     from conch.web.agent.app import create_app as create_agent_app
-    from conch.web.inference_app import create_app as create_inference_app
+    from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
     agent = create_agent_app(settings)
