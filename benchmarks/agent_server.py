@@ -211,8 +211,10 @@ def run() -> dict[str, Any]:
                     continue
                 for clients in CONCURRENCY:
                     rounds: dict[str, list[dict[str, float]]] = {label: [] for label in servers}
-                    for _ in range(ROUNDS):
-                        for label, port in servers.items():
+                    for i in range(ROUNDS):
+                        # Every other round in reverse order, so no server always goes first.
+                        order = list(servers.items())
+                        for label, port in order if i % 2 == 0 else order[::-1]:
                             load = _load(port, path, body, clients, pids[label])
                             rounds[label].append(uvloop.run(load))
                     if "old" in rounds:
