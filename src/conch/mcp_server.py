@@ -97,7 +97,7 @@ class ConchMCP:
             description=(
                 "Run a conch program (a typed, pipeline-oriented shell language) in the server's "
                 "sandbox and return its value rendered as text. Example: "
-                "`ls(\"src\") | where(fn(f) => f.size > 1kb) | .name`. Read the resource "
+                '`ls("src") | where(fn(f) => f.size > 1kb) | .name`. Read the resource '
                 f"{DOCS_URI} for the language."
             ),
             input_schema={
@@ -177,7 +177,9 @@ class ConchMCP:
                 return await self._call_agent(entry[1], args)
         return _error("NameError", f"unknown tool {name!r}")
 
-    async def _call_agent(self, agent: InstalledAgent, args: dict[str, Any]) -> types.CallToolResult:
+    async def _call_agent(
+        self, agent: InstalledAgent, args: dict[str, Any]
+    ) -> types.CallToolResult:
         assert self.run_agent is not None
         goal = args.get("goal")
         steps = args.get("max_steps", DEFAULT_AGENT_STEPS)
@@ -243,7 +245,10 @@ class ConchMCP:
         if uri == DOCS_URI and docs is not None:
             text, mime = docs.read_text(encoding="utf-8"), "text/markdown"
         elif uri == SCHEMA_URI:
-            text, mime = json.dumps(schema.language_schema(), ensure_ascii=False), "application/json"
+            text, mime = (
+                json.dumps(schema.language_schema(), ensure_ascii=False),
+                "application/json",
+            )
         elif uri == BUILTINS_URI:
             text, mime = json.dumps(schema.builtins(), ensure_ascii=False), "application/json"
         else:

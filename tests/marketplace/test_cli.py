@@ -14,11 +14,18 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def conch(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": SRC, "CONCH_CONFIG": str(tmp / "none.toml"),
-           "CONCH_DATA_DIR": str(tmp / "data")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC,
+        "CONCH_CONFIG": str(tmp / "none.toml"),
+        "CONCH_DATA_DIR": str(tmp / "data"),
+    }
     return subprocess.run(
-        [sys.executable, "-m", "conch.cli.main", *args], env=env, capture_output=True,
-        text=True, timeout=60,
+        [sys.executable, "-m", "conch.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

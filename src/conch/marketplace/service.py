@@ -195,9 +195,7 @@ class MarketplaceService:
                     raise conflict(f"{name}@{explicit} is already published", "version") from None
         raise conflict(f"{name}: too many concurrent publishes, try again")
 
-    def _publish_once(
-        self, req: PublishRequest, name: str, explicit: str | None
-    ) -> dict[str, Any]:
+    def _publish_once(self, req: PublishRequest, name: str, explicit: str | None) -> dict[str, Any]:
         a = tables.agents
         with self.engine.begin() as conn:
             existing = conn.execute(
@@ -228,9 +226,7 @@ class MarketplaceService:
             new_id = inserted[0]
             if versions.newest([*published, version]) == version:
                 previous = [r.id for r in existing if r.latest]
-                conn.execute(
-                    a.update().where(a.c.name == name, a.c.latest).values(latest=False)
-                )
+                conn.execute(a.update().where(a.c.name == name, a.c.latest).values(latest=False))
                 conn.execute(a.update().where(a.c.id == new_id).values(latest=True))
                 self._index(conn, previous, new_id, manifest)
             stored = conn.execute(sa.select(a).where(a.c.id == new_id)).one()._mapping
@@ -467,9 +463,11 @@ class MarketplaceService:
         if published:
             chosen = versions.resolve(key, list(published), version)
             with self.engine.connect() as conn:
-                row = conn.execute(
-                    sa.select(a).where(a.c.name == key, a.c.version == chosen)
-                ).one()._mapping
+                row = (
+                    conn.execute(sa.select(a).where(a.c.name == key, a.c.version == chosen))
+                    .one()
+                    ._mapping
+                )
             manifest = _manifest_of(row)
             verify(manifest, row["digest"], "this marketplace's record")
             return self._record_install(key, manifest, row["digest"], LOCAL)
@@ -565,8 +563,7 @@ class MarketplaceService:
         if self.sink is not None:
             if self.sink.is_busy(key):
                 raise conflict(
-                    f"{key} is running a task; wait for it to finish or cancel it, "
-                    "then uninstall",
+                    f"{key} is running a task; wait for it to finish or cancel it, then uninstall",
                     "name",
                 )
             self.sink.remove(key)
