@@ -120,6 +120,9 @@ class ConchMCP:
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
         )
+        # The SDK wraps every message in an OpenTelemetry span by default; conch installs no
+        # exporter, so nothing would read them, and each call would still pay for one.
+        self.server.middleware.clear()
 
     # -- tools ----------------------------------------------------------------------------
 
