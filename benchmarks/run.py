@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "agent_server", "inference", "models", "studio"]
+SUITES = ["lang", "agent_server", "inference", "models", "studio", "marketplace"]
 
 
 def _imports(module: str) -> Callable[[], None]:

@@ -97,7 +97,7 @@ class ConchMCP:
             description=(
                 "Run a conch program (a typed, pipeline-oriented shell language) in the server's "
                 "sandbox and return its value rendered as text. Example: "
-                "`ls(\"src\") | where(fn(f) => f.size > 1kb) | .name`. Read the resource "
+                '`ls("src") | where(fn(f) => f.size > 1kb) | .name`. Read the resource '
                 f"{DOCS_URI} for the language."
             ),
             input_schema={
@@ -120,6 +120,9 @@ class ConchMCP:
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
         )
+        # The SDK wraps every message in an OpenTelemetry span by default; conch installs no
+        # exporter, so nothing would read them, and each call would still pay for one.
+        self.server.middleware.clear()
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -177,7 +180,9 @@ class ConchMCP:
                 return await self._call_agent(entry[1], args)
         return _error("NameError", f"unknown tool {name!r}")
 
-    async def _call_agent(self, agent: InstalledAgent, args: dict[str, Any]) -> types.CallToolResult:
+    async def _call_agent(
+        self, agent: InstalledAgent, args: dict[str, Any]
+    ) -> types.CallToolResult:
         assert self.run_agent is not None
         goal = args.get("goal")
         steps = args.get("max_steps", DEFAULT_AGENT_STEPS)
@@ -243,7 +248,10 @@ class ConchMCP:
         if uri == DOCS_URI and docs is not None:
             text, mime = docs.read_text(encoding="utf-8"), "text/markdown"
         elif uri == SCHEMA_URI:
-            text, mime = json.dumps(schema.language_schema(), ensure_ascii=False), "application/json"
+            text, mime = (
+                json.dumps(schema.language_schema(), ensure_ascii=False),
+                "application/json",
+            )
         elif uri == BUILTINS_URI:
             text, mime = json.dumps(schema.builtins(), ensure_ascii=False), "application/json"
         else:

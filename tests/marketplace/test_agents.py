@@ -46,7 +46,9 @@ def test_install_registers_and_uninstall_removes_the_agent(orch_server: AgentSer
         a = agents(c)["csv-analyst"]
         assert a["capabilities"] == ["cat", "from_csv", "describe", "sum", "avg", "min", "max"]
         assert a["model"] == "local:smollm2-135m-instruct"
-        assert c.post("/api/v1/marketplace/uninstall", json={"name": "csv-analyst"}).status_code == 200
+        assert (
+            c.post("/api/v1/marketplace/uninstall", json={"name": "csv-analyst"}).status_code == 200
+        )
         assert "csv-analyst" not in agents(c)
 
 
@@ -54,8 +56,13 @@ def test_default_is_a_reserved_name(orch_server: AgentServer) -> None:
     with orch_server.client() as c:
         r = c.post(
             "/api/v1/marketplace/publish",
-            json={"name": "Default", "description": "d", "system_prompt": "p", "tools": [],
-                  "model": "local:m"},
+            json={
+                "name": "Default",
+                "description": "d",
+                "system_prompt": "p",
+                "tools": [],
+                "model": "local:m",
+            },
         )
         assert r.status_code == 400 and r.json()["error"]["field"] == "name"
 
@@ -65,7 +72,9 @@ def test_uninstall_while_a_task_runs_is_a_conflict(
 ) -> None:
     goal = scripted.script("slow log check", {"delay": 2.0, "content": final("all quiet")})
     with orch_server.client() as c:
-        assert c.post("/api/v1/marketplace/install", json={"name": "log-analyst"}).status_code == 200
+        assert (
+            c.post("/api/v1/marketplace/install", json={"name": "log-analyst"}).status_code == 200
+        )
         task = c.post(
             "/api/v1/orchestration/tasks",
             json={"goal": goal, "agent": "log-analyst", "max_steps": 3},
@@ -80,7 +89,9 @@ def test_uninstall_while_a_task_runs_is_a_conflict(
                 break
             time.sleep(0.1)
         assert status == "succeeded"
-        assert c.post("/api/v1/marketplace/uninstall", json={"name": "log-analyst"}).status_code == 200
+        assert (
+            c.post("/api/v1/marketplace/uninstall", json={"name": "log-analyst"}).status_code == 200
+        )
 
 
 def test_an_installed_agent_is_an_mcp_tool_that_runs_a_task(
@@ -93,7 +104,10 @@ def test_an_installed_agent_is_an_mcp_tool_that_runs_a_task(
         final("Two points: ship on Friday; tests are green."),
     )
     with orch_server.client() as c:
-        assert c.post("/api/v1/marketplace/install", json={"name": "file-summariser"}).status_code == 200
+        assert (
+            c.post("/api/v1/marketplace/install", json={"name": "file-summariser"}).status_code
+            == 200
+        )
 
     async def go() -> tuple[list[str], Any, Any]:
         async with Client(orch_server.url + "/mcp") as client:

@@ -20,7 +20,10 @@ VERSIONS = ("1.0.0", "1.2.0", "1.2.5", "1.3.0-beta.1", "2.0.0", "2.1.0-rc.1")
 def ranged(server: AgentServer) -> Iterator[str]:
     with server.client() as c:
         for v in VERSIONS:
-            assert c.post("/api/v1/marketplace/publish", json=agent("ranged", version=v)).status_code == 201
+            assert (
+                c.post("/api/v1/marketplace/publish", json=agent("ranged", version=v)).status_code
+                == 201
+            )
     yield "ranged"
 
 
@@ -72,7 +75,12 @@ def test_no_match_and_unknown_names_are_404(client: httpx.Client, ranged: str) -
 
 def test_latest_never_picks_a_prerelease(client: httpx.Client) -> None:
     c = client
-    assert c.post("/api/v1/marketplace/publish", json=agent("only-pre", version="0.1.0-alpha.1")).status_code == 201
+    assert (
+        c.post(
+            "/api/v1/marketplace/publish", json=agent("only-pre", version="0.1.0-alpha.1")
+        ).status_code
+        == 201
+    )
     r = install(c, "only-pre")
     assert r.status_code == 404 and "prerelease" in r.json()["error"]["message"]
     assert install(c, "only-pre", "0.1.0-alpha.1").json()["version"] == "0.1.0-alpha.1"
@@ -129,6 +137,9 @@ def test_a_record_tampered_in_the_database_is_refused(
     assert err["kind"] == "IntegrityError" and "digest" in err["message"]
     assert c.get("/api/v1/marketplace/agents/tampered").json()["installed_version"] is None
     with eng.connect() as conn:
-        assert conn.execute(
-            sa.select(tables.installed).where(tables.installed.c.name == "tampered")
-        ).first() is None
+        assert (
+            conn.execute(
+                sa.select(tables.installed).where(tables.installed.c.name == "tampered")
+            ).first()
+            is None
+        )

@@ -39,7 +39,7 @@ async def tour(client: Client) -> dict[str, Any]:
     """Everything a client does first: tools, a program, a builtin, refusals, resources."""
     tools = await client.list_tools()
     ok = await client.call_tool("execute", {"command": "1 + 1"})
-    table = await client.call_tool("execute", {"command": '[{a: 1}, {a: 2}] | .a | sum'})
+    table = await client.call_tool("execute", {"command": "[{a: 1}, {a: 2}] | .a | sum"})
     builtin = await client.call_tool("len", {"value": [1, 2, 3]})
     refused = await client.call_tool("execute", {"command": 'cat("/etc/passwd")'})
     syntax = await client.call_tool("execute", {"command": "1 +"})

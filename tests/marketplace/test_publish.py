@@ -10,8 +10,17 @@ import rfc8785
 
 from tests.marketplace.conftest import agent
 
-MANIFEST = ("name", "version", "description", "system_prompt", "tools", "model", "category",
-            "tags", "author")
+MANIFEST = (
+    "name",
+    "version",
+    "description",
+    "system_prompt",
+    "tools",
+    "model",
+    "category",
+    "tags",
+    "author",
+)
 
 
 def test_publish_returns_the_record_with_a_digest_of_the_canonical_manifest(
@@ -61,13 +70,14 @@ def test_the_same_version_twice_is_a_conflict_and_changes_nothing(client: httpx.
 
 
 def test_look_alike_names_are_the_same_agent(client: httpx.Client) -> None:
-    assert client.post(
-        "/api/v1/marketplace/publish", json=agent("csv-cleaner", version="1.0.0")
-    ).status_code == 201
+    assert (
+        client.post(
+            "/api/v1/marketplace/publish", json=agent("csv-cleaner", version="1.0.0")
+        ).status_code
+        == 201
+    )
     for look_alike in ("CSV_Cleaner", "csv.cleaner", " csv--cleaner ", "ｃｓｖ-cleaner"):
-        r = client.post(
-            "/api/v1/marketplace/publish", json=agent(look_alike, version="1.0.0")
-        )
+        r = client.post("/api/v1/marketplace/publish", json=agent(look_alike, version="1.0.0"))
         assert r.status_code == 409, look_alike
     r = client.post("/api/v1/marketplace/publish", json=agent("CSV Cleaner"))
     assert (r.status_code, r.json()["name"], r.json()["version"]) == (201, "csv-cleaner", "1.0.1")
@@ -95,9 +105,7 @@ def test_prerelease_and_v_prefixed_versions_are_exact(client: httpx.Client) -> N
 
 
 def test_unknown_tools_are_refused_naming_the_tool(client: httpx.Client) -> None:
-    r = client.post(
-        "/api/v1/marketplace/publish", json=agent("bad-tools", tools=["cat", "grpe"])
-    )
+    r = client.post("/api/v1/marketplace/publish", json=agent("bad-tools", tools=["cat", "grpe"]))
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["field"] == "tools[1]" and "grpe" in err["message"] and "grep" in err["message"]
@@ -110,7 +118,9 @@ def test_malformed_model_strings_are_refused(client: httpx.Client) -> None:
         r = client.post("/api/v1/marketplace/publish", json=agent("bad-model", model=model))
         assert r.status_code == 400, model
         assert r.json()["error"]["field"] == "model"
-    r = client.post("/api/v1/marketplace/publish", json=agent("ok-model", model="ollama:qwen2.5:7b"))
+    r = client.post(
+        "/api/v1/marketplace/publish", json=agent("ok-model", model="ollama:qwen2.5:7b")
+    )
     assert r.status_code == 201 and r.json()["model"] == "ollama:qwen2.5:7b"
 
 

@@ -66,11 +66,30 @@ def test_the_response_shape(many: AgentServer) -> None:
     with many.client() as c:
         out = search(c, q="foxtrot", category="bulk")
     assert set(out) == {"query", "category", "total", "limit", "offset", "results", "notes"}
-    assert (out["query"], out["category"], out["limit"], out["offset"]) == ("foxtrot", "bulk", 20, 0)
+    assert (out["query"], out["category"], out["limit"], out["offset"]) == (
+        "foxtrot",
+        "bulk",
+        20,
+        0,
+    )
     first = out["results"][0]
-    assert {"name", "version", "description", "system_prompt", "tools", "model", "category",
-            "tags", "author", "digest", "published_at", "downloads", "origin", "installed",
-            "installed_version"} <= set(first)
+    assert {
+        "name",
+        "version",
+        "description",
+        "system_prompt",
+        "tools",
+        "model",
+        "category",
+        "tags",
+        "author",
+        "digest",
+        "published_at",
+        "downloads",
+        "origin",
+        "installed",
+        "installed_version",
+    } <= set(first)
     assert all(r["category"] == "bulk" for r in out["results"])
     assert first["origin"] == "local"
 
@@ -113,8 +132,10 @@ def test_category_without_query_lists_by_name(many: AgentServer) -> None:
 def test_latest_version_per_agent(many: AgentServer) -> None:
     with many.client() as c:
         for v in ("1.0.0", "3.0.0", "2.0.0", "4.0.0-beta.1"):
-            c.post("/api/v1/marketplace/publish", json=agent("versioned", version=v,
-                   description=f"versioned {v}"))
+            c.post(
+                "/api/v1/marketplace/publish",
+                json=agent("versioned", version=v, description=f"versioned {v}"),
+            )
         out = search(c, q="versioned")
     hits = [r for r in out["results"] if r["name"] == "versioned"]
     assert len(hits) == 1 and hits[0]["version"] == "3.0.0"

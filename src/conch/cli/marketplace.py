@@ -69,8 +69,12 @@ def _table(rows: list[dict[str, Any]], notes: list[str]) -> None:
     for r in rows:
         installed = r.get("installed_version") or ""
         table.add_row(
-            r["name"], r["version"], r.get("category") or "", installed,
-            r.get("origin") or "local", (r.get("description") or "")[:60],
+            r["name"],
+            r["version"],
+            r.get("category") or "",
+            installed,
+            r.get("origin") or "local",
+            (r.get("description") or "")[:60],
         )
     console = Console()
     console.print(table)

@@ -40,8 +40,8 @@ CATALOGUE: tuple[PublishRequest, ...] = (
         "and most recent ones.",
         system_prompt=(
             "You analyse log files.\n"
-            "1. Call grep with pattern \"ERROR|FATAL\" and the log path to find errors.\n"
-            "2. Call grep with pattern \"WARN\" and the log path to find warnings.\n"
+            '1. Call grep with pattern "ERROR|FATAL" and the log path to find errors.\n'
+            '2. Call grep with pattern "WARN" and the log path to find warnings.\n'
             "3. Call tail with the log path and n=20 to see the latest lines.\n"
             "Answer in this form:\n"
             "errors: <count>\nwarnings: <count>\nfirst error: <line>\nlast error: <line>\n"
@@ -80,9 +80,9 @@ CATALOGUE: tuple[PublishRequest, ...] = (
         "and used.",
         system_prompt=(
             "You search code.\n"
-            "1. Call grep with the name or pattern and the directory (use \".\" if none given).\n"
+            '1. Call grep with the name or pattern and the directory (use "." if none given).\n'
             "2. If you need to see more of a file, call head with its path and n=80.\n"
-            "3. Call find with name=\"*.py\" (or the language's extension) to list files.\n"
+            '3. Call find with name="*.py" (or the language\'s extension) to list files.\n'
             "Answer with a list of path:line entries, the definition first, then the uses. "
             "Only list matches the tools returned."
         ),
@@ -119,9 +119,9 @@ CATALOGUE: tuple[PublishRequest, ...] = (
         description="Lists what a directory holds: the largest files, file types and total size.",
         system_prompt=(
             "You describe directories.\n"
-            "1. Call ls with the directory path (use \".\" if none given).\n"
+            '1. Call ls with the directory path (use "." if none given).\n'
             "2. Call du with the path to get the total size.\n"
-            "3. Call find with the path and type=\"file\" to list every file.\n"
+            '3. Call find with the path and type="file" to list every file.\n'
             "Answer with: total size, number of files, the five largest files with their "
             "sizes, and the file extensions found. Use only what the tools returned."
         ),

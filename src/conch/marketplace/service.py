@@ -195,9 +195,7 @@ class MarketplaceService:
                     raise conflict(f"{name}@{explicit} is already published", "version") from None
         raise conflict(f"{name}: too many concurrent publishes, try again")
 
-    def _publish_once(
-        self, req: PublishRequest, name: str, explicit: str | None
-    ) -> dict[str, Any]:
+    def _publish_once(self, req: PublishRequest, name: str, explicit: str | None) -> dict[str, Any]:
         a = tables.agents
         with self.engine.begin() as conn:
             existing = conn.execute(
@@ -228,9 +226,7 @@ class MarketplaceService:
             new_id = inserted[0]
             if versions.newest([*published, version]) == version:
                 previous = [r.id for r in existing if r.latest]
-                conn.execute(
-                    a.update().where(a.c.name == name, a.c.latest).values(latest=False)
-                )
+                conn.execute(a.update().where(a.c.name == name, a.c.latest).values(latest=False))
                 conn.execute(a.update().where(a.c.id == new_id).values(latest=True))
                 self._index(conn, previous, new_id, manifest)
             stored = conn.execute(sa.select(a).where(a.c.id == new_id)).one()._mapping
@@ -308,53 +304,46 @@ class MarketplaceService:
         words = _WORDS.findall(query.casefold())
         params: dict[str, Any] = {"limit": limit, "offset": offset, "category": cat}
         where_cat = " AND a.category = :category" if cat else ""
-        select = (
-            "SELECT a.*, i.version AS installed_version{score} "
-            "FROM {source} LEFT JOIN marketplace_installed i ON i.name = a.name "
-        )
+        columns = "a.*, i.version AS installed_version"
+        installed = "LEFT JOIN marketplace_installed i ON i.name = a.name"
         if not words:
-            sql = (
-                select.format(score="", source="marketplace_agents a")
-                + f"WHERE a.latest{where_cat} ORDER BY a.name LIMIT :limit OFFSET :offset"
+            matches = (
+                f"SELECT {columns} FROM marketplace_agents a {installed} WHERE a.latest{where_cat}"
             )
-            count = f"SELECT count(*) FROM marketplace_agents a WHERE a.latest{where_cat}"
+            order = "name"
         elif self._sqlite:
             params["match"] = _fts_query(words)
             params["exact"] = self._exact_name(query)
             # Column weights: a word in the name counts most, then tags, then description.
-            sql = (
-                select.format(
-                    score=", bm25(marketplace_fts, 10.0, 1.0, 4.0) AS score",
-                    source="marketplace_fts JOIN marketplace_agents a "
-                    "ON a.id = marketplace_fts.rowid",
-                )
-                + f"WHERE marketplace_fts MATCH :match{where_cat} "
-                "ORDER BY (a.name = :exact) DESC, score, a.name LIMIT :limit OFFSET :offset"
+            matches = (
+                f"SELECT {columns}, bm25(marketplace_fts, 10.0, 1.0, 4.0) AS score "
+                "FROM marketplace_fts JOIN marketplace_agents a ON a.id = marketplace_fts.rowid "
+                f"{installed} WHERE marketplace_fts MATCH :match{where_cat}"
             )
-            count = (
-                "SELECT count(*) FROM marketplace_fts "
-                + ("JOIN marketplace_agents a ON a.id = marketplace_fts.rowid " if cat else "")
-                + f"WHERE marketplace_fts MATCH :match{where_cat}"
-            )
+            order = "(name = :exact) DESC, score, name"
         else:
             params["tsq"] = " | ".join([*words[:-1], words[-1] + ":*"])
             params["exact"] = self._exact_name(query)
             vector = "to_tsvector('english', a.search_text)"
-            sql = (
-                select.format(
-                    score=f", ts_rank({vector}, to_tsquery('english', :tsq)) AS score",
-                    source="marketplace_agents a",
-                )
-                + f"WHERE a.latest AND {vector} @@ to_tsquery('english', :tsq){where_cat} "
-                "ORDER BY (a.name = :exact) DESC, score DESC, a.name LIMIT :limit OFFSET :offset"
+            matches = (
+                f"SELECT {columns}, ts_rank({vector}, to_tsquery('english', :tsq)) AS score "
+                f"FROM marketplace_agents a {installed} "
+                f"WHERE a.latest AND {vector} @@ to_tsquery('english', :tsq){where_cat}"
             )
-            count = (
-                "SELECT count(*) FROM marketplace_agents a WHERE a.latest AND "
-                f"{vector} @@ to_tsquery('english', :tsq){where_cat}"
-            )
+            order = "(name = :exact) DESC, score DESC, name"
+        # The count of all matches rides along with the page (one index scan, not two); the
+        # window sits outside because FTS5's bm25 cannot be evaluated inside one.
+        sql = (
+            f"SELECT m.*, count(*) OVER () AS total FROM ({matches}) AS m "
+            f"ORDER BY {order} LIMIT :limit OFFSET :offset"
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(sa.text(sql), params).mappings().all()
-            total = conn.execute(sa.text(count), params).scalar() or 0
+            if rows:
+                total = rows[0]["total"]
+            else:  # past the last page: no row to read the count from
+                count = f"SELECT count(*) FROM ({matches}) AS m"
+                total = conn.execute(sa.text(count), params).scalar() or 0
         return int(total), [_listed(r) for r in rows]
 
     def _search_federated(
@@ -467,9 +456,11 @@ class MarketplaceService:
         if published:
             chosen = versions.resolve(key, list(published), version)
             with self.engine.connect() as conn:
-                row = conn.execute(
-                    sa.select(a).where(a.c.name == key, a.c.version == chosen)
-                ).one()._mapping
+                row = (
+                    conn.execute(sa.select(a).where(a.c.name == key, a.c.version == chosen))
+                    .one()
+                    ._mapping
+                )
             manifest = _manifest_of(row)
             verify(manifest, row["digest"], "this marketplace's record")
             return self._record_install(key, manifest, row["digest"], LOCAL)
@@ -565,8 +556,7 @@ class MarketplaceService:
         if self.sink is not None:
             if self.sink.is_busy(key):
                 raise conflict(
-                    f"{key} is running a task; wait for it to finish or cancel it, "
-                    "then uninstall",
+                    f"{key} is running a task; wait for it to finish or cancel it, then uninstall",
                     "name",
                 )
             self.sink.remove(key)

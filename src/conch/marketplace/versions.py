@@ -80,7 +80,9 @@ def resolve(name: str, versions: list[str], wanted: str | None) -> str:
         )
     match = nodesemver.max_satisfying(list(versions), text, False)
     if match is None:
-        raise not_found(f"no version of {name} matches {text!r} ({_available(versions)})", "version")
+        raise not_found(
+            f"no version of {name} matches {text!r} ({_available(versions)})", "version"
+        )
     return str(match)
 
 

@@ -36,7 +36,9 @@ def attach(app: Any, settings: Any) -> ConchMCP:
         max_request_body_size=settings.max_body_bytes,
     )
     app.router.add_route(
-        PATH, StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"],
+        PATH,
+        StreamableHTTPASGIApp(manager),
+        methods=["GET", "POST", "DELETE"],
         include_in_schema=False,
     )
     app.state.mcp = server
