@@ -249,7 +249,9 @@ def read_sse(c: httpx.Client, path: str, **kw: Any) -> list[dict[str, Any]]:
     return events
 
 
-def test_agent_builtin_in_the_server_records_a_task(server: Server, scripted: ScriptedModel) -> None:
+def test_agent_builtin_in_the_server_records_a_task(
+    server: Server, scripted: ScriptedModel
+) -> None:
     goal = scripted.script("builtin agent goal", tool("len", value=[1, 2, 3, 4]), final("four"))
     code = f'agent({{goal: "{goal}", tools: ["len"], max_steps: 3}})'
     with server.client() as c:

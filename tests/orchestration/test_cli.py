@@ -41,7 +41,9 @@ def test_workflows_and_tasks_cli(server: Server, scripted: ScriptedModel, tmp_pa
 
     goal = scripted.script("cli task", {"delay": 30, "content": final("late")})
     with server.client() as c:
-        task = c.post("/api/v1/orchestration/tasks", json={"goal": goal, "tools": [], "max_steps": 2}).json()
+        task = c.post(
+            "/api/v1/orchestration/tasks", json={"goal": goal, "tools": [], "max_steps": 2}
+        ).json()
     tasks = json.loads(conch("tasks", "list", "--url", server.url, "--json").stdout)
     assert any(t["id"] == task["id"] for t in tasks)
     cancelled = conch("tasks", "cancel", task["id"], "--url", server.url, "--json")

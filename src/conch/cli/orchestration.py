@@ -140,7 +140,10 @@ def _load_definition(path: Path) -> Any:
 
 @workflows_app.command("run")
 def workflows_run(
-    file: Annotated[Path, typer.Argument(help="Workflow definition (.toml or .json).", exists=True, dir_okay=False)],
+    file: Annotated[
+        Path,
+        typer.Argument(help="Workflow definition (.toml or .json).", exists=True, dir_okay=False),
+    ],
     url: UrlOpt = None,
     as_json: JsonOpt = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it finishes.")] = True,

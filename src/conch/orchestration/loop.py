@@ -22,8 +22,8 @@ from typing import Any
 
 from conch.lang.builtins.registry import lookup
 
-FINAL_MAX_CHARS = 2000
-STRING_MAX_CHARS = 500
+FINAL_MAX_CHARS = 200
+STRING_MAX_CHARS = 100
 
 
 class ModelError(Exception):
@@ -56,10 +56,20 @@ def unknown_tools(tools: list[str]) -> list[str]:
 
 def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
     # A small model under a grammar may otherwise write one string forever: bound them.
+    # Tuples (prefixItems) are not in llama.cpp's schema-to-grammar subset: any array then.
+    if "prefixItems" in schema:
+        schema = {
+            k: v for k, v in schema.items() if k not in ("prefixItems", "minItems", "maxItems")
+        }
     if schema.get("type") == "string" and "maxLength" not in schema:
         return {**schema, "maxLength": STRING_MAX_CHARS}
     if "anyOf" in schema:
         return {**schema, "anyOf": [_bounded(s) for s in schema["anyOf"]]}
+    if schema.get("items") == {}:
+        # llama-cpp-python reads an empty ``items`` as absent and then fails: the same meaning.
+        return {k: v for k, v in schema.items() if k != "items"}
+    if isinstance(schema.get("items"), dict):
+        return {**schema, "items": _bounded(schema["items"])}
     return schema
 
 

@@ -29,7 +29,11 @@ _FIELDS = ("goal", "tools", "max_steps", "model", "agent")
 def _spec(spec: dict[str, Any]) -> tuple[str, list[str], int, str | None]:
     extra = sorted(set(spec) - set(_FIELDS))
     if extra:
-        raise ConchError("ValueError", f"agent: unknown field {', '.join(extra)}", hint=f"fields: {', '.join(_FIELDS)}")
+        raise ConchError(
+            "ValueError",
+            f"agent: unknown field {', '.join(extra)}",
+            hint=f"fields: {', '.join(_FIELDS)}",
+        )
     goal = spec.get("goal")
     if not isinstance(goal, str) or not goal:
         raise ConchError("TypeError", "agent: `goal` must be a non-empty String")
@@ -48,7 +52,7 @@ def _spec(spec: dict[str, Any]) -> tuple[str, list[str], int, str | None]:
         raise ConchError("TypeError", "agent: `max_steps` must be a non-negative Int")
     model = spec.get("model")
     if model is not None and not isinstance(model, str):
-        raise ConchError("TypeError", "agent: `model` must be a String like \"local:NAME\"")
+        raise ConchError("TypeError", 'agent: `model` must be a String like "local:NAME"')
     return goal, list(tools), max_steps, model
 
 
@@ -167,7 +171,13 @@ def agent(spec: Record) -> dict[str, Any]:
 
 
 def _record(
-    settings: Any, task_id: str, goal: str, tools: list[str], max_steps: int, model: str, timeout: float
+    settings: Any,
+    task_id: str,
+    goal: str,
+    tools: list[str],
+    max_steps: int,
+    model: str,
+    timeout: float,
 ) -> Any:
     """The task record of a server-side run (the worker writes the orchestration tables)."""
     from conch import db
