@@ -45,44 +45,59 @@ def fan_workflow() -> dict[str, Any]:
 
 def chain_workflow() -> dict[str, Any]:
     steps = [{"id": "c0", "run": "0"}]
-    steps += [{"id": f"c{i}", "depends_on": [f"c{i - 1}"], "run": f"steps.c{i - 1}.result + 1"} for i in range(1, CHAIN)]
+    steps += [
+        {"id": f"c{i}", "depends_on": [f"c{i - 1}"], "run": f"steps.c{i - 1}.result + 1"}
+        for i in range(1, CHAIN)
+    ]
     return {"name": "chain", "steps": steps}
 
 
 def conch_runs() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import httpx
-
     from tests.orchestration.scripted_model import ScriptedModel, final, tool
     from tests.orchestration.servers import start_process_server
 
     model = ScriptedModel().start()
-    goal = model.script("bench loop", *[tool("len", value=[1, 2, 3]) for _ in range(20)], final("done"))
+    goal = model.script(
+        "bench loop", *[tool("len", value=[1, 2, 3]) for _ in range(20)], final("done")
+    )
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = start_process_server(Path(tmp) / "data", Path(tmp) / "log", models_url=model.v1)
         try:
             with httpx.Client(base_url=server.url, timeout=600) as c:
-                c.post("/api/v1/orchestration/workflows", json={"steps": [{"id": "warm", "run": "1"}]})
+                c.post(
+                    "/api/v1/orchestration/workflows", json={"steps": [{"id": "warm", "run": "1"}]}
+                )
                 time.sleep(1)
                 for name, body in (("fan", fan_workflow()), ("chain", chain_workflow())):
                     started = time.perf_counter()
                     wf = c.post("/api/v1/orchestration/workflows", json=body).json()
                     with c.stream("GET", f"/api/v1/orchestration/workflows/{wf['id']}/events") as r:
                         for line in r.iter_lines():
-                            if line.startswith("event: complete") or line.startswith("event: error"):
+                            if line.startswith("event: complete") or line.startswith(
+                                "event: error"
+                            ):
                                 break
                     elapsed = time.perf_counter() - started
                     status = c.get(f"/api/v1/orchestration/workflows/{wf['id']}").json()["status"]
                     out[name] = {"seconds": elapsed, "steps": len(body["steps"]), "status": status}
-                task = c.post("/api/v1/orchestration/tasks", json={"goal": goal, "tools": ["len"], "max_steps": 25}).json()
+                task = c.post(
+                    "/api/v1/orchestration/tasks",
+                    json={"goal": goal, "tools": ["len"], "max_steps": 25},
+                ).json()
                 while True:
                     record = c.get(f"/api/v1/orchestration/tasks/{task['id']}").json()
                     if record["status"] not in ("pending", "running"):
                         break
                     time.sleep(0.1)
                 ms = [s["elapsed_ms"] for s in record["steps"]]
-                out["loop"] = {"p50_ms": statistics.median(ms), "steps": len(ms), "status": record["status"]}
+                out["loop"] = {
+                    "p50_ms": statistics.median(ms),
+                    "steps": len(ms),
+                    "status": record["status"],
+                }
         finally:
             server.stop()
             model.stop()
@@ -150,12 +165,23 @@ print("RESULT " + json.dumps(out))
 """
 
 
+# Prefect pins its own FastAPI/pydantic range, which may not match conch's: it runs from a
+# virtualenv of its own when one exists (``python -m venv .bench-cache/prefect &&
+# .bench-cache/prefect/bin/pip install "prefect>=3,<4"``), else from this interpreter.
+PREFECT_PYTHON = ROOT / ".bench-cache" / "prefect" / "bin" / "python"
+
+
 def peer(script: str, name: str) -> dict[str, Any] | str:
+    python = (
+        str(PREFECT_PYTHON)
+        if name.startswith("Prefect") and PREFECT_PYTHON.exists()
+        else sys.executable
+    )
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "PREFECT_HOME": home, "PREFECT_LOGGING_LEVEL": "WARNING"}
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", script % {"fan": FAN, "chain": CHAIN}],
+                [python, "-c", script % {"fan": FAN, "chain": CHAIN}],
                 capture_output=True, text=True, timeout=1800, env=env,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -168,7 +194,11 @@ def peer(script: str, name: str) -> dict[str, Any] | str:
 
 
 def main() -> dict[str, Any]:
-    results: dict[str, Any] = {"conch": conch_runs(), "prefect": peer(PREFECT, "Prefect 3"), "dask": peer(DASK, "Dask")}
+    results: dict[str, Any] = {
+        "conch": conch_runs(),
+        "prefect": peer(PREFECT, "Prefect 3"),
+        "dask": peer(DASK, "Dask"),
+    }
     print(f"{'shape':<10}{'engine':<12}{'steps':>7}{'seconds':>10}{'steps/s':>11}{'conch x':>10}")
     for shape in ("fan", "chain"):
         c = results["conch"][shape]
@@ -180,15 +210,21 @@ def main() -> dict[str, Any]:
                 continue
             rate = r[shape]["steps"] / r[shape]["seconds"]
             ratio = conch_rate / rate
-            print(f"{shape:<10}{engine:<12}{r[shape]['steps']:>7}{r[shape]['seconds']:>10.2f}{rate:>11.0f}{ratio:>9.2f}x")
+            print(
+                f"{shape:<10}{engine:<12}{r[shape]['steps']:>7}{r[shape]['seconds']:>10.2f}{rate:>11.0f}{ratio:>9.2f}x"
+            )
     loop = results["conch"]["loop"]
-    print(f"agent loop: {loop['steps']} steps, p50 {loop['p50_ms']:.1f} ms per step (target <= 5 ms)")
+    print(
+        f"agent loop: {loop['steps']} steps, p50 {loop['p50_ms']:.1f} ms per step (target <= 5 ms)"
+    )
     if not isinstance(results["prefect"], str):
         for shape in ("fan", "chain"):
             c = results["conch"][shape]
             p = results["prefect"][shape]
             ratio = (c["steps"] / c["seconds"]) / (p["steps"] / p["seconds"])
-            print(f"{shape}: conch/Prefect = {ratio:.1f}x (target >= 10x): {'met' if ratio >= 10 else 'MISSED'}")
+            print(
+                f"{shape}: conch/Prefect = {ratio:.1f}x (target >= 10x): {'met' if ratio >= 10 else 'MISSED'}"
+            )
     return results
 
 
