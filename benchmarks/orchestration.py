@@ -167,7 +167,8 @@ print("RESULT " + json.dumps(out))
 
 # Prefect pins its own FastAPI/pydantic range, which may not match conch's: it runs from a
 # virtualenv of its own when one exists (``python -m venv .bench-cache/prefect &&
-# .bench-cache/prefect/bin/pip install "prefect>=3,<4"``), else from this interpreter.
+# .bench-cache/prefect/bin/pip install "prefect>=3,<4" "fastapi<0.116"``; the FastAPI Prefect
+# 3.8 resolves by itself breaks its local API), else from this interpreter.
 PREFECT_PYTHON = ROOT / ".bench-cache" / "prefect" / "bin" / "python"
 
 
