@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "agent_server", "inference", "models", "studio", "marketplace"]
+SUITES = ["lang", "agent_server", "inference", "models", "studio", "orchestration", "marketplace"]
 
 
 def _imports(module: str) -> Callable[[], None]:
@@ -60,6 +60,7 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),
         ("sentence-transformers", _imports("sentence_transformers")),
     ],
+    "orchestration": [("Prefect 3", _imports("prefect")), ("Dask", _imports("dask"))],
 }
 
 
