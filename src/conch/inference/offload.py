@@ -11,7 +11,7 @@ if llama.cpp still fails to allocate, loading is retried with fewer layers, down
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,3 +189,87 @@ def fallback_layers(first: int, n_layer: int | None) -> Iterator[int]:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+# -- loading with the plan ----------------------------------------------------------------------
+
+
+@dataclass
+class Placement:
+    """Where a loaded model runs (``GET /v1/models/{id}``, ``conch models show``)."""
+
+    device: str  # "cpu", or the backend and GPU names
+    n_gpu_layers: int  # blocks on the GPU (resolved: never -1)
+    n_layers: int | None
+    vram_bytes: int | None  # GPU memory the load took (free memory before minus after)
+    note: str  # the plan's line: why it runs where it runs
+
+    @property
+    def offload(self) -> str:
+        if self.n_gpu_layers == 0:
+            return "none"
+        if self.n_layers is not None and self.n_gpu_layers < self.n_layers:
+            return "partial"
+        return "full"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "offload": self.offload, "n_gpu_layers": self.n_gpu_layers,
+                "n_layers": self.n_layers, "vram_bytes": self.vram_bytes, "note": self.note}
+
+
+def _gpus_free() -> tuple[int, str] | None:
+    """Free bytes over every GPU llama.cpp sees (its default splits layers over all), and their names."""
+    from conch.inference import device
+
+    total_free, names = 0, []
+    index = 0
+    while (fm := device.gpu_free_bytes(index)) is not None:
+        total_free += fm[0]
+        names.append(f"GPU {index}")
+        index += 1
+    if not names:
+        return None
+    info = device.device_info()
+    label = info.device if info.gpus else ", ".join(names)
+    return total_free, label
+
+
+def load_placed(model_id: str, path: str, opts: RuntimeOptions, kv_tokens: int,
+                load: Callable[[int], Any]) -> tuple[Any, Placement]:
+    """Load with the planned number of GPU layers, falling back to fewer when llama.cpp cannot
+    allocate: a model that does not fit the GPU never fails to load while the CPU can take it.
+
+    ``load(n_gpu_layers)`` builds everything that allocates (model, contexts) and returns it, or
+    frees what it built and raises. The last attempt (CPU only) raises what llama.cpp raised.
+    """
+    shape = read_shape(path) if opts.on_gpu else None
+    before = _gpus_free() if opts.on_gpu else None
+    plan = plan_offload(opts, shape, kv_tokens, before[0] if before else None, before[1] if before else "the GPU")
+    n_layer = plan.n_layer
+    (log.info if plan.fits else log.warning)("model %s: %s", model_id, plan.reason)
+    note = plan.reason
+    failed: tuple[int, BaseException] | None = None
+    for layers in fallback_layers(plan.n_gpu_layers, n_layer):
+        if failed is not None:
+            then = f"retrying with {layers} GPU layers" if layers else "running it on the CPU"
+            note = f"llama.cpp could not allocate it with {failed[0]} GPU layers ({failed[1]}); {then}"
+            log.warning("model %s: %s", model_id, note)
+        try:
+            loaded = load(layers)
+        except Exception as exc:
+            if layers == 0:
+                raise
+            failed = (layers, exc)
+            continue
+        resolved = layers if layers >= 0 else (n_layer if n_layer is not None else -1)
+        if n_layer is not None:
+            resolved = min(resolved, n_layer)
+        vram = None
+        if before is not None and resolved:
+            after = _gpus_free()
+            vram = max(0, before[0] - after[0]) if after else None
+        from conch.inference import device
+
+        where = device.device_info().device if resolved else "cpu"
+        return loaded, Placement(where, resolved, n_layer, vram, note)
+    raise AssertionError("unreachable: the last attempt runs on the CPU")

@@ -103,3 +103,39 @@ def test_device_report_matches_the_build() -> None:
         assert data["device"] == "cpu" and data["backend"] == "cpu" and data["gpus"] == []
     else:
         assert data["backend"] != "cpu"
+
+
+def test_load_placed_on_the_cpu(smollm2_path: Path) -> None:
+    opts = runtime_options(Settings(), "m", gpu_backend=False)
+    tried: list[int] = []
+    loaded, where = offload.load_placed("m", str(smollm2_path), opts, 1024, lambda n: tried.append(n) or "model")
+    assert loaded == "model" and tried == [0]
+    assert where.as_dict() == {"device": "cpu", "offload": "none", "n_gpu_layers": 0, "n_layers": None,
+                               "vram_bytes": None, "note": "runs on the CPU (no GPU backend in this llama.cpp build)"}
+
+
+def test_load_placed_falls_back_when_llama_cpp_cannot_allocate(
+    smollm2_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retry steps, driven by a loader that fails as llama.cpp does when a buffer does not fit
+    (its model loader returns NULL, which llama-cpp-python raises as ValueError)."""
+    opts = runtime_options(Settings(), "m", gpu_backend=True)
+    tried: list[int] = []
+
+    def load(n: int) -> str:
+        tried.append(n)
+        if n > 3 or n < 0:
+            raise ValueError("Failed to load model from file")
+        return f"model with {n}"
+
+    loaded, where = offload.load_placed("m", str(smollm2_path), opts, 1024, load)
+    assert tried == [-1, 15, 7, 3] and loaded == "model with 3"
+    assert (where.n_gpu_layers, where.n_layers, where.offload) == (3, 30, "partial")
+    assert "could not allocate it with 7 GPU layers" in where.note
+    assert sum("retrying with" in r.getMessage() for r in caplog.records) == 3
+
+    def never(n: int) -> str:
+        raise ValueError("Failed to load model from file")
+
+    with pytest.raises(ValueError):  # the CPU attempt's own error when nothing works
+        offload.load_placed("m", str(smollm2_path), opts, 1024, never)
