@@ -10,7 +10,8 @@ Every micro-batch llama.cpp computes holds fewer than 64 tokens (``n_ubatch``): 
 query rows on, ggml's CPU flash attention switches to a tiled kernel whose rounding depends on
 the batch and on where the sequence sits in the KV pool. Below it, each token's logits are
 bitwise the same however its prompt was split and whatever else the pool holds, so a cached
-prompt prefix can be reused without changing any output.
+prompt prefix can be reused without changing any output. That holds on the CPU; a model on a GPU
+gets 512-token micro-batches by default (``n_ubatch``, docs/gpu.md).
 
 Tokens travel to the event loop one at a time (``call_soon_threadsafe`` into an asyncio
 queue), so streams are real; a cancelled request is dropped before the next batch is built,
@@ -45,6 +46,7 @@ from conch.inference.engine import (
     SamplingParams,
     TokenEvent,
 )
+from conch.inference.offload import Placement, RuntimeOptions, load_placed, runtime_options
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,7 @@ class LlamaEngine(Engine):
         n_batch: int = 512,
         max_queue: int = 64,
         chat_template: str | None = None,
+        runtime: RuntimeOptions | None = None,
     ) -> None:
         self.model_id = model_id
         self.path = path
@@ -181,6 +184,9 @@ class LlamaEngine(Engine):
         self._template_override = chat_template
         self.n_ctx = n_ctx
         self.stats = EngineStats()
+        # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
+        self.runtime = runtime or RuntimeOptions(0, 0, "auto", "f16", EXACT_UBATCH, n_ctx, False)
+        self.placement: Placement | None = None
 
         self._model: Any = None
         self._ctx: Any = None
@@ -205,11 +211,35 @@ class LlamaEngine(Engine):
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
+        opts = self.runtime
+        if opts.kv_cache_type != "f16" and opts.flash_attn == "off":
+            raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
+                              "llama.cpp quantizes the V cache only with flash attention")
+        kv_tokens = self._n_ctx_req * (2 if self.n_parallel > 1 else 1)
+        # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
+        _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with)
+
+    def _load_with(self, n_gpu_layers: int) -> None:
+        """Load the model and its context with ``n_gpu_layers`` on the GPU; on failure free both."""
+        try:
+            self._load_at(n_gpu_layers)
+        except Exception:
+            if self._ctx is not None:
+                self._ctx.close()
+                self._ctx = None
+            if self._model is not None:
+                self._model.close()
+                self._model = None
+            raise
+
+    def _load_at(self, n_gpu_layers: int) -> None:
         llama_cpp = _init_backend()
         from llama_cpp._internals import LlamaModel
 
         mparams = llama_cpp.llama_model_default_params()
         mparams.use_mmap = True
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.main_gpu = self.runtime.main_gpu
         self._model = LlamaModel(path_model=self.path, params=mparams, verbose=False)
         n_ctx_train = self._model.n_ctx_train()
         self.n_ctx = min(self._n_ctx_req, n_ctx_train) if n_ctx_train > 0 else self._n_ctx_req
@@ -241,9 +271,11 @@ class LlamaEngine(Engine):
             self.kv_total = self.n_ctx * (2 if self.n_parallel > 1 else 1)
             cparams.n_ctx = self.kv_total
             cparams.n_batch = self.n_batch
-            # Exact prefix reuse (see the module docstring) for prefill 4-8 % slower than in
-            # one 512-token micro-batch on this CPU build.
-            cparams.n_ubatch = min(self.n_batch, EXACT_UBATCH)
+            # On the CPU (63): exact prefix reuse (see the module docstring) for prefill 4-8 %
+            # slower than in one 512-token micro-batch. On a GPU (512): whole decode steps.
+            cparams.n_ubatch = min(self.n_batch, self.runtime.n_ubatch)
+            cparams.flash_attn_type = _FLASH_ATTN[self.runtime.flash_attn]
+            cparams.type_k = cparams.type_v = _KV_TYPES[self.runtime.kv_cache_type]
             cparams.n_seq_max = self.n_parallel
             cparams.n_threads = self.n_threads
             cparams.n_threads_batch = self.n_threads_batch
@@ -286,6 +318,7 @@ class LlamaEngine(Engine):
         if self._model is not None:
             self._model.close()
             self._model = None
+        self.placement = None
 
     @property
     def loaded(self) -> bool:
@@ -793,19 +826,24 @@ _EMBED_BATCH_TOKENS = 256
 # (GGML_FA_TILE_Q), and that path's results depend on the batch split and the KV cell layout.
 EXACT_UBATCH = 63
 
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
+_KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type
+
 # Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
 # prompt then delays the running streams by one chunk at a time instead of all at once.
 PREFILL_CHUNK_BUSY = 128
 
 def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str | None = None) -> LlamaEngine:
+    runtime = runtime_options(settings, model_id)
     return LlamaEngine(
         model_id,
         path,
-        n_ctx=settings.n_ctx,
+        n_ctx=runtime.n_ctx,
         n_threads=settings.n_threads,
         n_threads_batch=settings.n_threads_batch,
         n_parallel=settings.n_parallel,
         cache_prompt=settings.cache_prompt,
         max_queue=settings.max_queue,
         chat_template=chat_template,
+        runtime=runtime,
     )
