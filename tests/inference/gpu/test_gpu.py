@@ -21,7 +21,9 @@ import pytest
 
 from conch.config import Settings
 from conch.inference import device
-from conch.inference.engine import SamplingParams
+from conch.inference.engines.base import SamplingParams
+from conch.inference.engines.llama import LlamaEngine
+from conch.inference.offload import runtime_options
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -38,21 +40,21 @@ _NO_GPU = _why_no_gpu()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=_NO_GPU or "")]
 
 
-def _engine(smollm2_path: Path, tmp_path: Path, **settings: object):  # type: ignore[no-untyped-def]
-    from conch.inference.llama_engine import make_engine
-
+def _engine(smollm2_path: Path, tmp_path: Path, **settings: object) -> LlamaEngine:
+    """The engine as the server builds it (settings resolved per model), loaded."""
     s = Settings(data_dir=tmp_path / "data", n_ctx=1024, n_parallel=2, **settings)  # type: ignore[arg-type]
-    engine = make_engine("smollm2", str(smollm2_path), settings=s)
+    runtime = runtime_options(s, "smollm2")
+    engine = LlamaEngine("smollm2", str(smollm2_path), n_ctx=runtime.n_ctx, n_parallel=2, runtime=runtime)
     engine.load()
     return engine
 
 
-def _greedy(engine: object, prompt: str, n: int = 16) -> str:
+def _greedy(engine: LlamaEngine, prompt: str, n: int = 16) -> str:
     params = SamplingParams(max_tokens=n, temperature=0.0)
 
     async def go() -> str:
-        text = engine.format_chat([{"role": "user", "content": prompt}])  # type: ignore[attr-defined]
-        return (await engine.chat(text, params)).text  # type: ignore[attr-defined]
+        gen = engine.generate(engine.format_chat([{"role": "user", "content": prompt}]), params)
+        return "".join([ev.text async for ev in gen])
 
     return asyncio.run(go())
 
@@ -132,11 +134,7 @@ def test_oversized_context_falls_back_to_partial_offload(
     """With ~600 MiB free, 8192 tokens x 2 of KV cache (plus weights and margin) do not fit: the
     model loads with fewer layers on the GPU (or none), says so in the log, and still answers."""
     caplog.set_level(logging.INFO)
-    from conch.inference.llama_engine import make_engine
-
-    s = Settings(data_dir=tmp_path / "data", n_ctx=8192, n_parallel=2)
-    engine = make_engine("smollm2", str(smollm2_path), settings=s)
-    engine.load()
+    engine = _engine(smollm2_path, tmp_path, n_ctx=8192)
     try:
         where = engine.placement.as_dict()
         assert where["offload"] in ("partial", "none"), where
@@ -153,15 +151,18 @@ def test_cuda_build_loads_a_model_from_the_server_entry_point(smollm2_path: Path
     code = textwrap.dedent(f"""
         import asyncio
         from conch.config import Settings
-        from conch.web.inference_app import create_app
+        from conch.web.inference.app import create_app
         import numpy  # everything the server imports is in, numpy included
-        from conch.inference.engine import SamplingParams
-        from conch.inference.llama_engine import make_engine
+        from conch.inference.engines.base import SamplingParams
+        from conch.inference.engines.llama import LlamaEngine
+        from conch.inference.offload import runtime_options
         create_app(Settings(data_dir={str(tmp_path / "d")!r}))
-        e = make_engine("m", {str(smollm2_path)!r}, settings=Settings(n_ctx=512, n_parallel=1))
+        e = LlamaEngine("m", {str(smollm2_path)!r}, n_ctx=512, n_parallel=1,
+                        runtime=runtime_options(Settings(n_ctx=512), "m"))
         e.load()
         async def go():
-            return (await e.chat("Hello", SamplingParams(max_tokens=4, temperature=0))).text
+            gen = e.generate("Hello", SamplingParams(max_tokens=4, temperature=0))
+            return "".join([ev.text async for ev in gen])
         print("OUT", repr(asyncio.run(go())), e.placement.as_dict()["offload"])
         e.unload()
     """)

@@ -53,14 +53,14 @@ CASES = {
     # `conch models serve`: the inference server's app
     "inference server": """
         from conch.config import load_settings
-        from conch.web.inference_app import create_app
+        from conch.web.inference.app import create_app
         create_app(load_settings())
     """,
     # the agent server's app first, then the inference server's (as `conch up` builds them)
     "both apps": """
         from conch.config import load_settings
         from conch.web.agent_app import create_app as agent
-        from conch.web.inference_app import create_app as inference
+        from conch.web.inference.app import create_app as inference
         s = load_settings()
         agent(s)
         inference(s)
