@@ -273,3 +273,18 @@ def load_placed(model_id: str, path: str, opts: RuntimeOptions, kv_tokens: int,
         where = device.device_info().device if resolved else "cpu"
         return loaded, Placement(where, resolved, n_layer, vram, note)
     raise AssertionError("unreachable: the last attempt runs on the CPU")
+
+
+def gpu_shortfall(settings: Any, model_id: str, path: str) -> int:
+    """Bytes of GPU memory missing to offload the model as configured (0: it fits, or it runs on
+    the CPU, or nothing can be known). The model manager unloads idle models while this is > 0."""
+    opts = runtime_options(settings, model_id)
+    if not opts.on_gpu:
+        return 0
+    shape = read_shape(path)
+    free = _gpus_free()
+    if shape is None or free is None:
+        return 0
+    want = shape.n_layer if opts.n_gpu_layers < 0 else min(opts.n_gpu_layers, shape.n_layer)
+    kv_tokens = opts.n_ctx * (2 if getattr(settings, "n_parallel", 1) > 1 else 1)
+    return max(0, shape.need_bytes(want, kv_tokens, opts.kv_cache_type) - free[0])

@@ -170,3 +170,56 @@ def test_cuda_build_loads_a_model_from_the_server_entry_point(smollm2_path: Path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
     assert "OUT" in out.stdout and out.stdout.strip().endswith("full")
+
+
+def test_two_models_share_the_gpu(smollm2_path: Path, tmp_path: Path) -> None:
+    """max_loaded_models = 2, but the GPU has room for one: loading the second unloads the idle
+    first (as Ollama does) and offloads the second fully; a busy first would stay loaded and the
+    second would be partly offloaded instead."""
+    from conch.inference.manager import ModelManager
+    from conch.inference.offload import read_shape
+    from conch.inference.store import ModelRecord, ModelStore
+
+    s = Settings(data_dir=tmp_path / "data", max_loaded_models=2, n_ctx=1024, n_parallel=2)
+    store = ModelStore(s)
+    for mid in ("a", "b"):
+        store.register(ModelRecord(id=mid, path=str(smollm2_path), capabilities=["chat", "embeddings"]))
+    manager = ModelManager(s, store)
+    shape = read_shape(smollm2_path)
+    assert shape is not None
+    need = shape.need_bytes(shape.n_layer, 2048, "f16")
+    free = device.gpu_free_bytes(0)
+    assert free is not None
+    extra = free[0] - need - 50 * 2**20  # leave room for one model (and 50 MiB) on top of the hog
+    ptr = _cuda_malloc(extra) if extra > 0 else None
+
+    async def go() -> None:
+        async with manager.use("a"):
+            pass
+        assert manager.placement("a")["offload"] == "full"  # type: ignore[index]
+        async with manager.use("b"):
+            pass
+        assert manager.loaded_ids() == ["b"]  # "a" unloaded to make GPU room
+        assert manager.placement("b")["offload"] == "full"  # type: ignore[index]
+        await manager.unload_all()
+
+    try:
+        asyncio.run(go())
+    finally:
+        if ptr is not None:
+            _cuda_free(ptr)
+
+
+def _cudart() -> ctypes.CDLL:
+    path = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libcudart.so" in line)
+    return ctypes.CDLL(path)
+
+
+def _cuda_malloc(size: int) -> ctypes.c_void_p:
+    ptr = ctypes.c_void_p()
+    assert _cudart().cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0
+    return ptr
+
+
+def _cuda_free(ptr: ctypes.c_void_p) -> None:
+    _cudart().cudaFree(ptr)

@@ -139,3 +139,10 @@ def test_load_placed_falls_back_when_llama_cpp_cannot_allocate(
 
     with pytest.raises(ValueError):  # the CPU attempt's own error when nothing works
         offload.load_placed("m", str(smollm2_path), opts, 1024, never)
+
+
+def test_gpu_shortfall_is_zero_on_the_cpu(smollm2_path: Path) -> None:
+    """Without a GPU backend nothing is evicted for GPU memory (the manager's loop never runs)."""
+    if device.gpu_offload_supported():
+        pytest.skip("this llama.cpp has a GPU backend")
+    assert offload.gpu_shortfall(Settings(), "m", str(smollm2_path)) == 0
