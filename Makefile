@@ -6,10 +6,24 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: venv run test bench lint setup clean
 
-$(STAMP): pyproject.toml
+# llama.cpp's build: CUDA when a toolkit is present (nvcc on PATH or $CUDA_HOME), for the GPUs
+# present; `GPU=off` forces the CPU build; LLAMA_CMAKE_ARGS picks any other (Metal, ROCm, Vulkan:
+# docs/gpu.md). The helper rewrites $(LLAMA_WANT) only when the choice changes, which is what
+# makes the install below run again and rebuild llama-cpp-python.
+GPU              ?= auto
+CUDA_ARCHS       ?=
+LLAMA_CMAKE_ARGS ?=
+LLAMA_WANT       := $(VENV)/.llama-build-wanted
+LLAMA_CMAKE      := $(shell $(PYTHON) scripts/llama_build_flags.py want --gpu='$(GPU)' --archs='$(CUDA_ARCHS)' --cmake-args='$(LLAMA_CMAKE_ARGS)' --state $(LLAMA_WANT))
+ifneq ($(.SHELLSTATUS),0)
+$(error scripts/llama_build_flags.py could not choose the llama.cpp build (see above))
+endif
+
+$(STAMP): pyproject.toml $(LLAMA_WANT)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(if $(LLAMA_CMAKE),CMAKE_ARGS='$(LLAMA_CMAKE)' )$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python scripts/llama_build_flags.py ensure --state $(LLAMA_WANT)
 	@touch $(STAMP)
 
 venv: $(STAMP)

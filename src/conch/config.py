@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field
@@ -44,6 +44,17 @@ class ProviderConfig(BaseModel):
     url: str | None = None
     api_key: str | None = None
     enabled: bool = True
+
+
+class ModelOverrides(BaseModel):
+    """Per-model runtime settings (``[model_overrides.ID]`` in conch.toml); unset ones inherit."""
+
+    n_gpu_layers: int | None = None
+    main_gpu: int | None = None
+    flash_attn: Literal["auto", "on", "off"] | None = None
+    kv_cache_type: Literal["f16", "q8_0"] | None = None
+    n_ubatch: int | None = None
+    n_ctx: int | None = None
 
 
 class Settings(BaseSettings):
@@ -113,6 +124,19 @@ class Settings(BaseSettings):
     # marketplace federation: the upstream is `marketplace_url`
     marketplace_api_key: str | None = None  # bearer key for the upstream marketplace
     marketplace_timeout_s: float = 2.0  # an upstream slower than this is left out, with a note
+
+    # GPU offload of llama.cpp models (docs/gpu.md). n_gpu_layers: None offloads every layer when
+    # llama.cpp has a GPU backend compiled in and none otherwise; -1 is every layer, 0 the CPU.
+    n_gpu_layers: int | None = None
+    main_gpu: int = 0
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    kv_cache_type: Literal["f16", "q8_0"] = "f16"
+    # llama.cpp's micro-batch (n_ubatch). None: 63 on the CPU (keeps prefix reuse bitwise exact,
+    # docs/inference.md), 512 with a GPU backend (a 64-stream step is then one micro-batch).
+    n_ubatch: int | None = None
+    # Per-model overrides of the settings above (and n_ctx), keyed by model id:
+    # [model_overrides."smollm2-135m-instruct"] n_gpu_layers = 0
+    model_overrides: dict[str, ModelOverrides] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(

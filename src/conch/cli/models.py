@@ -92,6 +92,8 @@ def show(
         typer.echo(f"error: no model '{model_id}' in the store", err=True)
         raise typer.Exit(1)
     data = record.model_dump(mode="json", exclude={"extra"})
+    if record.format == "gguf":
+        data["placement"] = _placement(record.id)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -99,9 +101,50 @@ def show(
     for key, value in data.items():
         if key == "size_bytes":
             value = f"{value} ({_human(int(value))})"
+        elif key == "placement":
+            value = _placement_line(value)
         elif isinstance(value, list):
             value = ", ".join(map(str, value)) or "-"
         typer.echo(f"{key:<{width}}  {'-' if value is None else value}")
+
+
+def _placement(model_id: str) -> dict[str, object]:
+    """Where the model runs: asked of the local inference server when it has the model loaded,
+    else what loading it here would do (the settings and the llama.cpp build)."""
+    import httpx
+
+    from conch.config import load_settings
+    from conch.inference import device
+    from conch.inference.offload import runtime_options
+
+    settings = load_settings()
+    host = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::") else settings.models_host
+    try:
+        r = httpx.get(f"http://{host}:{settings.models_port}/v1/models/{model_id}", timeout=1.0)
+        where = r.json().get("placement") if r.status_code == 200 else None
+        if where:
+            return {"loaded": True, **where}
+    except (httpx.HTTPError, ValueError):
+        pass
+    opts = runtime_options(settings, model_id)
+    info = device.device_info()
+    if not opts.on_gpu:
+        why = "n_gpu_layers = 0" if opts.gpu_backend else "no GPU backend in this llama.cpp build"
+        return {"loaded": False, "device": "cpu", "n_gpu_layers": 0, "note": f"would run on the CPU ({why})"}
+    layers = "every layer" if opts.n_gpu_layers < 0 else f"{opts.n_gpu_layers} layers"
+    return {"loaded": False, "device": info.device, "n_gpu_layers": opts.n_gpu_layers,
+            "note": f"would offload {layers} to {info.device}, as many as fit"}
+
+
+def _placement_line(where: dict[str, object]) -> str:
+    if not where.get("loaded"):
+        return f"not loaded; {where.get('note')}"
+    vram = where.get("vram_bytes")
+    mem = f", {_human(int(vram))} of GPU memory" if isinstance(vram, int) and vram else ""
+    if where.get("offload") == "none":
+        return f"loaded on the CPU ({where.get('note')})"
+    return (f"loaded on {where.get('device')}: {where.get('n_gpu_layers')} of {where.get('n_layers')} "
+            f"layers on the GPU{mem}")
 
 
 @app.command()

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from conch.config import Settings
 from conch.inference.engines import SERVED_FORMATS, load_engine
 from conch.inference.engines.base import Engine, EngineError
 from conch.inference.store import ModelRecord, ModelStore
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFound(LookupError):
@@ -117,6 +121,12 @@ class ModelManager:
     def engines(self) -> list[Engine]:
         return [e.engine for e in self._loaded.values()]
 
+    def placement(self, model_id: str) -> dict[str, Any] | None:
+        """Where a loaded model runs (device, GPU layers, GPU memory); None when not loaded."""
+        entry = self._loaded.get(model_id)
+        where = getattr(entry.engine, "placement", None) if entry is not None else None
+        return where.as_dict() if where is not None else None
+
     # -- leases --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def use(self, model: str, keep_alive: float | int | str | None = None) -> AsyncIterator[Engine]:
@@ -145,6 +155,7 @@ class ModelManager:
             if entry is not None:  # the file behind the id changed: reload
                 await self.unload(record.id)
             await self._make_room()
+            await self._make_gpu_room(record)
             engine = await asyncio.to_thread(load_engine, record, self.settings)
             self.loads += 1
             entry = _Loaded(engine, record, self.settings.keep_alive_s, time.monotonic())
@@ -158,6 +169,23 @@ class ModelManager:
             victim = next((k for k, v in self._loaded.items() if v.leases == 0 and not v.engine.busy), None)
             if victim is None:
                 return  # everything is busy: exceed the limit briefly rather than fail requests
+            await self.unload(victim)
+
+    async def _make_gpu_room(self, record: ModelRecord) -> None:
+        """Unload idle models that hold GPU memory (least recently used first) while the model
+        about to load would not fit on the GPU, as Ollama does; with none idle, it is loaded
+        partly offloaded instead (conch.inference.offload)."""
+        if record.format != "gguf":
+            return
+        from conch.inference.offload import gpu_shortfall
+
+        while (short := await asyncio.to_thread(gpu_shortfall, self.settings, record.id, record.path)) > 0:
+            victim = next((k for k, v in self._loaded.items() if v.leases == 0 and not v.engine.busy
+                           and (getattr(v.engine, "placement", None) is not None
+                                and v.engine.placement.n_gpu_layers != 0)), None)  # type: ignore[attr-defined]
+            if victim is None:
+                return
+            log.info("unloading %s: %s needs %.1f GiB more GPU memory", victim, record.id, short / 2**30)
             await self.unload(victim)
 
     async def _unload_when_idle(self, model_id: str) -> None:

@@ -23,16 +23,20 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
         )
     if record.format == "gguf":
         from conch.inference.engines.llama import LlamaEngine
+        from conch.inference.offload import runtime_options
 
+        # GPU offload and the rest of the per-model settings (docs/gpu.md)
+        runtime = runtime_options(settings, record.id)
         engine = LlamaEngine(
             record.id,
             record.path,
-            n_ctx=settings.n_ctx,
+            n_ctx=runtime.n_ctx,
             n_threads=settings.n_threads,
             n_threads_batch=settings.n_threads_batch,
             n_parallel=settings.n_parallel,
             cache_prompt=settings.cache_prompt,
             max_queue=settings.max_queue,
+            runtime=runtime,
         )
         engine.load()
         return engine

@@ -244,6 +244,17 @@ class ModelList(BaseModel):
     data: list[Model]
 
 
+class ModelPlacement(BaseModel):
+    """Where a loaded model runs (docs/gpu.md)."""
+
+    device: str = Field(description='"cpu", or the GPU backend and the GPUs\' names')
+    offload: Literal["full", "partial", "none"]
+    n_gpu_layers: int = Field(description="layers on the GPU")
+    n_layers: int | None
+    vram_bytes: int | None = Field(description="GPU memory the model took when it loaded")
+    note: str = Field(description="why it runs where it runs (the load's log line)")
+
+
 class ModelDetails(Model):
     status: Literal["ready", "downloading", "converting", "failed"]
     format: Literal["gguf", "safetensors", "onnx"]
@@ -260,6 +271,7 @@ class ModelDetails(Model):
     converted_from: str | None
     progress: float | None
     loaded: bool
+    placement: ModelPlacement | None = Field(default=None, description="where it runs, while loaded")
 
 
 class ModelDeleted(BaseModel):
@@ -298,6 +310,24 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class GpuStatus(BaseModel):
+    index: int
+    name: str
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+    process_used_bytes: int | None = Field(description="this server's share of memory_used_bytes")
+    source: str = Field(description="where the memory figures come from: nvml, nvidia-smi or llama.cpp")
+
+
+class DeviceStatus(BaseModel):
+    device: str = Field(description='"cpu", or the GPU backend and the GPUs\' names')
+    backend: str = Field(description="the GPU backend llama.cpp was built with, or cpu")
+    gpu_offload: bool
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    gpus: list[GpuStatus]
+
+
 class Status(BaseModel):
     status: Literal["running"] = "running"
     version: str
@@ -305,3 +335,5 @@ class Status(BaseModel):
     providers: dict[str, Literal["connected", "configured"]]
     models_loaded: int
     requests_served: int
+    device: DeviceStatus | None = None
+

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
 import conch
+from conch.inference.device import DeviceInfo, device_info
 from conch.inference.manager import ModelManager
-from conch.inference.protocol.openai import Health, Status
+from conch.inference.protocol.openai import DeviceStatus, Health, Status
 from conch.inference.serving.metrics import ServingMetrics
 from conch.web.errors import APIError
 from conch.web.inference.deps import manager, serving_metrics
@@ -73,12 +75,14 @@ async def health() -> Any:
 
 @router.get("/v1/status", response_model=Status)
 async def status(mgr: ModelManager = Depends(manager), http: HttpCounters = Depends(counters)) -> Any:
+    where = await asyncio.to_thread(device_info)  # nvidia-smi may take tens of milliseconds
     return Status(
         version=conch.__version__,
         uptime_seconds=int(time.time() - http.started),
         providers={"local": "connected"},
         models_loaded=len(mgr.loaded_ids()),
         requests_served=http.served,
+        device=DeviceStatus.model_validate(where.as_dict()),
     )
 
 
@@ -88,7 +92,9 @@ async def metrics(
     serving: ServingMetrics = Depends(serving_metrics),
     http: HttpCounters = Depends(counters),
 ) -> Any:
-    return PlainTextResponse(render_metrics(http, serving, mgr), media_type="text/plain; version=0.0.4")
+    where = await asyncio.to_thread(device_info)
+    text = render_metrics(http, serving, mgr) + render_device_metrics(where, mgr)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 @router.get("/", include_in_schema=False)
@@ -146,4 +152,36 @@ def render_metrics(http: HttpCounters, m: ServingMetrics, mgr: ModelManager) -> 
     metric("conch_inference_active_sequences", "gauge", "Sequences being generated now.", [("", sum(e.active_sequences for e in engines))])
     metric("conch_inference_models_loaded", "gauge", "Models in memory.", [("", len(engines))])
     metric("conch_inference_embedded_inputs_total", "counter", "Inputs embedded.", [("", m.embedded_inputs)])
+    return "\n".join(lines) + "\n"
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def render_device_metrics(where: DeviceInfo, mgr: ModelManager) -> str:
+    """The device models run on, GPU memory, and each loaded model's GPU layers and memory."""
+    lines = [
+        "# HELP conch_inference_device_info Where models run: cpu, or the GPU backend and GPUs (always 1).",
+        "# TYPE conch_inference_device_info gauge",
+        f'conch_inference_device_info{{device="{_label(where.device)}",backend="{_label(where.backend)}"}} 1',
+    ]
+    for name, help_, attr in (
+        ("conch_inference_gpu_memory_used_bytes", "GPU memory in use (all processes).", "memory_used_bytes"),
+        ("conch_inference_gpu_memory_total_bytes", "GPU memory in all.", "memory_total_bytes"),
+    ):
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        for g in where.gpus:
+            value = getattr(g, attr)
+            if value is not None:
+                lines.append(f'{name}{{gpu="{g.index}",name="{_label(g.name)}"}} {value}')
+    placed = [(mid, mgr.placement(mid)) for mid in mgr.loaded_ids()]
+    for name, help_, key in (
+        ("conch_inference_model_gpu_layers", "Layers of a loaded model on the GPU.", "n_gpu_layers"),
+        ("conch_inference_model_vram_bytes", "GPU memory a loaded model took when it loaded.", "vram_bytes"),
+    ):
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        for mid, where_m in placed:
+            if where_m is not None and where_m.get(key) is not None:
+                lines.append(f'{name}{{model="{_label(mid)}"}} {where_m[key]}')
     return "\n".join(lines) + "\n"

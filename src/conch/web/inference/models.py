@@ -135,6 +135,7 @@ def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
         converted_from=record.converted_from,
         progress=record.progress,
         loaded=record.id in mgr.loaded_ids(),
+        placement=None if (where := mgr.placement(record.id)) is None else p.ModelPlacement(**where),
     )
 
 

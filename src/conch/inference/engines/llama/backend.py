@@ -52,13 +52,17 @@ def fast_calls() -> Any:
     return _fast
 
 
-def open_model(path: str) -> Any:
-    """The GGUF file mapped into memory as a llama.cpp model (``llama_cpp._internals.LlamaModel``)."""
+def open_model(path: str, *, n_gpu_layers: int | None = None, main_gpu: int = 0) -> Any:
+    """The GGUF file mapped into memory as a llama.cpp model (``llama_cpp._internals.LlamaModel``),
+    with ``n_gpu_layers`` of its layers on the GPU (None: llama.cpp's default)."""
     llama_cpp = init_backend()
     from llama_cpp._internals import LlamaModel
 
     mparams = llama_cpp.llama_model_default_params()
     mparams.use_mmap = True
+    if n_gpu_layers is not None:
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.main_gpu = main_gpu
     return LlamaModel(path_model=path, params=mparams, verbose=False)
 
 

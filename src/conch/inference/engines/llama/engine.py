@@ -10,7 +10,8 @@ Every micro-batch llama.cpp computes holds fewer than 64 tokens (``n_ubatch``): 
 query rows on, ggml's CPU flash attention switches to a tiled kernel whose rounding depends on
 the batch and on where the sequence sits in the KV pool. Below it, each token's logits are
 bitwise the same however its prompt was split and whatever else the pool holds, so a cached
-prompt prefix can be reused without changing any output.
+prompt prefix can be reused without changing any output. That holds on the CPU; a model on a GPU
+gets 512-token micro-batches by default (``n_ubatch``, conch.inference.offload, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from conch.inference.engines.llama.embeddings import Embedder
 from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
+from conch.inference.offload import Placement, RuntimeOptions, load_placed
 from conch.inference.tool_calls import render_messages
 
 if TYPE_CHECKING:
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 # Largest micro-batch: ggml's CPU flash attention takes its tiled path from 64 query rows
 # (GGML_FA_TILE_Q), and that path's results depend on the batch split and the KV cell layout.
 EXACT_UBATCH = 63
+
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
+_KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type
 
 
 class LlamaEngine:
@@ -58,6 +63,7 @@ class LlamaEngine:
         n_batch: int = 512,
         max_queue: int = 64,
         chat_template: str | None = None,
+        runtime: RuntimeOptions | None = None,
     ) -> None:
         self.model_id = model_id
         self.path = path
@@ -77,6 +83,9 @@ class LlamaEngine:
         self.n_embd = 0
         self.n_vocab = 0
         self.stats = EngineStats()
+        # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
+        self.runtime = runtime or RuntimeOptions(0, 0, "auto", "f16", EXACT_UBATCH, n_ctx, False)
+        self.placement: Placement | None = None
 
         self._model: Any = None
         self._ctx: Any = None
@@ -88,8 +97,25 @@ class LlamaEngine:
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
+        opts = self.runtime
+        if opts.kv_cache_type != "f16" and opts.flash_attn == "off":
+            raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
+                              "llama.cpp quantizes the V cache only with flash attention")
+        kv_tokens = self._n_ctx_req * (2 if self.n_parallel > 1 else 1)
+        # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
+        _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with)
+
+    def _load_with(self, n_gpu_layers: int) -> None:
+        """Load the model and its contexts with ``n_gpu_layers`` on the GPU; on failure free them."""
+        try:
+            self._load_at(n_gpu_layers)
+        except Exception:
+            self.unload()
+            raise
+
+    def _load_at(self, n_gpu_layers: int) -> None:
         llama_cpp = init_backend()
-        self._model = model = open_model(self.path)
+        self._model = model = open_model(self.path, n_gpu_layers=n_gpu_layers, main_gpu=self.runtime.main_gpu)
         n_ctx_train = model.n_ctx_train()
         self.n_ctx = min(self._n_ctx_req, n_ctx_train) if n_ctx_train > 0 else self._n_ctx_req
         has_decoder = bool(llama_cpp.llama_model_has_decoder(model.model))
@@ -124,9 +150,12 @@ class LlamaEngine:
                 model,
                 n_ctx=kv_total,
                 n_batch=self.n_batch,
-                # Exact prefix reuse (see the module docstring) for prefill 4-8 % slower than in
-                # one 512-token micro-batch on this CPU build.
-                n_ubatch=min(self.n_batch, EXACT_UBATCH),
+                # On the CPU (63): exact prefix reuse (see the module docstring) for prefill 4-8 %
+                # slower than in one 512-token micro-batch. On a GPU (512): whole decode steps.
+                n_ubatch=min(self.n_batch, self.runtime.n_ubatch),
+                flash_attn_type=_FLASH_ATTN[self.runtime.flash_attn],
+                type_k=_KV_TYPES[self.runtime.kv_cache_type],
+                type_v=_KV_TYPES[self.runtime.kv_cache_type],
                 n_seq_max=self.n_parallel,
                 n_threads=self.n_threads,
                 n_threads_batch=self.n_threads_batch,
@@ -152,6 +181,7 @@ class LlamaEngine:
         if self._model is not None:
             self._model.close()
             self._model = None
+        self.placement = None
 
     @property
     def capabilities(self) -> frozenset[str]:
