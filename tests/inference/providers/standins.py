@@ -228,8 +228,17 @@ def anthropic_app() -> FastAPI:
         text_in = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         system = body.get("system")
         tool_use = None
+        known = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "tools",
+                 "tool_choice", "metadata", "output_config", "temperature", "top_p", "top_k", "thinking",
+                 "service_tier", "cache_control", "container", "inference_geo", "speed"}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            return _anthropic_error(400, "invalid_request_error", f"{unknown[0]}: Extra inputs are not permitted")
+        fmt = (body.get("output_config") or {}).get("format")
         if results:
             text = f"the tool said {results[0]['content']}"
+        elif fmt:
+            text = json.dumps({"colour": "blue"})
         elif body.get("tools") and "weather" in text_in:
             text = "Let me check."
             tool_use = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
@@ -290,3 +299,38 @@ def anthropic_app() -> FastAPI:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return app
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """A TCP server that accepts connections and never says a word (a hung provider)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        sock.close()
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens (a provider that is down)."""
+    return f"http://127.0.0.1:{free_port()}"

@@ -11,7 +11,8 @@ content, ``tool_use`` start + ``input_json_delta`` -> ``tool_calls`` deltas, ``m
 tool_calls) and usage.
 
 What the Messages API has no equivalent for (``n`` > 1, ``seed``, penalties, ``logprobs``,
-``response_format``, ``temperature`` above 1) is a 400 naming the field.
+``response_format`` json_object, ``temperature`` above 1) is a 400 naming the field;
+``response_format`` json_schema becomes ``output_config.format``.
 """
 
 from __future__ import annotations
@@ -62,9 +63,16 @@ def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict
         "logprobs": False, "top_logprobs": None, "logit_bias": None,
     })
     fmt = body.get("response_format")
-    if fmt and fmt.get("type") != "text":
+    output_format = None
+    if fmt and fmt.get("type") == "json_object":
         raise UnsupportedByProvider(provider, "response_format",
-                                    "the Messages API has no JSON mode; describe the format in the prompt")
+                                    "Anthropic has structured output for a schema only: use json_schema")
+    if fmt and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if not schema:
+            raise UnsupportedByProvider(provider, "response_format.json_schema.schema",
+                                        "Anthropic needs the schema itself")
+        output_format = {"type": "json_schema", "schema": schema}
     temperature = body.get("temperature")
     if temperature is not None and temperature > 1:
         raise UnsupportedByProvider(provider, "temperature", "Anthropic accepts 0 to 1")
@@ -109,10 +117,13 @@ def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict
     }
     if system:
         out["system"] = "\n\n".join(system)
-    if temperature is not None:
-        out["temperature"] = temperature
-    if body.get("top_p") is not None:
-        out["top_p"] = body["top_p"]
+    if output_format is not None:
+        out["output_config"] = {"format": output_format}
+    # Sampling fields are no longer typed parameters of the client; they go in the body as
+    # given, and a model that does not take them answers with its own 400 (passed on).
+    sampling = {k: body[k] for k in ("temperature", "top_p") if body.get(k) is not None}
+    if sampling:
+        out["extra_body"] = sampling
     stop = stop_list(body.get("stop"))
     if stop:
         out["stop_sequences"] = stop
