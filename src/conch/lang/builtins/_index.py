@@ -4,6 +4,7 @@ it is out of date."""
 
 INDEX: dict[str, tuple[str, ...]] = {
     "abs": ("math",),
+    "ai": ("ai",),
     "all": ("collections",),
     "any": ("collections",),
     "append": ("filesystem", "collections"),
@@ -31,6 +32,7 @@ INDEX: dict[str, tuple[str, ...]] = {
     "du": ("filesystem",),
     "each": ("collections",),
     "echo": ("system",),
+    "embed": ("ai",),
     "ends_with": ("strings",),
     "entries": ("collections",),
     "enumerate": ("collections",),
@@ -58,6 +60,9 @@ INDEX: dict[str, tuple[str, ...]] = {
     "head": ("filesystem",),
     "help": ("system",),
     "hostname": ("system",),
+    "http_get": ("http",),
+    "http_post": ("http",),
+    "http_request": ("http",),
     "index_of": ("collections",),
     "insert": ("collections",),
     "int": ("data",),
