@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "agent_server", "inference", "models"]
+SUITES = ["lang", "agent_server", "inference", "models", "providers"]
 
 
 def main(argv: list[str]) -> int:
