@@ -41,7 +41,7 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
 
     async def work(registry: Any) -> list[dict[str, Any]]:
         await registry.probe_all()
-        return list(registry.list())
+        return list(registry.listing())
 
     rows = asyncio.run(_with_registry(work))
     if as_json:

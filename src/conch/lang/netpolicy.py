@@ -86,7 +86,7 @@ class GuardedBackend(httpcore.SyncBackend):
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc.strerror}") from None
-        ips = list(dict.fromkeys(info[4][0] for info in infos))
+        ips = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for ip in ips:
             self.policy.check(host, ip)
         last: Exception | None = None

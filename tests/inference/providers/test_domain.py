@@ -79,7 +79,7 @@ def test_routing_splits_at_the_first_colon(registry: ProviderRegistry) -> None:
 
 
 def test_listing_never_shows_a_key(registry: ProviderRegistry) -> None:
-    listed = registry.list()
+    listed = registry.listing()
     assert [p["id"] for p in listed][:4] == ["local", "ollama", "openai", "anthropic"]
     assert ANTHROPIC_KEY not in json.dumps(listed)
     assert {p["id"]: p["status"] for p in listed}["openai"] == "unavailable"
@@ -311,7 +311,7 @@ def test_probe_validate_and_status(registry: ProviderRegistry) -> None:
     async def go() -> tuple[Any, ...]:
         before = registry.status_map()
         await registry.probe_all()
-        return before, registry.status_map(), registry.list(), await registry.validate("ollama")
+        return before, registry.status_map(), registry.listing(), await registry.validate("ollama")
 
     before, after, listed, valid = run(go())
     assert before["ollama"] == "configured" and before["local"] == "connected"

@@ -198,7 +198,7 @@ class ProviderRegistry:
                 await p.aclose()
 
     # -- what the routes answer ----------------------------------------------------------------
-    def list(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         """``[{id, status, url?}]`` for ``GET /v1/providers`` (never a key)."""
         out: list[dict[str, Any]] = [{"id": LOCAL, "status": "available"}]
         for name, p in self.providers.items():
