@@ -141,8 +141,10 @@ def _start_litellm(upstream: str, tmp: Path) -> tuple[Target, subprocess.Popen[b
         "model_list:\n  - model_name: smollm2\n    litellm_params:\n      model: openai/smollm2\n"
         f"      api_base: {upstream}\n      api_key: sk-unused\n"
     )
+    # The local cost map: the remote one is on the internet, which this machine cannot reach.
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.Popen([exe, "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-                             "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         _wait(f"http://127.0.0.1:{port}/health/liveliness", proc)
     except RuntimeError as exc:
