@@ -229,7 +229,7 @@ class OllamaProvider(Provider):
         }
 
     async def aclose(self) -> None:
-        await self.client._client.aclose()
+        await self.client.close()
 
     # -- errors --------------------------------------------------------------------------------
     def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
