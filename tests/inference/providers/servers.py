@@ -61,7 +61,11 @@ def conch_inference_server(data_dir: Path, **overrides: Any) -> Iterator[tuple[s
     import uvicorn
 
     from conch.config import Settings
-    from conch.web.inference_app import create_app
+
+    try:
+        from conch.web.inference.app import create_app
+    except ImportError:  # before the inference server's routers were split per resource
+        from conch.web.inference_app import create_app  # type: ignore[no-redef]
 
     port = free_port()
     settings = Settings(data_dir=data_dir, models_port=port, **overrides)
