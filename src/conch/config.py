@@ -46,6 +46,7 @@ class ProviderConfig(BaseModel):
     enabled: bool = True
     # Name of an environment variable holding the key, so conch.toml need not hold secrets.
     api_key_env: str | None = None
+    timeout_s: float | None = None  # longest silence before a 504 (default: provider_timeout_s)
 
 
 class Settings(BaseSettings):

@@ -46,6 +46,10 @@ def llama_cpp_server(model_path: Path, alias: str = "smollm2", api_key: str | No
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         _wait(f"http://127.0.0.1:{port}/v1/models", proc)
+        # Its first completion takes seconds (warm-up); pay for it here, not in a test's timeout.
+        httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+                   headers={"Authorization": f"Bearer {api_key or 'unused'}"},
+                   json={"model": alias, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()

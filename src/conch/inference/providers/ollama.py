@@ -7,7 +7,9 @@ Ollama version has, and it takes ``keep_alive`` and the sampling options directl
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -206,7 +208,7 @@ class OllamaProvider(Provider):
 
     # -- embeddings ----------------------------------------------------------------------------
     async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        refuse(self.id, body, {"encoding_format": "float"})
+        refuse(self.id, body, {"encoding_format": ("float", "base64")})
         raw = body["input"]
         if not (isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw))):
             raise UnsupportedByProvider(self.id, "input", "Ollama embeds text, not token arrays")
@@ -220,9 +222,12 @@ class OllamaProvider(Provider):
         except Exception as exc:
             raise self._error(exc) from None
         tokens = response.prompt_eval_count or 0
+        as_base64 = body.get("encoding_format") == "base64"
         return {
             "object": "list",
-            "data": [{"object": "embedding", "index": i, "embedding": list(v)}
+            # base64 as OpenAI sends it (little-endian float32), which its client asks for.
+            "data": [{"object": "embedding", "index": i,
+                      "embedding": _base64(v) if as_base64 else list(v)}
                      for i, v in enumerate(response.embeddings)],
             "model": f"{self.id}:{model}",
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
@@ -257,6 +262,10 @@ def _json(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return None
+
+
+def _base64(vector: Any) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 def _finish(done_reason: str | None) -> str:

@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from conch.config import ProviderConfig, Settings
 from conch.inference.providers.anthropic import AnthropicProvider
@@ -43,11 +43,12 @@ class ProbeState:
     models: list[str] = field(default_factory=list)
     error: str | None = None
     latency_ms: int | None = None
+    listed_at: int = 0  # Unix time of the last successful listing (the models' ``created``)
 
 
 def build_provider(name: str, config: ProviderConfig, settings: Settings) -> Provider:
     timeouts = Timeouts(connect_s=settings.provider_connect_timeout_s,
-                        read_s=settings.provider_timeout_s,
+                        read_s=config.timeout_s or settings.provider_timeout_s,
                         probe_s=settings.provider_probe_timeout_s)
     key = config.api_key or (os.environ.get(config.api_key_env) if config.api_key_env else None)
     kind = config.kind
@@ -153,6 +154,7 @@ class ProviderRegistry:
         else:
             state.ok = True
             state.models = models
+            state.listed_at = int(time.time())
             state.error = None
         state.latency_ms = round((time.perf_counter() - started) * 1000)
         state.checked_at = time.monotonic()
@@ -206,10 +208,10 @@ class ProviderRegistry:
             out.append({"id": name, "status": "available" if ok else "unavailable", "url": p.url})
         return out
 
-    def status_map(self) -> dict[str, str]:
+    def status_map(self) -> dict[str, Literal["connected", "configured"]]:
         """``{id: connected|configured}`` for ``/v1/status``: connected when the last probe
         succeeded."""
-        out = {LOCAL: "connected"}
+        out: dict[str, Literal["connected", "configured"]] = {LOCAL: "connected"}
         for name in self.providers:
             out[name] = "connected" if self.state[name].ok is True and name not in self.disabled else "configured"
         return out
@@ -238,7 +240,7 @@ class ProviderRegistry:
         return out
 
     async def models(self) -> list[dict[str, Any]]:
-        """The remote models for ``/v1/models``: ``{id: "<provider>:<model>", owned_by}``.
+        """The remote models for ``/v1/models``: ``{id: "<provider>:<model>", owned_by, created}``.
 
         Lists older than ``provider_models_ttl_s`` are refreshed in the background and the
         last known list is answered meanwhile; only a provider never listed before is
@@ -259,5 +261,6 @@ class ProviderRegistry:
                                timeout=self.settings.provider_probe_timeout_s + 0.5)
         out: list[dict[str, Any]] = []
         for p in self._active():
-            out.extend({"id": f"{p.id}:{m}", "owned_by": p.id} for m in self.state[p.id].models)
+            state = self.state[p.id]
+            out.extend({"id": f"{p.id}:{m}", "owned_by": p.id, "created": state.listed_at} for m in state.models)
         return out
