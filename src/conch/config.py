@@ -44,6 +44,9 @@ class ProviderConfig(BaseModel):
     url: str | None = None
     api_key: str | None = None
     enabled: bool = True
+    # Name of an environment variable holding the key, so conch.toml need not hold secrets.
+    api_key_env: str | None = None
+    timeout_s: float | None = None  # longest silence before a 504 (default: provider_timeout_s)
 
 
 class ModelOverrides(BaseModel):
@@ -137,6 +140,22 @@ class Settings(BaseSettings):
     # Per-model overrides of the settings above (and n_ctx), keyed by model id:
     # [model_overrides."smollm2-135m-instruct"] n_gpu_layers = 0
     model_overrides: dict[str, ModelOverrides] = Field(default_factory=dict)
+
+    # providers, and the ai/embed/http builtins
+    # The inference server's OpenAI base URL: where the agent server's sandbox workers (and a
+    # shell that sets it) send ai()/embed() requests. `conch up` sets it to its own server.
+    models_url: str = "http://127.0.0.1:8080/v1"
+    allow_model: bool = True  # the `model` effect (ai, embed) in the agent server
+    # Hosts, IPs or CIDRs that http_* may reach from the agent server although they are
+    # private, loopback or link-local (refused by default once allow_network is on).
+    network_allow: list[str] = Field(default_factory=list)
+    provider_probe_interval_s: float = 30.0  # background health probe of remote providers
+    provider_probe_timeout_s: float = 2.0  # one probe / one model listing, bounded
+    provider_connect_timeout_s: float = 5.0
+    provider_timeout_s: float = 120.0  # longest silence from a provider before a 504
+    provider_models_ttl_s: float = 60.0  # the merged /v1/models cache
+    http_timeout_s: float = 30.0  # http_* builtins: default and, in the server, the maximum
+    http_max_bytes: int = 10 * 1024 * 1024  # http_* response bodies are cut (an error) past this
 
     @classmethod
     def settings_customise_sources(

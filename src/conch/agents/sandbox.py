@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from conch.agents.envelope import PipelineEnvelope, RunEnvelope, RunError
-from conch.agents.sandbox_worker import MAX_FRAME, SECRET_MARKERS, WorkerConfig, encode
+from conch.agents.sandbox_worker import MAX_FRAME, WorkerConfig, encode
+from conch.agents.worker_env import worker_environment, worker_settings
 from conch.config import Settings
 from conch.lang.context import Limits
 
@@ -80,7 +81,9 @@ def configured_limits(settings: Settings, *, stream: bool = False) -> Limits:
 
 
 def allowed_effects(settings: Settings) -> frozenset[str]:
-    effects = {"pure", "read", "write", "model"}
+    effects = {"pure", "read", "write"}
+    if settings.allow_model:
+        effects.add("model")
     if settings.allow_network:
         effects.add("network")
     if settings.allow_process:
@@ -367,7 +370,7 @@ class SandboxPool:
         self.settings = settings
         self.size = max(1, size if size is not None else settings.workers)
         self.workspace = Path(settings.workspace_dir)
-        public = settings.model_copy(update={"api_key": None})
+        public = worker_settings(settings)
         self.config = WorkerConfig(
             workspace=str(self.workspace),
             allowed_effects=sorted(allowed_effects(settings)),
@@ -440,12 +443,7 @@ class SandboxPool:
         return worker
 
     def _popen(self, fd: int) -> subprocess.Popen[bytes]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.upper().startswith("CONCH_")
-            and not any(m in k.upper() for m in SECRET_MARKERS)
-        }
+        env = worker_environment(self.settings)
         return subprocess.Popen(
             [sys.executable, "-P", "-m", "conch.agents.sandbox_worker", str(fd)],
             pass_fds=(fd,),

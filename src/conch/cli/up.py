@@ -41,6 +41,10 @@ def up(
     from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
+    if "models_url" not in settings.model_fields_set:
+        # The agent server's programs reach models through this inference server.
+        reach = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::", "") else settings.models_host
+        settings = settings.model_copy(update={"models_url": f"http://{reach}:{settings.models_port}/v1"})
     agent = create_agent_app(settings)
     inference = create_inference_app(settings)
     servers = [

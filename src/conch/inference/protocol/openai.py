@@ -292,6 +292,7 @@ class ProviderValidation(BaseModel):
     valid: bool
     latency_ms: int
     models_available: int
+    error: str | None = Field(default=None, description="Why it is not valid (absent when it is).")
 
 
 class StorageStats(BaseModel):

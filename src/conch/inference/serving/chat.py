@@ -20,6 +20,8 @@ from conch.inference.chat import ChatEvent, ChatSpec, start_chat
 from conch.inference.engines.base import Engine, SamplingParams, Unsupported
 from conch.inference.manager import ModelManager
 from conch.inference.protocol.openai import ChatCompletionRequest, NamedToolChoice
+from conch.inference.providers import serving_hook as remote_hook
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.errors import InvalidRequest, domain_errors
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
@@ -29,14 +31,19 @@ MAX_STOP_SEQUENCES = 4
 
 
 class ChatServing:
-    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None) -> None:
+    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None,
+                 providers: ProviderRegistry | None = None) -> None:
         self.manager = manager
         self.resolver = resolver
         self.metrics = metrics or ServingMetrics()
+        self.providers = providers  # remote models: "<provider>:<model>"
 
     # -- the two entry points ------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any]:
         """A whole ``chat.completion`` object."""
+        remote = remote_hook.route(self.providers, req.model)
+        if remote is not None:
+            return await remote_hook.chat(*remote, req)
         t_start = time.perf_counter()
         spec = chat_spec(req)
         record = self.resolver.local_record(req.model, "chat")
@@ -94,6 +101,15 @@ class ChatServing:
         Setup errors (unknown model, bad fields, a full queue, a prompt too long) are raised
         by the first ``__anext__``, before any chunk; a failure later is raised mid-stream.
         """
+        remote = remote_hook.route(self.providers, req.model)
+        if remote is not None:
+            chunks = remote_hook.chat_stream(*remote, req)
+            try:
+                async for c in chunks:
+                    yield c
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]  # closes the upstream request
+            return
         t_start = time.perf_counter()
         spec = chat_spec(req)
         record = self.resolver.local_record(req.model, "chat")

@@ -11,6 +11,8 @@ from conch.inference.acquire import default_embedding_record
 from conch.inference.engines.base import Engine
 from conch.inference.manager import ModelManager
 from conch.inference.protocol.openai import EmbeddingRequest
+from conch.inference.providers import serving_hook as remote_hook
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.errors import InvalidRequest, domain_errors
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
@@ -18,13 +20,18 @@ from conch.inference.store import ModelRecord
 
 
 class EmbeddingServing:
-    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None) -> None:
+    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None,
+                 providers: ProviderRegistry | None = None) -> None:
         self.manager = manager
         self.resolver = resolver
         self.metrics = metrics or ServingMetrics()
+        self.providers = providers  # remote models: "<provider>:<model>"
 
     async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
         """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model answers."""
+        remote = remote_hook.route(self.providers, req.model)
+        if remote is not None:
+            return await remote_hook.embed(*remote, req)
         record = await self._record(req.model)
         items = _inputs(req.input)
         with domain_errors("input"):

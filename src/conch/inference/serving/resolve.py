@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 from conch.inference.manager import ModelManager
 from conch.inference.providers.kinds import remote_prefix
-from conch.inference.serving.errors import InvalidRequest, NotAvailable, domain_errors
+from conch.inference.serving.errors import InvalidRequest, NotFound, domain_errors
 from conch.inference.store import ModelRecord
 
 
@@ -19,10 +19,11 @@ class ModelResolver:
         """The ready local model ``model`` names, able to serve ``capability``."""
         provider = remote_prefix(model, self.providers)
         if provider is not None:
-            raise NotAvailable(
-                f"Remote provider '{provider}' is not available in this version of conch; "
-                "only local models can be used",
-                code="provider_not_implemented",
+            # Configured providers are answered before the local path: this one is not configured.
+            raise NotFound(
+                f"Provider '{provider}' is not configured: add [providers.{provider}] with its url "
+                "to conch.toml (or use a local model id)",
+                code="provider_not_found",
                 param="model",
             )
         with domain_errors("model"):

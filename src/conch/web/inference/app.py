@@ -19,6 +19,7 @@ from conch.config import Settings
 from conch.inference.acquire import Acquirer
 from conch.inference.bundled import ensure_bundled_model
 from conch.inference.manager import ModelManager
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.metrics import ServingMetrics
@@ -34,14 +35,17 @@ def create_app(settings: Settings) -> FastAPI:
     manager = ModelManager(settings, store)
     acquirer = Acquirer(settings, store)
     acquirer.recover()  # forget placeholders of jobs whose process died
-    resolver = ModelResolver(manager, providers=list(settings.providers))
+    registry = ProviderRegistry(settings, local_models=lambda: _ready_ids(store))
+    resolver = ModelResolver(manager, providers=list(registry.providers))
     metrics = ServingMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.ensure_dirs()
         await asyncio.to_thread(ensure_bundled_model, store)
+        await registry.start()  # background health probes of the remote providers
         yield
+        await registry.close()
         await manager.unload_all()
 
     app = FastAPI(
@@ -58,8 +62,9 @@ def create_app(settings: Settings) -> FastAPI:
     state = app.state
     state.settings, state.store, state.manager, state.acquirer = settings, store, manager, acquirer
     state.serving_metrics = metrics
-    state.chat = ChatServing(manager, resolver, metrics)
-    state.embeddings = EmbeddingServing(manager, resolver, metrics)
+    state.providers = registry
+    state.chat = ChatServing(manager, resolver, metrics, providers=registry)
+    state.embeddings = EmbeddingServing(manager, resolver, metrics, providers=registry)
     state.http_counters = health.HttpCounters()
     install_error_handlers(app)
     app.add_middleware(health.RequestCounter, counters=state.http_counters)
@@ -69,3 +74,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(health.docs_router)
     mount_studio(app, INFERENCE_PAGES)
     return app
+
+
+async def _ready_ids(store: ModelStore) -> list[str]:
+    records = await asyncio.to_thread(store.list)
+    return [r.id for r in records if r.status == "ready"]

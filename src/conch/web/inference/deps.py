@@ -11,6 +11,7 @@ from fastapi import Request
 from conch.config import Settings
 from conch.inference.acquire import Acquirer
 from conch.inference.manager import ModelManager
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.metrics import ServingMetrics
@@ -43,3 +44,7 @@ def embedding_serving(request: Request) -> EmbeddingServing:
 
 def serving_metrics(request: Request) -> ServingMetrics:
     return request.app.state.serving_metrics  # type: ignore[no-any-return]
+
+
+def providers(request: Request) -> ProviderRegistry:
+    return request.app.state.providers  # type: ignore[no-any-return]

@@ -20,9 +20,10 @@ import conch
 from conch.inference.device import DeviceInfo, device_info
 from conch.inference.manager import ModelManager
 from conch.inference.protocol.openai import DeviceStatus, Health, Status
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.metrics import ServingMetrics
 from conch.web.errors import APIError
-from conch.web.inference.deps import manager, serving_metrics
+from conch.web.inference.deps import manager, providers, serving_metrics
 
 router = APIRouter(tags=["health"])
 docs_router = APIRouter(include_in_schema=False)
@@ -74,12 +75,13 @@ async def health() -> Any:
 
 
 @router.get("/v1/status", response_model=Status)
-async def status(mgr: ModelManager = Depends(manager), http: HttpCounters = Depends(counters)) -> Any:
+async def status(mgr: ModelManager = Depends(manager), http: HttpCounters = Depends(counters),
+                 registry: ProviderRegistry = Depends(providers)) -> Any:
     where = await asyncio.to_thread(device_info)  # nvidia-smi may take tens of milliseconds
     return Status(
         version=conch.__version__,
         uptime_seconds=int(time.time() - http.started),
-        providers={"local": "connected"},
+        providers=registry.status_map(),
         models_loaded=len(mgr.loaded_ids()),
         requests_served=http.served,
         device=DeviceStatus.model_validate(where.as_dict()),

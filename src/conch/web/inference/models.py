@@ -23,10 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from conch.inference.acquire import Acquirer, DownloadSpec
 from conch.inference.manager import ModelManager
 from conch.inference.protocol import openai as p
+from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.sources import SOURCES, ModelOpError, get_source
 from conch.inference.store import ModelRecord, ModelStore
 from conch.web.errors import APIError
-from conch.web.inference.deps import acquirer, manager, store
+from conch.web.inference.deps import acquirer, manager, providers, store
 from conch.web.inference.responses import errors
 
 router = APIRouter(tags=["models"])
@@ -140,9 +141,12 @@ def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
 
 
 @router.get("/v1/models", response_model=p.ModelList)
-async def list_models(models: ModelStore = Depends(store)) -> Any:
-    records = await asyncio.to_thread(models.list)
-    return p.ModelList(data=[p.Model(id=r.id, created=r.created, owned_by=r.owned_by) for r in records])
+async def list_models(models: ModelStore = Depends(store), registry: ProviderRegistry = Depends(providers)) -> Any:
+    records, remote = await asyncio.gather(asyncio.to_thread(models.list), registry.models())
+    data = [p.Model(id=r.id, created=r.created, owned_by=r.owned_by) for r in records]
+    # Remote models: the providers' last lists (cached 60 s, never waited on for long).
+    data += [p.Model(id=m["id"], created=m["created"], owned_by=m["owned_by"]) for m in remote]
+    return p.ModelList(data=data)
 
 
 _OPS_RESPONSES: dict[int | str, dict[str, Any]] = {

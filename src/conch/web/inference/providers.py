@@ -1,33 +1,33 @@
-"""``/v1/providers``: list the providers and validate one (only ``local`` exists so far)."""
+"""``/v1/providers``: the providers with their probed status, and a validation round trip."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from fastapi import APIRouter, Depends
 
 from conch.inference.protocol.openai import Provider, ProviderValidation
-from conch.inference.store import ModelStore
+from conch.inference.providers.errors import UnknownProvider
+from conch.inference.providers.registry import ProviderRegistry
 from conch.web.errors import APIError
-from conch.web.inference.deps import store
+from conch.web.inference.deps import providers
 from conch.web.inference.responses import errors
 
 router = APIRouter(tags=["providers"])
 
 
-@router.get("/v1/providers", response_model=list[Provider])
-async def list_providers() -> Any:
-    return [Provider(id="local", status="available")]
+@router.get("/v1/providers", response_model=list[Provider], response_model_exclude_none=True)
+async def list_providers(registry: ProviderRegistry = Depends(providers)) -> Any:
+    """Every provider: `local`, `ollama`, `openai`, `anthropic` and each `[providers.NAME]`;
+    `status` from the last background probe, `url` for network providers (never a key)."""
+    return registry.listing()
 
 
-@router.post("/v1/providers/{provider_id}/validate", response_model=ProviderValidation, responses=errors())
-async def validate_provider(provider_id: str, models: ModelStore = Depends(store)) -> Any:
-    if provider_id != "local":
-        raise APIError(404, f"Unknown provider '{provider_id}'; available: local", code="provider_not_found", param="provider_id")
-    t0 = time.perf_counter()
-    records = await asyncio.to_thread(models.list)
-    ready = [r for r in records if r.status == "ready"]
-    latency = round((time.perf_counter() - t0) * 1000)
-    return ProviderValidation(provider="local", valid=True, latency_ms=latency, models_available=len(ready))
+@router.post("/v1/providers/{provider_id}/validate", response_model=ProviderValidation,
+             response_model_exclude_none=True, responses=errors())
+async def validate_provider(provider_id: str, registry: ProviderRegistry = Depends(providers)) -> Any:
+    """A real round trip now (listing the provider's models)."""
+    try:
+        return await registry.validate(provider_id)
+    except UnknownProvider as exc:
+        raise APIError(404, str(exc), code="provider_not_found", param="provider_id") from None

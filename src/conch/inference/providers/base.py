@@ -1,0 +1,107 @@
+"""The provider interface: one remote model service behind conch's OpenAI-shaped API.
+
+Requests and answers are OpenAI chat/embeddings dicts (the wire shapes of
+``/v1/chat/completions`` and ``/v1/embeddings``), so the serving layer hands a provider
+the request it validated and sends back what the provider returns. Each kind translates
+to and from its vendor's own protocol through the vendor's official client.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from conch.inference.providers.errors import UnsupportedByProvider
+
+# Fields of conch's request models that are conch's own (or the route's) and never go upstream.
+CONCH_ONLY_FIELDS = frozenset({"model", "stream", "keep_alive"})
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 5.0
+    read_s: float = 120.0  # longest silence before a 504
+    probe_s: float = 2.0
+
+
+class Provider(ABC):
+    """A configured provider. ``id`` is the prefix of model strings (``ollama:qwen2.5:7b``)."""
+
+    kind: str = ""
+
+    def __init__(self, id: str, url: str | None, timeouts: Timeouts) -> None:
+        self.id = id
+        self.url = url.rstrip("/") if url else url
+        self.timeouts = timeouts
+
+    def configured(self) -> bool:
+        """Whether it has what it needs to be tried at all (a key, for hosted APIs)."""
+        return True
+
+    def unavailable_reason(self) -> str:
+        return f"provider '{self.id}' is not configured"
+
+    @abstractmethod
+    async def list_models(self, timeout: float | None = None) -> list[str]:
+        """Model names (without the provider prefix): a real round trip."""
+
+    @abstractmethod
+    async def chat(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A ``chat.completion`` dict for an OpenAI chat request ``body``."""
+
+    @abstractmethod
+    async def chat_stream(self, model: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Open a stream (errors up to the first answer are raised here, before any chunk)
+        and return an iterator of ``chat.completion.chunk`` dicts. Closing the iterator
+        (``aclose``) closes the upstream request."""
+
+    async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise UnsupportedByProvider(self.id, "input", "this provider has no embeddings")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, or the text of its ``{type: text}`` parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def parse_arguments(provider: str, raw: Any) -> dict[str, Any]:
+    """A tool call's ``arguments`` JSON string as the object vendors with native tool
+    calls want; anything that is not a JSON object is a 400 naming the field."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        value = None
+    if not isinstance(value, dict):
+        raise UnsupportedByProvider(
+            provider, "messages.tool_calls.function.arguments", "must be a JSON object"
+        )
+    return value
+
+
+def stop_list(stop: Any) -> list[str] | None:
+    if stop is None:
+        return None
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def refuse(provider: str, body: dict[str, Any], fields: dict[str, Any]) -> None:
+    """400 for each field in ``fields`` that ``body`` sets to something other than its
+    harmless value (``fields[name]``: the value(s) that may pass, e.g. ``n: 1``)."""
+    for name, harmless in fields.items():
+        if name not in body or body[name] is None:
+            continue
+        allowed = harmless if isinstance(harmless, tuple) else (harmless,)
+        if body[name] not in allowed:
+            raise UnsupportedByProvider(provider, name)

@@ -1,0 +1,172 @@
+"""OpenAI and every OpenAI-compatible endpoint (vLLM, llama.cpp's server, LM Studio, another
+conch), through the official ``openai`` client.
+
+The request conch validated is passed on field for field (the upstream speaks the same
+protocol), so nothing is dropped; the answer comes back as the upstream sent it, with
+``model`` set to the id the client asked conch for.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2 as httpx  # the transport the openai client is built on
+import openai
+
+from conch.inference.providers.base import CONCH_ONLY_FIELDS, Provider, Timeouts
+from conch.inference.providers.errors import (
+    ProviderError,
+    ProviderRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+    ProviderUnreachable,
+)
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def _create_params(method: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(method).parameters) - {"extra_body", "extra_headers",
+                                                                "extra_query", "timeout"}
+
+
+class OpenAICompatProvider(Provider):
+    kind = "openai_compatible"
+
+    def __init__(self, id: str, url: str, api_key: str | None, timeouts: Timeouts,
+                 kind: str = "openai_compatible", key_required: bool = False) -> None:
+        super().__init__(id, url, timeouts)
+        self.kind = kind
+        self._key = api_key
+        self._key_required = key_required
+        self.client = openai.AsyncOpenAI(
+            base_url=self.url,
+            # Local OpenAI-compatible servers ignore the key; the client insists on one.
+            api_key=api_key or "unused",
+            max_retries=0,  # a retry would hide an outage and break the configured timeout
+            timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
+        )
+        self._chat_params = _create_params(self.client.chat.completions.create)
+        self._embed_params = _create_params(self.client.embeddings.create)
+
+    def configured(self) -> bool:
+        return bool(self._key) or not self._key_required
+
+    def unavailable_reason(self) -> str:
+        return (f"provider '{self.id}' has no API key (set OPENAI_API_KEY or "
+                f"openai_api_key in conch.toml)")
+
+    def _split(self, body: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in body.items():
+            if key in CONCH_ONLY_FIELDS or value is None:
+                continue
+            (args if key in known else extra)[key] = value
+        if extra:
+            args["extra_body"] = extra
+        return args
+
+    async def list_models(self, timeout: float | None = None) -> list[str]:
+        self._require_key()
+        client = self.client.with_options(timeout=timeout) if timeout else self.client
+        try:
+            page = await client.models.list()
+            return [m.id for m in page.data]
+        except openai.OpenAIError as exc:
+            raise self._error(exc, timeout) from None
+
+    async def chat(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._require_key()
+        args = self._split(body, self._chat_params)
+        try:
+            completion = await self.client.chat.completions.create(model=model, **args)
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        out: dict[str, Any] = completion.to_dict()
+        out["model"] = f"{self.id}:{model}"
+        return out
+
+    async def chat_stream(self, model: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self._require_key()
+        args = self._split(body, self._chat_params)
+        try:
+            stream = await self.client.chat.completions.create(model=model, stream=True, **args)
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        return self._chunks(stream, f"{self.id}:{model}")
+
+    async def _chunks(self, stream: Any, model: str) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for chunk in stream:
+                out: dict[str, Any] = chunk.to_dict()
+                out["model"] = model
+                yield out
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        except httpx.HTTPError as exc:  # the body broke off between events
+            raise self._transport_error(exc) from None
+        finally:
+            await stream.close()
+
+    async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._require_key()
+        args = self._split(body, self._embed_params)
+        # Unless asked for base64, ask for floats: the client otherwise requests base64 and
+        # decodes it, which an upstream without base64 support (some servers) refuses.
+        args.setdefault("encoding_format", "float")
+        try:
+            result = await self.client.embeddings.create(model=model, **args)
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        out: dict[str, Any] = result.to_dict()
+        out["model"] = f"{self.id}:{model}"
+        return out
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    # -- errors ------------------------------------------------------------------------------
+    def _require_key(self) -> None:
+        if not self.configured():
+            raise ProviderUnavailable(self.id, self.unavailable_reason())
+
+    def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
+        if isinstance(exc, httpx.TimeoutException):
+            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
+        return ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})")
+
+    def _error(self, exc: openai.OpenAIError, timeout: float | None = None) -> ProviderError:
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            detail = f" ({type(cause).__name__})" if cause is not None else ""
+            return ProviderUnreachable(self.id, f"cannot reach {self.url}{detail}")
+        if isinstance(exc, openai.APIStatusError):
+            return status_error(self.id, exc.status_code, exc.body, exc.message)
+        if isinstance(exc, openai.APIError):  # an error event inside a stream
+            return ProviderUnreachable(self.id, exc.message)
+        return ProviderUnreachable(self.id, str(exc))
+
+
+def status_error(provider: str, status: int, body: Any, fallback: str) -> ProviderError:
+    """The provider's error status and message, in conch's terms: its 4xx passed on (bad
+    key, unknown model), its 5xx as 502 (503 stays 503: overloaded, try later)."""
+    detail = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(detail, dict):
+        message = str(detail.get("message") or fallback)
+        code = detail.get("code") or detail.get("type")
+        param = detail.get("param")
+    else:
+        message = str(detail or fallback)
+        code = param = None
+    if 400 <= status < 500:
+        return ProviderRejected(provider, message, status=status,
+                                code=str(code) if code else None,
+                                param=str(param) if param else None)
+    if status == 503:
+        return ProviderUnavailable(provider, f"unavailable (503): {message}")
+    return ProviderUnreachable(provider, f"failed with status {status}: {message}")
