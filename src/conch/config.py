@@ -114,8 +114,7 @@ class Settings(BaseSettings):
     anthropic_api_key: str | None = None
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     # orchestration (agent server): models are reached only through the inference server's
-    # OpenAI-compatible API; observations sent back to the model are truncated to this size
-    models_url: str = "http://127.0.0.1:8080/v1"
+    # OpenAI-compatible API (`models_url`); observations sent back to the model are truncated
     agent_observation_chars: int = 4000
     # how long a server's claim on a running task or workflow step lasts without renewal
     # (after a crash another server, or this one restarted, takes the work over)
