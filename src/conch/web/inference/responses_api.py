@@ -1,4 +1,5 @@
-"""OpenAI Responses API, stateless: ``POST /v1/responses``.
+"""OpenAI Responses API, stateless: ``POST /v1/responses`` (module named apart from the
+OpenAPI ``responses`` helpers in ``responses.py``).
 
 Translated to a chat request (``conch.inference.protocols.responses``), served by the chat
 serving layer, translated back into a ``response`` object or its typed stream events.
