@@ -328,3 +328,40 @@ def test_ollama_model_objects() -> None:
     emb = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.6, 0.8]}], "model": "e",
            "usage": {"prompt_tokens": 3, "total_tokens": 3}}
     assert strict(EmbedResponse, o.embed_response("e", emb, 10)).embeddings == [[0.6, 0.8]]
+
+
+# -- legacy completions ------------------------------------------------------------------------
+def test_completions_request_forms_and_refusals() -> None:
+    from conch.inference.protocols import completions as c
+
+    assert c.prompts(c.CompletionRequest(model="m", prompt="hi")) == ["hi"]
+    assert c.prompts(c.CompletionRequest(model="m", prompt=["a", "b"])) == ["a", "b"]
+    assert c.prompts(c.CompletionRequest(model="m", prompt=[1, 2, 3])) == [[1, 2, 3]]
+    assert c.prompts(c.CompletionRequest(model="m", prompt=[[1, 2], [3]])) == [[1, 2], [3]]
+    assert c.CompletionRequest(model="m", prompt="x").max_tokens == 16
+    for bad, param in (({"best_of": 3}, "best_of"), ({"echo": True, "logprobs": 2}, "echo"), ({"stop": list("abcde")}, "stop")):
+        with pytest.raises(TranslationError) as info:
+            c.check(c.CompletionRequest(model="m", prompt="x", **bad))
+        assert info.value.param == param
+    assert c.logit_bias(c.CompletionRequest(model="m", prompt="x", logit_bias={"5": -100}), 10) == {5: -100.0}
+    for bias in ({"x": 1}, {"10": 1}, {"1": 101}):
+        with pytest.raises(TranslationError):
+            c.logit_bias(c.CompletionRequest(model="m", prompt="x", logit_bias=bias), 10)
+
+
+def test_completion_objects_match_openai_types() -> None:
+    from openai.types import Completion
+
+    from conch.inference.protocols import completions as c
+
+    entries = [{"token": "Hel", "logprob": -0.5, "bytes": [72, 101, 108], "top_logprobs": [{"token": "Hel", "logprob": -0.5, "bytes": [72, 101, 108]}]},
+               {"token": "lo", "logprob": -0.1, "bytes": [108, 111], "top_logprobs": []}]
+    lp = c.legacy_logprobs(entries, 4)
+    assert lp["text_offset"] == [4, 7] and lp["top_logprobs"][0] == {"Hel": -0.5}
+    obj = c.completion("cmpl-1", "m", [c.choice(0, "Hello", "stop", lp)], c.usage(3, 2))
+    done = strict(Completion, obj)
+    assert done.choices[0].logprobs is not None and done.choices[0].logprobs.tokens == ["Hel", "lo"]
+    assert done.usage is not None and done.usage.total_tokens == 5
+    # A stream chunk: OpenAI sends ``finish_reason: null`` until the last one (its SDK type
+    # only lists the final values, so the final chunk is what is checked here).
+    strict(Completion, c.completion("cmpl-1", "m", [c.choice(0, "", "length", None)], None))  # type: ignore[arg-type]
