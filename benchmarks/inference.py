@@ -258,27 +258,83 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
     return out
 
 
-def bench_conch(path: str, cache_prompt: bool = True) -> dict[str, Any]:
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory() as data:
-        env = {**os.environ, "CONCH_DATA_DIR": data, "CONCH_N_CTX": str(N_CTX), "CONCH_N_PARALLEL": "8",
-               "CONCH_CACHE_PROMPT": "true" if cache_prompt else "false", "CONCH_MODELS_PORT": str(port), "PYTHONPATH": str(ROOT / "src")}
-        code = (
-            "import uvicorn; from conch.config import load_settings; from conch.web.inference_app import create_app; "
-            "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')"
-        )
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# Older trees served the app from conch.web.inference_app; the side-by-side run starts those too.
+_SERVE = (
+    "import uvicorn; from conch.config import load_settings\n"
+    "try:\n    from conch.web.inference.app import create_app\n"
+    "except ImportError:\n    from conch.web.inference_app import create_app\n"
+    "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')"
+)
+
+
+class ConchServer:
+    """A conch inference server in its own process, from the source tree ``src``."""
+
+    def __init__(self, src: Path, cache_prompt: bool = True) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._data = tempfile.TemporaryDirectory()
+        env = {**os.environ, "CONCH_DATA_DIR": self._data.name, "CONCH_N_CTX": str(N_CTX), "CONCH_N_PARALLEL": "8",
+               "CONCH_CACHE_PROMPT": "true" if cache_prompt else "false", "CONCH_MODELS_PORT": str(self.port),
+               "PYTHONPATH": str(src)}
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> ConchServer:
         try:
-            _wait_ready(base, proc)
-            model = "smollm2-135m-instruct"
-            if not cache_prompt:  # only the like-for-like TTFT without prefix reuse
-                return _ttft(base, model)
-            out = bench_server(base, model, proc.pid, embed=lambda: _embed_http(base, model))
-            out["rss_mb_after_all"] = _rss_mb(proc.pid)
-        finally:
-            _stop(proc)
+            _wait_ready(self.base, self.proc)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        _stop(self.proc)
+        self._data.cleanup()
+
+
+def bench_conch(path: str, cache_prompt: bool = True) -> dict[str, Any]:
+    with ConchServer(ROOT / "src", cache_prompt) as server:
+        base, model = server.base, "smollm2-135m-instruct"
+        if not cache_prompt:  # only the like-for-like TTFT without prefix reuse
+            return _ttft(base, model)
+        out = bench_server(base, model, server.proc.pid, embed=lambda: _embed_http(base, model))
+        out["rss_mb_after_all"] = _rss_mb(server.proc.pid)
     return out
+
+
+def compare_with(old_src: Path, rounds: int = 5) -> None:
+    """conch from ``old_src`` against this tree, both servers up at once, rounds alternating.
+
+    Each round measures, on each server in turn (the order flips every round), the decode rate
+    of one 128-token stream and the TTFT p50 of 15 distinct and 15 repeated 8-token requests;
+    the medians over rounds are printed. On a shared machine load comes in bursts; alternating
+    short rounds lets a burst hit both sides.
+    """
+    model = "smollm2-135m-instruct"
+    names = ("old", "new")
+    with ConchServer(old_src) as old, ConchServer(ROOT / "src") as new:
+        servers = dict(zip(names, (old, new), strict=True))
+        for s in servers.values():
+            _ttft(s.base, model)  # load the model and warm every path once
+        got: dict[str, dict[str, list[float]]] = {n: {"decode_tps": [], "ttft_p50_ms": [], "ttft_same_p50_ms": []}
+                                                  for n in names}
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                base = servers[name].base
+                with httpx.Client(timeout=600) as c:
+                    _, span, n = _stream_http(c, base, model, 200 + r, DECODE_TOKENS)
+                got[name]["decode_tps"].append((n - 1) / span)
+                for key, value in _ttft(base, model).items():
+                    got[name][key].append(value)
+            print(f"  round {r + 1}: " + "; ".join(
+                f"{n} {got[n]['decode_tps'][-1]:.1f} tok/s, TTFT {got[n]['ttft_p50_ms'][-1]:.1f} / "
+                f"{got[n]['ttft_same_p50_ms'][-1]:.1f} ms" for n in names), flush=True)
+    print(f"\n{'median of ' + str(rounds) + ' rounds':34}{'old':>14}{'new':>14}{'new / old':>12}")
+    for label, key in (("decode tokens/s (1 stream)", "decode_tps"), ("TTFT p50, distinct prompts (ms)", "ttft_p50_ms"),
+                       ("TTFT p50, same prompt (ms)", "ttft_same_p50_ms")):
+        a, b = statistics.median(got["old"][key]), statistics.median(got["new"][key])
+        print(f"{label:34}{a:>14.1f}{b:>14.1f}{b / a:>11.2f}x")
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -331,4 +387,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--compare-with":
+        # python benchmarks/inference.py --compare-with /path/to/old/src [rounds]
+        compare_with(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+    else:
+        main()

@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from conch.inference.providers.kinds import RemoteProviderKind
+
 APP_NAME = "conch"
 
 
@@ -38,7 +40,7 @@ def _default_data_dir() -> Path:
 class ProviderConfig(BaseModel):
     """A remote model provider (``[providers.NAME]`` in conch.toml)."""
 
-    kind: str = "openai_compatible"  # ollama | openai | anthropic | openai_compatible
+    kind: RemoteProviderKind = "openai_compatible"
     url: str | None = None
     api_key: str | None = None
     enabled: bool = True

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conch.inference.llama_engine as le
-from conch.inference.engine import SamplingParams
+import conch.inference.engines.llama.engine as le
+from conch.inference.engines.base import SamplingParams
 
 
 def _address(pointer: Any) -> int:
@@ -78,7 +78,7 @@ def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch) -> 
 
     async def one(messages: list[dict[str, str]]) -> list[str]:
         params = SamplingParams(max_tokens=12, temperature=0)
-        async for _ in engine.stream(engine.format_chat(messages), params):
+        async for _ in engine.generate(engine.format_chat(messages), params):
             pass
         # A freed sampler's address can come back for a later request: take its hashes now.
         return hashing.by_sampler.pop(_address(samplers.pop(id(params))))

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference.engine import ContextLengthExceeded, QueueFull, SamplingParams
+from conch.inference.engines.base import (
+    ContextLengthExceeded,
+    QueueFull,
+    SamplingParams,
+    TokenEvent,
+)
+from conch.inference.generation import generate
 from conch.inference.manager import ModelManager, ModelNotFound, parse_keep_alive
 from conch.inference.store import ModelRecord, ModelStore
 
@@ -55,6 +61,14 @@ def test_lru_eviction_and_keep_alive_zero(tmp_path: Path, smollm2_path: Path) ->
     asyncio.run(go())
 
 
+async def collect(manager: ModelManager, prompt: str, params: SamplingParams) -> list[TokenEvent]:
+    return [ev async for ev in generate(manager, "m", prompt, params)]
+
+
+def text(events: list[TokenEvent]) -> str:
+    return "".join(ev.text for ev in events)
+
+
 def test_engine_generates_and_limits(tmp_path: Path, smollm2_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, n_ctx=128, n_parallel=1, max_queue=1)
     manager = _manager(settings, smollm2_path, ["m"])
@@ -62,17 +76,17 @@ def test_engine_generates_and_limits(tmp_path: Path, smollm2_path: Path) -> None
     async def go() -> None:
         async with manager.use("m") as engine:
             prompt = engine.format_chat([{"role": "user", "content": "Hello"}])
-            done = await engine.chat(prompt, SamplingParams(max_tokens=5, temperature=0))
-            assert done.completion_tokens == 5 and done.finish_reason == "length" and done.text
-            again = await engine.chat(prompt, SamplingParams(max_tokens=5, temperature=0))
-            assert again.text == done.text
+            done = await collect(manager, prompt, SamplingParams(max_tokens=5, temperature=0))
+            assert done[-1].n_tokens == 5 and done[-1].finish_reason == "length" and text(done)
+            again = await collect(manager, prompt, SamplingParams(max_tokens=5, temperature=0))
+            assert text(again) == text(done)
             with pytest.raises(ContextLengthExceeded):
-                engine.stream("word " * 400, SamplingParams(max_tokens=1))
-            first = engine.stream(prompt, SamplingParams(max_tokens=100, temperature=1))
-            second = engine.stream(prompt, SamplingParams(max_tokens=100, temperature=1))
+                engine.generate("word " * 400, SamplingParams(max_tokens=1))
+            first = engine.generate(prompt, SamplingParams(max_tokens=100, temperature=1))
+            second = engine.generate(prompt, SamplingParams(max_tokens=100, temperature=1))
             with pytest.raises(QueueFull):
-                engine.stream(prompt, SamplingParams(max_tokens=1))
-                engine.stream(prompt, SamplingParams(max_tokens=1))
+                engine.generate(prompt, SamplingParams(max_tokens=1))
+                engine.generate(prompt, SamplingParams(max_tokens=1))
             first.cancel()
             second.cancel()
             vecs = engine.embed([engine.tokenize("a cat"), engine.tokenize("a cat"), engine.tokenize("tax law")])

@@ -45,7 +45,7 @@ def _free_port() -> int:
 def start_server(data_dir: Path, **overrides: Any) -> tuple[RunningServer, Any, threading.Thread]:
     import uvicorn
 
-    from conch.web.inference_app import create_app
+    from conch.web.inference.app import create_app
 
     port = _free_port()
     settings = Settings(data_dir=data_dir, models_port=port, **overrides)

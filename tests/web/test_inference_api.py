@@ -252,7 +252,7 @@ def test_swagger_off(tmp_path: object) -> None:
     from fastapi.testclient import TestClient
 
     from conch.config import Settings
-    from conch.web.inference_app import create_app
+    from conch.web.inference.app import create_app
 
     app = create_app(Settings(data_dir=Path(str(tmp_path)), enable_openapi=False))
     with TestClient(app) as c:

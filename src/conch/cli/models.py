@@ -44,7 +44,7 @@ def serve(
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.inference_app import create_app
+    from conch.web.inference.app import create_app
 
     settings = load_settings(models_host=host, models_port=port)
     app_ = create_app(settings)

@@ -46,7 +46,7 @@ def up(
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.inference_app import create_app as create_inference_app
+    from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
     agent = _agent_app(settings)

@@ -1,44 +1,24 @@
-"""Chat completion as domain logic: messages to prompt, constraints to grammars, text to tool calls.
+"""Chat completion as domain logic, engine-neutral: a :class:`ChatSpec` in, :class:`ChatEvent` out.
 
-Nothing here knows about HTTP. The web layer turns a validated request into
-:class:`ChatSpec` and the :class:`ChatEvent` stream back into OpenAI objects.
+Nothing here knows about HTTP or about a particular runtime. The engine renders the chat
+into a prompt with its own template and constraints (:meth:`Engine.chat_prompt`) and
+generates (:meth:`Engine.generate`); this module starts ``n`` choices, interleaves their
+events and turns text tool calls (``conch.inference.tool_calls``) into structured ones.
 
-Tool calls use the ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` convention
-(Hermes/Qwen style, which SmolLM2 was tuned on). With ``tool_choice`` "required" or a named
-function the whole output is grammar-constrained to one call; with "auto" the grammar is
-lazy: text is free until the model opens ``<tool_call>``, and from there it must be a valid
-call, so a started call always parses.
+With ``tool_choice`` "required" or a named function the engine constrains the whole output
+to one call; with "auto" text streams freely, and anything that may open a tool call is held
+back until it is known not to be one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from conch.inference.engine import EngineError, Generation, SamplingParams
-from conch.inference.llama_engine import LlamaEngine
-
-TOOL_OPEN = "<tool_call>"
-TOOL_CLOSE = "</tool_call>"
-
-
-class ChatInputError(ValueError):
-    """A request the engine cannot honour, with the request field at fault."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass
-class ToolSpec:
-    name: str
-    description: str | None
-    parameters: dict[str, Any]
+from conch.inference.engines.base import ChatPrompt, Engine, EngineError, Generation, SamplingParams
+from conch.inference.tool_calls import ToolSpec, parse_tool_calls, safe_prefix
 
 
 @dataclass
@@ -47,9 +27,13 @@ class ChatSpec:
     sampling: SamplingParams
     n: int = 1
     tools: list[ToolSpec] = field(default_factory=list)
-    tool_choice: str | None = None  # "none" | "auto" | "required" | a function name
+    tool_choice: str | None = None  # "none" | "auto" | "required" | "function"
     named_tool: str | None = None
     response_format: dict[str, Any] | None = None
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 @dataclass
@@ -62,169 +46,7 @@ class ChatEvent:
     completion_tokens: int = 0
 
 
-# -- messages ------------------------------------------------------------------------------
-def content_text(content: Any, param: str) -> str:
-    """A message ``content``: a string, an array of text parts, or null."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for i, part in enumerate(content):
-        ptype = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-        text = part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
-        if ptype != "text" or not isinstance(text, str):
-            raise ChatInputError(
-                f"Only text content parts are supported; got type {ptype!r}", f"{param}[{i}].type"
-            )
-        parts.append(text)
-    return "".join(parts)
-
-
-def render_messages(messages: list[dict[str, Any]], tools: list[ToolSpec], inject_tools: bool) -> list[dict[str, Any]]:
-    """Plain role/content messages for the chat template (tool traffic rendered as text)."""
-    out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        role = m["role"]
-        text = content_text(m.get("content"), f"messages[{i}].content")
-        if role == "developer":
-            role = "system"
-        if role == "assistant" and m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                fn = c["function"]
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except json.JSONDecodeError:
-                    args = fn.get("arguments")
-                calls.append(f"{TOOL_OPEN}{json.dumps({'name': fn['name'], 'arguments': args})}{TOOL_CLOSE}")
-            text = (text + "\n" if text else "") + "\n".join(calls)
-        if role == "tool":
-            # ChatML templates rarely know the tool role; a tagged user turn keeps the meaning.
-            role = "user"
-            text = f"<tool_response>\n{text}\n</tool_response>"
-        out.append({"role": role, "content": text})
-    if tools and inject_tools:
-        listing = "\n".join(
-            json.dumps({"type": "function", "function": {"name": t.name, "description": t.description or "", "parameters": t.parameters}})
-            for t in tools
-        )
-        instructions = (
-            "You can call functions. The available tools are:\n<tools>\n"
-            f"{listing}\n</tools>\n"
-            "To call a function, reply with "
-            f'{TOOL_OPEN}{{"name": <function-name>, "arguments": <arguments-object>}}{TOOL_CLOSE}'
-        )
-        if out and out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + instructions}
-        else:
-            out.insert(0, {"role": "system", "content": instructions})
-    return out
-
-
-# -- grammars ------------------------------------------------------------------------------
-def schema_grammar(schema: dict[str, Any], param: str, prop_order: Sequence[str] = ()) -> str:
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    try:
-        return json_schema_to_gbnf(json.dumps(schema), list(prop_order))
-    except Exception as exc:
-        raise ChatInputError(f"Unsupported JSON schema: {exc}", param)
-
-
-def _tool_call_schema(tools: list[ToolSpec]) -> dict[str, Any]:
-    variants = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": t.name},
-                "arguments": t.parameters or {"type": "object"},
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for t in tools
-    ]
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
-
-
-def _wrap_tool_grammar(inner: str) -> str:
-    """Rename the object grammar's root and wrap it in the tool-call tags."""
-    renamed = inner.replace("root ::=", "call ::=", 1)
-    return f'root ::= "{TOOL_OPEN}" call "{TOOL_CLOSE}"\n{renamed}'
-
-
-def plan_constraints(spec: ChatSpec) -> None:
-    """Set the grammar (and trigger) on ``spec.sampling`` from response_format and tools."""
-    if spec.tools and spec.tool_choice != "none":
-        selected = spec.tools
-        if spec.named_tool is not None:
-            selected = [t for t in spec.tools if t.name == spec.named_tool]
-            if not selected:
-                raise ChatInputError(f"tool_choice names an unknown function '{spec.named_tool}'", "tool_choice")
-        inner = schema_grammar(_tool_call_schema(selected), "tools", ("name", "arguments"))
-        spec.sampling.grammar = _wrap_tool_grammar(inner)
-        if spec.tool_choice == "auto":
-            spec.sampling.grammar_triggers = [r"[\s\S]*?(" + TOOL_OPEN + r")[\s\S]*"]
-        return
-    fmt = spec.response_format or {}
-    ftype = fmt.get("type", "text")
-    if ftype == "json_object":
-        spec.sampling.grammar = schema_grammar({"type": "object"}, "response_format")
-    elif ftype == "json_schema":
-        js = fmt.get("json_schema") or {}
-        schema = js.get("schema") or {"type": "object"}
-        spec.sampling.grammar = schema_grammar(schema, "response_format.json_schema.schema")
-
-
-def parse_tool_calls(text: str, tools: list[ToolSpec]) -> tuple[str, list[dict[str, Any]]]:
-    """Split generated text into leading content and OpenAI-shaped tool calls."""
-    names = {t.name for t in tools}
-    calls: list[dict[str, Any]] = []
-    start = text.find(TOOL_OPEN)
-    if start < 0:
-        return text, calls
-    content = text[:start].strip()
-    rest = text[start:]
-    decoder = json.JSONDecoder()
-    while rest.startswith(TOOL_OPEN):
-        body = rest[len(TOOL_OPEN) :].lstrip()
-        try:
-            obj, end = decoder.raw_decode(body)
-        except json.JSONDecodeError:
-            break
-        if isinstance(obj, dict) and obj.get("name") in names:
-            args = obj.get("arguments", {})
-            calls.append(
-                {
-                    "id": f"call_{uuid.uuid4().hex[:24]}",
-                    "type": "function",
-                    "function": {"name": obj["name"], "arguments": json.dumps(args)},
-                }
-            )
-        rest = body[end:].lstrip()
-        if rest.startswith(TOOL_CLOSE):
-            rest = rest[len(TOOL_CLOSE) :].lstrip()
-    if not calls:
-        return text, calls
-    return content, calls
-
-
-# -- running ---------------------------------------------------------------------------------
-def build_prompt(engine: LlamaEngine, spec: ChatSpec) -> list[int]:
-    if spec.sampling.grammar and not engine.check_grammar(spec.sampling.grammar):
-        param = "tools" if spec.tools and spec.tool_choice != "none" else "response_format"
-        raise ChatInputError("The schema could not be turned into a grammar llama.cpp accepts", param)
-    tools_active = bool(spec.tools) and spec.tool_choice != "none"
-    messages = render_messages(spec.messages, spec.tools if tools_active else [], inject_tools=True)
-    try:
-        prompt = engine.format_chat(messages)
-    except EngineError as exc:
-        raise ChatInputError(str(exc), "messages")
-    return engine.prompt_tokens(prompt)
-
-
-def start_chat(engine: LlamaEngine, spec: ChatSpec, prompt: list[int]) -> AsyncIterator[ChatEvent]:
+def start_chat(engine: Engine, spec: ChatSpec, prompt: ChatPrompt) -> AsyncIterator[ChatEvent]:
     """Start ``spec.n`` generations now; return their events interleaved as they come.
 
     Raises ``ContextLengthExceeded``/``QueueFull`` here, before any output exists, so the
@@ -233,12 +55,12 @@ def start_chat(engine: LlamaEngine, spec: ChatSpec, prompt: list[int]) -> AsyncI
     gens = []
     try:
         for i in range(spec.n):
-            sampling = spec.sampling
+            sampling = prompt.sampling
             if spec.n > 1 and sampling.seed is not None:
                 # One seed for every choice would make them identical; offset it per choice.
                 sampling = replace(sampling, seed=sampling.seed + i)
-            gens.append(engine.stream(prompt, sampling))
-    except Exception:
+            gens.append(engine.generate(prompt.tokens, sampling))
+    except BaseException:
         for g in gens:
             g.cancel()
         raise
@@ -246,7 +68,7 @@ def start_chat(engine: LlamaEngine, spec: ChatSpec, prompt: list[int]) -> AsyncI
 
 
 async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatEvent]:
-    tools_active = bool(spec.tools) and spec.tool_choice != "none"
+    tools_active = spec.tools_active
     forced = tools_active and spec.tool_choice != "auto"
     queue: asyncio.Queue[ChatEvent | None] = asyncio.Queue()
 
@@ -277,14 +99,7 @@ async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatE
                     if ev.text:
                         await queue.put(ChatEvent("delta", index, ev.text))
                 elif not forced:
-                    # Stream free text, but hold anything that may be the start of a tool call.
-                    cut = text.find(TOOL_OPEN)
-                    if cut < 0:
-                        cut = len(text)
-                        for k in range(min(len(TOOL_OPEN) - 1, len(text)), 0, -1):
-                            if text.endswith(TOOL_OPEN[:k]):
-                                cut = len(text) - k
-                                break
+                    cut = safe_prefix(text)
                     if cut > streamed:
                         await queue.put(ChatEvent("delta", index, text[streamed:cut]))
                         streamed = cut
@@ -301,8 +116,9 @@ async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatE
                 continue
             yield item
         for t in tasks:
-            if t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+            exc = t.exception()
+            if exc is not None:
+                raise exc
     finally:
         for g in gens:
             g.cancel()

@@ -4,8 +4,8 @@ Ollama's semantics for ``keep_alive``: a number of seconds or a duration string 
 "1h30m"); ``0`` unloads as soon as the last request finishes; a negative value keeps the
 model loaded until evicted. A model with running requests is never unloaded.
 
-GGUF models run on llama.cpp; ONNX models (embeddings only) on onnxruntime, imported when
-the first one loads, so the ``onnx`` extra stays optional.
+Engines are held through the :class:`~conch.inference.engines.base.Engine` protocol;
+:func:`~conch.inference.engines.load_engine` picks the runtime for a model's format.
 """
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from conch.config import Settings
-from conch.inference.engine import EngineError
-from conch.inference.llama_engine import LlamaEngine, make_engine
-from conch.inference.onnx_engine import OnnxEmbeddingEngine
+from conch.inference.engines import SERVED_FORMATS, load_engine
+from conch.inference.engines.base import Engine, EngineError
 from conch.inference.store import ModelRecord, ModelStore
-
-ServedEngine = LlamaEngine | OnnxEmbeddingEngine
-SERVED_FORMATS = ("gguf", "onnx")
 
 
 class ModelNotFound(LookupError):
@@ -37,6 +33,10 @@ class ModelNotFound(LookupError):
 
 class ModelNotReady(EngineError):
     pass
+
+
+class InvalidKeepAlive(ValueError):
+    """A ``keep_alive`` that is neither seconds nor a duration."""
 
 
 _DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -52,17 +52,17 @@ def parse_keep_alive(value: float | int | str | None, default: float) -> float:
     try:
         return float(text)
     except ValueError:
-        pass
+        pass  # not a bare number: read it as a duration below
     parts = _DURATION.findall(text)
     if not parts or "".join(a + b for a, b in parts) != text:
-        raise ValueError(f"invalid keep_alive {value!r}: use seconds or a duration like '5m'")
+        raise InvalidKeepAlive(f"invalid keep_alive {value!r}: use seconds or a duration like '5m'")
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(float(a) * scale[b] for a, b in parts)
 
 
 @dataclass
 class _Loaded:
-    engine: ServedEngine
+    engine: Engine
     record: ModelRecord
     keep_alive_s: float
     last_used: float
@@ -114,12 +114,12 @@ class ModelManager:
         entry = self._loaded.get(model_id)
         return entry is not None and (entry.leases > 0 or entry.engine.busy)
 
-    def engines(self) -> list[ServedEngine]:
+    def engines(self) -> list[Engine]:
         return [e.engine for e in self._loaded.values()]
 
     # -- leases --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def use(self, model: str, keep_alive: float | int | str | None = None) -> AsyncIterator[ServedEngine]:
+    async def use(self, model: str, keep_alive: float | int | str | None = None) -> AsyncIterator[Engine]:
         """The loaded engine for ``model``, held (never evicted) for the duration of the block."""
         keep = parse_keep_alive(keep_alive, self.settings.keep_alive_s)
         record = self.record_for(model)
@@ -145,23 +145,12 @@ class ModelManager:
             if entry is not None:  # the file behind the id changed: reload
                 await self.unload(record.id)
             await self._make_room()
-            engine = await asyncio.to_thread(self._load_engine, record)
+            engine = await asyncio.to_thread(load_engine, record, self.settings)
             self.loads += 1
             entry = _Loaded(engine, record, self.settings.keep_alive_s, time.monotonic())
             self._loaded[record.id] = entry
             self._start_reaper()
             return entry
-
-    def _load_engine(self, record: ModelRecord) -> ServedEngine:
-        """A loaded engine for ``record`` (blocking; raises ``OnnxRuntimeMissing`` without the extra)."""
-        if record.format == "onnx":
-            return OnnxEmbeddingEngine(
-                record.path, model_id=record.id, n_threads=self.settings.n_threads_batch,
-                max_length=self.settings.n_ctx,
-            )
-        engine = make_engine(record.id, record.path, settings=self.settings)
-        engine.load()
-        return engine
 
     async def _make_room(self) -> None:
         limit = max(1, self.settings.max_loaded_models)

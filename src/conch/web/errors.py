@@ -1,7 +1,7 @@
 """The OpenAI error envelope for every failure of the inference server.
 
-``{"error": {"message", "type", "param", "code"}}`` with all four keys present, for our own
-errors, for request validation (400, never FastAPI's 422 shape), for unknown routes and for
+``{"error": {"message", "type", "param", "code"}}`` with all four keys present, for the
+serving layer's errors (``ServingError``, mapped from the domain in one table there), for request validation (400, never FastAPI's 422 shape), for unknown routes and for
 unexpected exceptions (500), so an OpenAI client raises the right exception class.
 """
 
@@ -15,25 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from conch.inference.serving.errors import ServingError
+
 log = logging.getLogger(__name__)
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    501: "not_implemented_error",
-    502: "provider_error",
-    503: "provider_error",
-}
+class APIError(ServingError):
+    """An error only the HTTP layer can know (a route's own checks); rendered like any ServingError."""
 
-
-class APIError(Exception):
     def __init__(
         self,
         status: int,
@@ -44,23 +32,11 @@ class APIError(Exception):
         type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.type = type or _TYPES.get(status, "invalid_request_error")
-        self.headers = headers
+        super().__init__(status, message, type=type, param=param, code=code, headers=headers)
 
 
-def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(
-        error_body(err.message, err.type, err.param, err.code), status_code=err.status, headers=err.headers
-    )
+def error_response(err: ServingError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 def _param_from_loc(loc: tuple[Any, ...]) -> str | None:
@@ -102,8 +78,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+    @app.exception_handler(ServingError)
+    async def _serving_error(_request: Request, exc: ServingError) -> JSONResponse:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)

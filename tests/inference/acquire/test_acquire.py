@@ -145,7 +145,7 @@ def test_convert_to_onnx_when_the_extra_is_installed(acquirer: Acquirer) -> None
     acquirer.download("minilm-st", DownloadSpec(source="file", path=str(d)))
     out = acquirer.convert("minilm-st", "onnx")
     assert out.id == "minilm-st-onnx" and out.format == "onnx" and out.capabilities == ["embeddings"]
-    from conch.inference.onnx_engine import OnnxEmbeddingEngine
+    from conch.inference.engines.onnx import OnnxEmbeddingEngine
 
     vecs, _ = OnnxEmbeddingEngine(out.path).embed_texts(["hello"])
     assert len(vecs[0]) == 384

@@ -8,13 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from conch.config import Settings
-from conch.inference.store import ModelRecord, ModelStore
-from conch.web import model_ops
-from conch.web.errors import install_error_handlers
+from conch.inference.store import ModelStore
+from conch.web.inference.app import create_app
 from tests.inference.sources.conftest import make_small_gguf
 from tests.inference.sources.servers import FileServer, HubRepo, HubServer
 
@@ -24,16 +22,10 @@ pytestmark = pytest.mark.timeout(300)
 pytest.importorskip("llama_cpp")
 
 
-def _details(record: ModelRecord) -> dict[str, Any]:
-    return record.model_dump(mode="json", exclude={"extra"})
-
-
 @pytest.fixture
 def client(settings: Settings, store: ModelStore) -> TestClient:
-    app = FastAPI()
-    install_error_handlers(app)
-    app.include_router(model_ops.router(settings, store, _details))
-    return TestClient(app)
+    # Without the lifespan (no `with`): these tests need the routes, not the bundled model.
+    return TestClient(create_app(settings))
 
 
 @pytest.fixture

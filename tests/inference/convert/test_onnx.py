@@ -47,7 +47,7 @@ def test_export_matches_torch_within_1e_3(minilm: Path, exported: Path) -> None:
 
 
 def test_onnx_engine_embeddings_match_sentence_transformers(exported: Path) -> None:
-    from conch.inference.onnx_engine import OnnxEmbeddingEngine
+    from conch.inference.engines.onnx import OnnxEmbeddingEngine
 
     ref = json.loads(REFERENCE.read_text())
     engine = OnnxEmbeddingEngine(exported)

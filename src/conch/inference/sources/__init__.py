@@ -30,10 +30,6 @@ SOURCES: dict[str, ModuleType] = {m.NAME: m for m in (huggingface, url, pypi, ol
 LOCATOR_FIELDS = {"huggingface": "repo", "url": "url", "pypi": "package", "ollama": "name", "file": "path"}
 
 
-def source_names() -> list[str]:
-    return list(SOURCES)
-
-
 def get_source(name: str) -> Callable[[FetchRequest, Path, ProgressCallback | None], FetchResult]:
     module = SOURCES.get(name)
     if module is None:
@@ -62,5 +58,4 @@ __all__ = [
     "VerificationFailed",
     "fetch",
     "get_source",
-    "source_names",
 ]

@@ -5,9 +5,8 @@ The model directory holds ``model.onnx`` (inputs ``input_ids``, ``attention_mask
 sentence-transformers checkpoints, ``modules.json`` and ``1_Pooling/config.json``, which say
 how token vectors become one sentence vector (mean or CLS) and whether it is normalised.
 
-The model manager serves it next to llama.cpp engines, so it answers the same questions the
-embeddings route asks (``tokenize``, ``embed`` of token lists, ``n_embd``, ``n_vocab``,
-``n_ctx``) and the manager's bookkeeping (``busy``, ``stats``); it cannot generate text.
+It implements the :class:`~conch.inference.engines.base.Engine` protocol; it cannot generate
+text, so ``chat_prompt`` and ``generate`` raise ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -16,14 +15,26 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from conch.inference.engine import ContextLengthExceeded, EngineError, EngineStats
+from conch.inference.engines.base import (
+    ChatPrompt,
+    ContextLengthExceeded,
+    EngineError,
+    EngineStats,
+    Generation,
+    RuntimeMissing,
+    SamplingParams,
+    Unsupported,
+)
+
+if TYPE_CHECKING:
+    from conch.inference.chat import ChatSpec
 
 
-class OnnxRuntimeMissing(EngineError):
+class OnnxRuntimeMissing(RuntimeMissing):
     """The model is ONNX but onnxruntime (the ``onnx`` extra) is not installed."""
 
 
@@ -71,7 +82,16 @@ class OnnxEmbeddingEngine:
         self._running = 0
         self._lock = threading.Lock()
 
-    # -- what the model manager asks -------------------------------------------------------
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(("embeddings",))
+
+    def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
+        raise Unsupported(f"The model '{self.model_id}' does not support chat")
+
+    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+        raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
+
     def unload(self) -> None:
         self.session = None
 

@@ -31,28 +31,30 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from conch.inference.engine import (
+from conch.inference.engines.base import (
+    ChatInputError,
+    ChatPrompt,
     ContextLengthExceeded,
-    Engine,
     EngineError,
     EngineStats,
     Generation,
     QueueFull,
     SamplingParams,
     TokenEvent,
+    Unsupported,
 )
+from conch.inference.engines.llama.grammar import plan_constraints
+from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
+from conch.inference.tool_calls import render_messages
+
+if TYPE_CHECKING:
+    from conch.inference.chat import ChatSpec
 
 log = logging.getLogger(__name__)
-
-_DEFAULT_CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -150,7 +152,7 @@ class _LlamaGeneration(Generation):
             self._engine._wake()
 
 
-class LlamaEngine(Engine):
+class LlamaEngine:
     def __init__(
         self,
         model_id: str,
@@ -195,7 +197,7 @@ class LlamaEngine(Engine):
         self._seq_cache: dict[int, list[int]] = {}
         self._thread: threading.Thread | None = None
         self._stop = False
-        self._template: Any = None
+        self._template: ChatTemplate | None = None
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self._eog: dict[int, bool] = {}
@@ -222,8 +224,9 @@ class LlamaEngine(Engine):
         meta = self._model.metadata()
         self._bos_text = self._token_text(self._model.token_bos())
         self._eos_text = self._token_text(self._model.token_eos())
-        self._template = self._compile_template(
-            self._template_override or meta.get("tokenizer.chat_template") or _DEFAULT_CHATML
+        self._template = ChatTemplate(
+            self._template_override or meta.get("tokenizer.chat_template") or DEFAULT_CHATML,
+            bos_token=self._bos_text, eos_token=self._eos_text,
         )
 
         from conch.inference.gguf_info import EMBEDDING_ARCHITECTURES
@@ -288,6 +291,10 @@ class LlamaEngine(Engine):
             self._model = None
 
     @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(("chat", "embeddings") if self._ctx is not None else ("embeddings",))
+
+    @property
     def loaded(self) -> bool:
         return self._model is not None
 
@@ -309,7 +316,9 @@ class LlamaEngine(Engine):
             return ""
         try:
             return self._model.token_get_text(token) or ""
-        except Exception:
+        except UnicodeDecodeError:
+            # A byte-level BOS/EOS whose text is not UTF-8 cannot be written into a template;
+            # templates then render without it, as llama.cpp's own server does.
             return ""
 
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool | None = None) -> list[int]:
@@ -322,43 +331,34 @@ class LlamaEngine(Engine):
     def detokenize(self, tokens: list[int]) -> str:
         return bytes(self._model.detokenize(tokens)).decode("utf-8", errors="replace")
 
-    def _compile_template(self, source: str) -> Any:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            raise EngineError(f"chat template: {message}")
-
-        env = ImmutableSandboxedEnvironment(
-            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
-            extensions=["jinja2.ext.loopcontrols"],
-        )
-        env.globals["raise_exception"] = raise_exception
-        import json
-
-        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-        return env.from_string(source)
-
     def format_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-        return str(
-            self._template.render(
-                messages=messages,
-                tools=tools,
-                add_generation_prompt=True,
-                bos_token=self._bos_text,
-                eos_token=self._eos_text,
-            )
-        )
+        if self._template is None:
+            raise EngineError("model is not loaded")
+        return self._template.render(messages, tools)
 
     def prompt_tokens(self, prompt: str) -> list[int]:
         """Tokens of a rendered chat prompt (special tokens parsed, BOS not doubled)."""
         add_bos = self._add_bos and not (self._bos_text and prompt.startswith(self._bos_text))
         return self.tokenize(prompt, special=True, add_bos=add_bos)
 
-    # -- generation --------------------------------------------------------------------------
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+    def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
         if self._ctx is None:
-            raise EngineError(f"model {self.model_id} cannot generate text (it has no decoder)")
+            raise Unsupported(f"The model '{self.model_id}' does not support chat")
+        plan_constraints(spec)
+        if spec.sampling.grammar and not self.check_grammar(spec.sampling.grammar):
+            param = "tools" if spec.tools_active else "response_format"
+            raise ChatInputError("The schema could not be turned into a grammar llama.cpp accepts", param)
+        messages = render_messages(spec.messages, spec.tools if spec.tools_active else [], inject_tools=True)
+        try:
+            prompt = self.format_chat(messages)
+        except EngineError as exc:
+            raise ChatInputError(str(exc), "messages") from exc
+        return ChatPrompt(self.prompt_tokens(prompt), spec.sampling)
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+        if self._ctx is None:
+            raise Unsupported(f"The model '{self.model_id}' cannot generate text (it has no decoder)")
         tokens = self.prompt_tokens(prompt) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise EngineError("the prompt is empty")
@@ -796,16 +796,3 @@ EXACT_UBATCH = 63
 # Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
 # prompt then delays the running streams by one chunk at a time instead of all at once.
 PREFILL_CHUNK_BUSY = 128
-
-def make_engine(model_id: str, path: str, *, settings: Any, chat_template: str | None = None) -> LlamaEngine:
-    return LlamaEngine(
-        model_id,
-        path,
-        n_ctx=settings.n_ctx,
-        n_threads=settings.n_threads,
-        n_threads_batch=settings.n_threads_batch,
-        n_parallel=settings.n_parallel,
-        cache_prompt=settings.cache_prompt,
-        max_queue=settings.max_queue,
-        chat_template=chat_template,
-    )

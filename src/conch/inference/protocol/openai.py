@@ -1,7 +1,8 @@
 """Wire models of the inference server: OpenAI-compatible requests and responses.
 
 Kept apart from the serving logic (as vLLM's ``entrypoints/openai/protocol.py`` is) so the
-OpenAPI document is generated from exactly what is validated and returned. Requests ignore
+OpenAPI document is generated from exactly what is validated and returned. Domain code (the
+serving layer) takes these models in, so they live in ``conch.inference``, not ``conch.web``. Requests ignore
 unknown fields, as OpenAI clients send fields a local server has no use for.
 """
 
@@ -265,18 +266,6 @@ class ModelDeleted(BaseModel):
     id: str
     object: Literal["model"] = "model"
     deleted: bool
-
-
-class DownloadRequest(_Request):
-    source: str | None = None
-    revision: str | None = None
-    stream: bool = False
-
-
-class ConvertRequest(_Request):
-    target_format: str | None = None
-    quantization: str | None = None
-    output_id: str | None = None
 
 
 # -- providers, storage, health ----------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""The engine seam: what the server needs from a model runtime, and nothing more.
+
+An engine owns one loaded model. :class:`Engine` is a ``typing.Protocol`` that every runtime
+implements in full (llama.cpp in ``engines/llama``, onnxruntime in ``engines/onnx.py``; the
+remote providers plug in here next). A runtime without a capability still answers the
+method and raises :class:`Unsupported`, so callers check ``capabilities`` rather than
+the engine's class.
+
+``generate`` is the low-level, engine-neutral generation entry point: a prompt (text or
+token ids) and :class:`SamplingParams` in, a :class:`Generation` of :class:`TokenEvent` out.
+Chat is built on it (``conch.inference.chat``); so would a legacy ``/v1/completions`` be.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from conch.inference.chat import ChatSpec
+
+
+class EngineError(Exception):
+    """A runtime failure inside the engine (the request was fine)."""
+
+
+class Unsupported(EngineError):
+    """The model cannot do what was asked (an embedding-only model asked to chat)."""
+
+
+class ContextLengthExceeded(EngineError):
+    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(
+            f"This model's maximum context length is {n_ctx} tokens, "
+            f"but the prompt has {n_prompt} tokens."
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+
+class QueueFull(EngineError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The server is busy: {limit} requests are already queued for this model.")
+        self.limit = limit
+
+
+class RuntimeMissing(EngineError):
+    """The model's runtime (an optional extra) is not installed."""
+
+
+class ChatInputError(ValueError):
+    """A chat the engine cannot honour, with the request field at fault (``messages[0].content``)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class EngineStats:
+    """Counters the server exports as metrics (written by the engine's worker thread only)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    decode_time_s: float = 0.0
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int | None = None
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: Sequence[str] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    # GBNF grammar constraining the output (root rule ``root``); engines without grammar
+    # support raise ``Unsupported`` rather than ignore it.
+    grammar: str | None = None
+    # When set, the grammar only applies once the output matches one of these regexes
+    # (tool calls inside free text).
+    grammar_triggers: Sequence[str] = ()
+
+
+@dataclass
+class TokenEvent:
+    """One step of a generation: the new text (possibly empty) and, at the end, why it ended."""
+
+    text: str
+    n_tokens: int
+    finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error"
+    error: str | None = None
+
+
+class Generation(abc.ABC):
+    """A running generation. Iterate it for events; ``cancel`` stops it within one token."""
+
+    prompt_tokens: int
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None: ...
+
+
+@dataclass
+class ChatPrompt:
+    """A chat rendered for one engine: prompt tokens and the sampling (constraints included)."""
+
+    tokens: list[int]
+    sampling: SamplingParams
+
+
+class Engine(Protocol):
+    model_id: str
+    n_ctx: int
+    stats: EngineStats
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this loaded model can serve: ``"chat"``, ``"embeddings"``."""
+
+    # -- lifecycle and load ---------------------------------------------------------------
+    def unload(self) -> None: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def active_sequences(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    # -- generation -------------------------------------------------------------------------
+    def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
+        """The model's chat template and the spec's constraints applied (raises ``ChatInputError``)."""
+
+    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+        """Start generating; raises ``ContextLengthExceeded`` or ``QueueFull`` before starting."""
+
+    # -- embeddings -------------------------------------------------------------------------
+    @property
+    def n_embd(self) -> int: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of an embedding input, as the model is fed them."""
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """Pooled, L2-normalised embeddings of already tokenized inputs (blocking)."""

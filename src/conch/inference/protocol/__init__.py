@@ -1,0 +1,1 @@
+"""Wire models: what the inference server validates and returns."""

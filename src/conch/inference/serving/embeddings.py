@@ -1,0 +1,99 @@
+"""Embeddings as a service: an OpenAI embeddings request in, an OpenAI ``list`` object out."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+from typing import Any
+
+from conch.inference.acquire import default_embedding_record
+from conch.inference.engines.base import Engine
+from conch.inference.manager import ModelManager
+from conch.inference.protocol.openai import EmbeddingRequest
+from conch.inference.serving.errors import InvalidRequest, domain_errors
+from conch.inference.serving.metrics import ServingMetrics
+from conch.inference.serving.resolve import ModelResolver
+from conch.inference.store import ModelRecord
+
+
+class EmbeddingServing:
+    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None) -> None:
+        self.manager = manager
+        self.resolver = resolver
+        self.metrics = metrics or ServingMetrics()
+
+    async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
+        """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model answers."""
+        record = await self._record(req.model)
+        items = _inputs(req.input)
+        with domain_errors("input"):
+            async with self.manager.use(record.id, req.keep_alive) as engine:
+                token_lists = _tokenize(engine, items)
+                if req.dimensions is not None and req.dimensions > engine.n_embd:
+                    raise InvalidRequest(
+                        f"'dimensions' must be at most {engine.n_embd} for this model", param="dimensions"
+                    )
+                vectors = await asyncio.to_thread(engine.embed, token_lists)
+        data = []
+        for i, vec in enumerate(vectors):
+            if req.dimensions is not None:
+                # Matryoshka-style shortening: keep the first dimensions, then re-normalise.
+                vec = vec[: req.dimensions]
+                norm = sum(v * v for v in vec) ** 0.5 or 1.0
+                vec = [v / norm for v in vec]
+            emb: list[float] | str = vec
+            if req.encoding_format == "base64":
+                emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n_tokens = sum(len(t) for t in token_lists)
+        self.metrics.prompt_tokens += n_tokens
+        self.metrics.embedded_inputs += len(items)
+        return {
+            "object": "list",
+            "data": data,
+            "model": req.model or record.id,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        }
+
+    async def _record(self, model: str | None) -> ModelRecord:
+        if model is not None:
+            return self.resolver.local_record(model, "embeddings")
+        default = await asyncio.to_thread(default_embedding_record, self.manager.store)
+        if default is None:
+            raise InvalidRequest(
+                "'model' is required: no default embedding model is installed "
+                "(`conch models setup` installs all-minilm-l6-v2)",
+                param="model",
+                code="missing_required_parameter",
+            )
+        return default
+
+
+def _inputs(raw: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
+    if isinstance(raw, str):
+        items: list[str | list[int]] = [raw]
+    elif raw and all(isinstance(x, int) for x in raw):
+        items = [list(raw)]  # type: ignore[arg-type]
+    else:
+        items = list(raw)  # type: ignore[arg-type]
+    if not items:
+        raise InvalidRequest("'input' must not be empty", param="input")
+    return items
+
+
+def _tokenize(engine: Engine, items: list[str | list[int]]) -> list[list[int]]:
+    token_lists: list[list[int]] = []
+    n_vocab = engine.n_vocab
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            if not item:
+                raise InvalidRequest(f"'input[{i}]' must not be an empty string", param="input")
+            token_lists.append(engine.tokenize(item))
+        else:
+            if not item or any(t < 0 or t >= n_vocab for t in item):
+                raise InvalidRequest(
+                    f"'input[{i}]' must be a non-empty array of token ids below {n_vocab}", param="input"
+                )
+            token_lists.append(list(item))
+    return token_lists

@@ -1,0 +1,69 @@
+"""The inference server: an OpenAI-compatible HTTP API over conch's model store and engines.
+
+``create_app`` only builds the domain objects from settings, puts them on ``app.state`` (the
+routers reach them through ``deps``) and includes one router per resource; a route's code is
+in the module named after its URL. Generation never runs on the event loop; the engines'
+worker threads push tokens to it, so health checks stay fast while streams generate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+import conch
+from conch.config import Settings
+from conch.inference.acquire import Acquirer
+from conch.inference.bundled import ensure_bundled_model
+from conch.inference.manager import ModelManager
+from conch.inference.serving.chat import ChatServing
+from conch.inference.serving.embeddings import EmbeddingServing
+from conch.inference.serving.metrics import ServingMetrics
+from conch.inference.serving.resolve import ModelResolver
+from conch.inference.store import ModelStore
+from conch.web.errors import install_error_handlers
+from conch.web.inference import chat, embeddings, health, models, providers, storage
+
+
+def create_app(settings: Settings) -> FastAPI:
+    store = ModelStore(settings)
+    manager = ModelManager(settings, store)
+    acquirer = Acquirer(settings, store)
+    acquirer.recover()  # forget placeholders of jobs whose process died
+    resolver = ModelResolver(manager, providers=list(settings.providers))
+    metrics = ServingMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.ensure_dirs()
+        await asyncio.to_thread(ensure_bundled_model, store)
+        yield
+        await manager.unload_all()
+
+    app = FastAPI(
+        title="conch inference server",
+        version=conch.__version__,
+        description="OpenAI-compatible chat completions and embeddings on local GGUF models (llama.cpp) "
+        "and ONNX embedding models (onnxruntime), "
+        "with a model registry, storage management and providers.",
+        openapi_url="/api-docs/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    state = app.state
+    state.settings, state.store, state.manager, state.acquirer = settings, store, manager, acquirer
+    state.serving_metrics = metrics
+    state.chat = ChatServing(manager, resolver, metrics)
+    state.embeddings = EmbeddingServing(manager, resolver, metrics)
+    state.http_counters = health.HttpCounters()
+    install_error_handlers(app)
+    app.add_middleware(health.RequestCounter, counters=state.http_counters)
+    for module in (chat, embeddings, models, providers, storage, health):
+        app.include_router(module.router)
+    if settings.enable_openapi:
+        app.include_router(health.docs_router)
+    return app
