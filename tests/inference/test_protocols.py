@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
-from conch.inference.protocol.openai import ChatCompletionRequest
 from ollama import (
     ChatResponse,
     EmbedResponse,
@@ -22,6 +21,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import TranslationError
 from conch.inference.protocols import anthropic as a
 from conch.inference.protocols import ollama as o

@@ -21,6 +21,8 @@ from tests.vendor_shapes import strict
 from tests.web.conftest import RunningServer
 
 MODEL = "smollm2-135m-instruct"
+# This anthropic SDK no longer takes sampling arguments; older ones (and raw clients) send them.
+GREEDY = {"temperature": 0}
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
@@ -104,7 +106,7 @@ def test_responses_previous_response_id_is_a_clear_400(inference_server: Running
 # -- Anthropic Messages ------------------------------------------------------------------------
 def test_messages_plain(inference_server: RunningServer) -> None:
     msg = _anthropic(inference_server).messages.create(
-        model=MODEL, max_tokens=16, system="Answer briefly.", temperature=0,
+        model=MODEL, max_tokens=16, system="Answer briefly.", extra_body={"temperature": 0},
         messages=[{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
                   {"role": "user", "content": "Another one?"}])
     strict(Message, msg.model_dump(mode="json", exclude_unset=True))
@@ -114,17 +116,17 @@ def test_messages_plain(inference_server: RunningServer) -> None:
 
 def test_messages_stop_sequence(inference_server: RunningServer) -> None:
     client = _anthropic(inference_server)
-    free = client.messages.create(model=MODEL, max_tokens=24, temperature=0, messages=[{"role": "user", "content": "Count from 1 to 10."}])
+    free = client.messages.create(model=MODEL, max_tokens=24, extra_body=GREEDY, messages=[{"role": "user", "content": "Count from 1 to 10."}])
     text = free.content[0].text  # type: ignore[union-attr]
     word = next(w for w in text.split() if len(w) > 1)
-    stopped = client.messages.create(model=MODEL, max_tokens=24, temperature=0, stop_sequences=[word],
+    stopped = client.messages.create(model=MODEL, max_tokens=24, extra_body=GREEDY, stop_sequences=[word],
                                      messages=[{"role": "user", "content": "Count from 1 to 10."}])
     assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == word
 
 
 def test_messages_stream(inference_server: RunningServer) -> None:
     client = _anthropic(inference_server)
-    with client.messages.stream(model=MODEL, max_tokens=16, temperature=0,
+    with client.messages.stream(model=MODEL, max_tokens=16, extra_body=GREEDY,
                                 messages=[{"role": "user", "content": "Say hello."}]) as stream:
         raw = list(stream)
         final = stream.get_final_message()
@@ -154,12 +156,12 @@ def test_messages_stream(inference_server: RunningServer) -> None:
 def test_messages_tools_round_trip(inference_server: RunningServer) -> None:
     client = _anthropic(inference_server)
     tools: list[Any] = [{"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER_SCHEMA}]
-    msg = client.messages.create(model=MODEL, max_tokens=64, temperature=0, tools=tools, tool_choice={"type": "any"},
+    msg = client.messages.create(model=MODEL, max_tokens=64, extra_body=GREEDY, tools=tools, tool_choice={"type": "any"},
                                  messages=[{"role": "user", "content": "What is the weather in Paris?"}])
     strict(Message, msg.model_dump(mode="json", exclude_unset=True))
     use = next(b for b in msg.content if b.type == "tool_use")
     assert msg.stop_reason == "tool_use" and use.name == "get_weather" and isinstance(use.input["city"], str)  # type: ignore[union-attr, index]
-    follow = client.messages.create(model=MODEL, max_tokens=24, temperature=0, tools=tools, messages=[
+    follow = client.messages.create(model=MODEL, max_tokens=24, extra_body=GREEDY, tools=tools, messages=[
         {"role": "user", "content": "What is the weather in Paris?"},
         {"role": "assistant", "content": [b.model_dump() for b in msg.content]},  # type: ignore[misc]
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21 degrees"}]},  # type: ignore[union-attr]
@@ -170,11 +172,19 @@ def test_messages_tools_round_trip(inference_server: RunningServer) -> None:
 def test_messages_stream_tool_use(inference_server: RunningServer) -> None:
     client = _anthropic(inference_server)
     tools: list[Any] = [{"name": "get_weather", "input_schema": WEATHER_SCHEMA}]
-    with client.messages.stream(model=MODEL, max_tokens=64, temperature=0, tools=tools, tool_choice={"type": "any"},
+    with client.messages.stream(model=MODEL, max_tokens=64, extra_body=GREEDY, tools=tools, tool_choice={"type": "any"},
                                 messages=[{"role": "user", "content": "Weather in Rome?"}]) as stream:
         final = stream.get_final_message()
     use = next(b for b in final.content if b.type == "tool_use")
     assert final.stop_reason == "tool_use" and "city" in use.input  # type: ignore[union-attr, operator]
+
+
+def test_messages_output_config_json_schema(inference_server: RunningServer) -> None:
+    schema = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"], "additionalProperties": False}
+    msg = _anthropic(inference_server).messages.create(
+        model=MODEL, max_tokens=40, extra_body=GREEDY, output_config={"format": {"type": "json_schema", "schema": schema}},
+        messages=[{"role": "user", "content": "Name a colour."}])
+    assert isinstance(json.loads(msg.content[0].text)["colour"], str)  # type: ignore[union-attr]
 
 
 def test_count_tokens(inference_server: RunningServer) -> None:

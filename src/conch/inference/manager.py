@@ -110,6 +110,18 @@ class ModelManager:
     def loaded_ids(self) -> list[str]:
         return list(self._loaded)
 
+    def loaded_expiry(self) -> dict[str, float | None]:
+        """Loaded model ids -> when (Unix time) keep_alive unloads them; None: kept loaded."""
+        now_wall, now = time.time(), time.monotonic()
+        out: dict[str, float | None] = {}
+        for model_id, entry in list(self._loaded.items()):
+            if entry.keep_alive_s < 0:
+                out[model_id] = None
+            else:
+                idle = 0.0 if entry.leases > 0 else now - entry.last_used
+                out[model_id] = now_wall + max(entry.keep_alive_s - idle, 0.0)
+        return out
+
     def in_use(self, model_id: str) -> bool:
         entry = self._loaded.get(model_id)
         return entry is not None and (entry.leases > 0 or entry.engine.busy)

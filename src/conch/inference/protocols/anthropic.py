@@ -22,8 +22,9 @@ from conch.inference.protocols import TranslationError, refuse
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
-# Fields an Anthropic client may send that change nothing a local model does.
-IGNORED_FIELDS = ("metadata", "service_tier", "cache_control", "context_management")
+# Fields an Anthropic client may send that change nothing a local model does (not read).
+IGNORED_FIELDS = ("metadata", "service_tier", "cache_control", "context_management", "inference_geo",
+                  "speed", "diagnostics", "user_profile_id", "workspace_id")
 REFUSED_FIELDS = ("container", "mcp_servers")
 
 ERROR_TYPES = {
@@ -187,6 +188,18 @@ def messages_to_chat(body: dict[str, Any], *, require_max_tokens: bool = True) -
             chat["tool_choice"] = choice
         if parallel is not None:
             chat["parallel_tool_calls"] = parallel
+    output = body.get("output_config")
+    if output is not None:
+        if not isinstance(output, dict):
+            raise TranslationError("'output_config' must be an object", "output_config")
+        if output.get("effort") is not None:
+            raise refuse("output_config.effort", "is not supported: conch's local models do not reason")
+        fmt = output.get("format")
+        if fmt is not None:
+            if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+                raise TranslationError("'output_config.format' must be {type: json_schema, schema: {...}}",
+                                       "output_config.format")
+            chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}

@@ -318,7 +318,7 @@ def tag_entry(record: Any) -> dict[str, Any]:
 def ps_entry(record: Any, expires_at: float | None) -> dict[str, Any]:
     entry = tag_entry(record)
     del entry["modified_at"]
-    entry["expires_at"] = iso(expires_at) if expires_at is not None else "0001-01-01T00:00:00Z"
+    entry["expires_at"] = iso(expires_at) if expires_at is not None else "9999-12-31T23:59:59Z"
     entry["size_vram"] = 0  # conch runs llama.cpp on the CPU here
     if record.context_length:
         entry["context_length"] = record.context_length

@@ -88,6 +88,17 @@ class ChatServing:
             "system_fingerprint": None,
         }
 
+    async def count_prompt_tokens(self, req: ChatCompletionRequest) -> int:
+        """Tokens of the prompt ``req`` renders to (template, tools and constraints applied),
+        as ``usage.prompt_tokens`` of the same request counts them; nothing is generated."""
+        spec = chat_spec(req)
+        record = self.resolver.local_record(req.model, "chat")
+        with domain_errors("messages"):
+            async with self.manager.use(record.id, req.keep_alive) as engine:
+                if "chat" not in engine.capabilities:
+                    raise Unsupported(f"The model '{engine.model_id}' does not support chat")
+                return len(engine.chat_prompt(spec).tokens)
+
     async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` objects as tokens come; closing the iterator cancels generation.
 

@@ -25,7 +25,17 @@ from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
 from conch.inference.store import ModelStore
 from conch.web.errors import install_error_handlers
-from conch.web.inference import chat, embeddings, health, models, providers, storage
+from conch.web.inference import (
+    chat,
+    embeddings,
+    health,
+    messages,
+    models,
+    ollama,
+    providers,
+    responses_api,
+    storage,
+)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -63,6 +73,9 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(health.RequestCounter, counters=state.http_counters)
     for module in (chat, embeddings, models, providers, storage, health):
+        app.include_router(module.router)
+    # The other vendors' APIs, translated onto the same serving layer (docs/apis.md).
+    for module in (responses_api, messages, ollama):
         app.include_router(module.router)
     if settings.enable_openapi:
         app.include_router(health.docs_router)

@@ -16,7 +16,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import TranslationError
+from conch.inference.serving.chat import ChatServing
+from conch.inference.serving.embeddings import EmbeddingServing
+from conch.web.inference import deps
 
 # Turns (status, message, param) into the vendor's error body.
 ErrorShape = Callable[[int, str, str | None], dict[str, Any]]
@@ -113,15 +117,15 @@ async def chunks(first: dict[str, Any] | None, stream: AsyncIterator[dict[str, A
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-# -- the serving objects (set on app.state by the app factory) --------------------------------
-def chat_serving(request: Request) -> Any:
-    return request.app.state.chat_serving
+# -- the serving objects (``deps`` reads them off app.state) ------------------------------------
+def chat_serving(request: Request) -> ChatServing:
+    return deps.chat_serving(request)
 
 
-def embedding_serving(request: Request) -> Any:
-    return request.app.state.embedding_serving
+def embedding_serving(request: Request) -> EmbeddingServing:
+    return deps.embedding_serving(request)
 
 
-async def count_chat_tokens(request: Request, req: Any) -> int:
+async def count_chat_tokens(request: Request, req: ChatCompletionRequest) -> int:
     """Prompt tokens of a chat request as the model's template renders it (no generation)."""
-    return int(await request.app.state.chat_serving.count_prompt_tokens(req))
+    return await deps.chat_serving(request).count_prompt_tokens(req)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conch.inference.protocol.openai import ChatCompletionRequest
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import anthropic as a
 from conch.web.inference.compat import (
     STREAM_HEADERS,

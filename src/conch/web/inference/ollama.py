@@ -17,11 +17,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import conch
+from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
 from conch.inference.protocols import TranslationError
 from conch.inference.protocols import ollama as o
 from conch.web.inference.compat import (

@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conch.inference.protocol.openai import ChatCompletionRequest
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import responses as r
 from conch.web.inference.compat import (
     STREAM_HEADERS,
