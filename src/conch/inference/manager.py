@@ -35,6 +35,20 @@ class ModelNotReady(EngineError):
     pass
 
 
+class ModelNeedsConversion(ValueError):
+    """A source-format model (safetensors): it is stored, but serving it needs a conversion."""
+
+    def __init__(self, record: ModelRecord) -> None:
+        target = "gguf (or onnx for an embedding model)" if record.format == "safetensors" else "gguf"
+        super().__init__(
+            f"The model '{record.id}' is in {record.format} (source) format and cannot serve requests; "
+            f"convert it first: POST /v1/models/{record.id}/convert {{\"target_format\": \"gguf\"}} "
+            f"(or `conch models convert {record.id} --to gguf`), then use the converted model's id. "
+            f"Supported targets: {target}."
+        )
+        self.record = record
+
+
 class InvalidKeepAlive(ValueError):
     """A ``keep_alive`` that is neither seconds nor a duration."""
 
@@ -101,10 +115,7 @@ class ModelManager:
         if record.status != "ready":
             raise ModelNotReady(f"The model '{model_id}' is not ready (status: {record.status})")
         if record.format not in SERVED_FORMATS:
-            raise ModelNotReady(
-                f"The model '{model_id}' is in {record.format} format; this server runs GGUF models "
-                "(and ONNX embedding models)"
-            )
+            raise ModelNeedsConversion(record)
         return record
 
     def loaded_ids(self) -> list[str]:

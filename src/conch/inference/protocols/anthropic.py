@@ -269,7 +269,7 @@ class MessageStream:
         self.created = int(time.time())
 
     def start(self) -> list[Event]:
-        message = {
+        message: dict[str, Any] = {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
             "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},

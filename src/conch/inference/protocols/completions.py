@@ -79,9 +79,12 @@ def prompts(req: CompletionRequest) -> list[str | list[int]]:
         return [list(raw)]  # type: ignore[arg-type]
     out: list[str | list[int]] = []
     for i, p in enumerate(raw):
-        if isinstance(p, list) and not p:
-            raise TranslationError(f"'prompt[{i}]' must not be an empty token array", f"prompt[{i}]")
-        out.append(p if isinstance(p, str) else list(p))  # type: ignore[arg-type]
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, list) and p:
+            out.append([int(t) for t in p])
+        else:
+            raise TranslationError(f"'prompt[{i}]' must be a string or a non-empty token array", f"prompt[{i}]")
     return out
 
 

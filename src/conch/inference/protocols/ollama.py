@@ -179,6 +179,7 @@ def generate_request(body: dict[str, Any], n_ctx: int | None = None) -> tuple[st
         if body.get("system"):
             raise refuse("system", "cannot be used with raw or suffix prompts (they skip the chat template)")
         req["prompt"] = prompt
+        req.setdefault("max_tokens", None)  # Ollama generates until the model stops, not 16 tokens
         if body.get("suffix"):
             req["suffix"] = body["suffix"]
         if "response_format" in req:

@@ -141,7 +141,8 @@ def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
 @router.get("/v1/models", response_model=p.ModelList)
 async def list_models(models: ModelStore = Depends(store)) -> Any:
     records = await asyncio.to_thread(models.list)
-    return p.ModelList(data=[p.Model(id=r.id, created=r.created, owned_by=r.owned_by) for r in records])
+    return p.ModelList(data=[p.Model(id=r.id, created=r.created, owned_by=r.owned_by,
+                                     capabilities=list(r.capabilities)) for r in records])
 
 
 _OPS_RESPONSES: dict[int | str, dict[str, Any]] = {

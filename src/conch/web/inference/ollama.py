@@ -257,8 +257,8 @@ async def pull(request: Request) -> Any:
         model = body.get("model") or body.get("name")
         if not isinstance(model, str) or not model:
             raise VendorError(400, "model is required", "model")
-        fields = {k: body.get(k) for k in _LOCATORS if body.get(k) is not None}
-        source = fields.pop("source", "ollama")
+        fields: dict[str, Any] = {k: body[k] for k in _LOCATORS if body.get(k) is not None}
+        source = str(fields.pop("source", "ollama"))
         if source == "ollama":
             fields.setdefault("name", model)
             model = model.removesuffix(":latest")

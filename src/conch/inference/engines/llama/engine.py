@@ -24,6 +24,7 @@ import asyncio
 import codecs
 import ctypes
 import logging
+import math
 import os
 import random
 import threading
@@ -45,6 +46,7 @@ from conch.inference.engines.base import (
     QueueFull,
     SamplingParams,
     TokenEvent,
+    TokenLogprob,
     Unsupported,
 )
 from conch.inference.engines.llama.grammar import plan_constraints
@@ -120,8 +122,13 @@ class _Job:
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_hit: str | None = None
 
     def push(self, ev: TokenEvent) -> None:
+        if self.pending_logprobs:
+            # The log-probabilities ride on the next event out (text may be held for stop strings).
+            ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         except RuntimeError:  # the loop is gone: nobody is listening any more
@@ -341,6 +348,22 @@ class LlamaEngine:
         add_bos = self._add_bos and not (self._bos_text and prompt.startswith(self._bos_text))
         return self.tokenize(prompt, special=True, add_bos=add_bos)
 
+    def text_prompt(self, text: str) -> list[int]:
+        """A legacy completion's prompt: special tokens parsed, as llama-server does."""
+        return self.prompt_tokens(text)
+
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        """Prefix-suffix-middle order, as llama-server's /infill builds it."""
+        llama_cpp = _init_backend()
+        vocab = self._model.vocab
+        pre, suf, mid = (int(f(vocab)) for f in (llama_cpp.llama_vocab_fim_pre, llama_cpp.llama_vocab_fim_suf,
+                                                    llama_cpp.llama_vocab_fim_mid))
+        if min(pre, suf, mid) < 0:
+            raise Unsupported(f"The model '{self.model_id}' has no fill-in-the-middle tokens, so 'suffix' cannot be used")
+        bos = int(self._model.token_bos())
+        head = [bos] if self._add_bos and bos >= 0 else []
+        return [*head, pre, *self.tokenize(prefix, add_bos=False), suf, *self.tokenize(suffix, add_bos=False), mid]
+
     def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
         if self._ctx is None:
             raise Unsupported(f"The model '{self.model_id}' does not support chat")
@@ -408,15 +431,28 @@ class LlamaEngine:
                 llama_cpp.llama_sampler_free(chain)
                 raise EngineError("the grammar for this request could not be parsed")
             add(chain, smpl)
-        if params.presence_penalty or params.frequency_penalty:
-            add(chain, llama_cpp.llama_sampler_init_penalties(64, 1.0, params.frequency_penalty, params.presence_penalty))
+        if params.logit_bias:
+            # First in the chain, as llama-server does: the bias shifts the logits every later
+            # stage sees, so -100 removes a token even from a greedy answer.
+            biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
+                *[llama_cpp.llama_logit_bias(tok, bias) for tok, bias in params.logit_bias.items()]
+            )
+            add(chain, llama_cpp.llama_sampler_init_logit_bias(self.n_vocab, len(params.logit_bias), biases))
+        if params.presence_penalty or params.frequency_penalty or params.repeat_penalty != 1.0:
+            last_n = self.n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
+            add(chain, llama_cpp.llama_sampler_init_penalties(
+                self.n_vocab, last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
         if params.temperature <= 0:
             add(chain, llama_cpp.llama_sampler_init_greedy())
         else:
             if params.top_k > 0:
                 add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.typical_p < 1.0:
+                add(chain, llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
             if params.top_p < 1.0:
                 add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
             add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
             seed = params.seed if params.seed is not None else random.getrandbits(32)
             add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
@@ -456,7 +492,7 @@ class LlamaEngine:
             job.sampler = None
         if reason != "cancelled":
             tail = job.text[job.emitted :] if reason != "error" else ""
-            job.push(TokenEvent(tail, job.n_gen, reason, error))
+            job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=job.stop_hit if reason == "stop" else None))
         self.stats.requests += 1
 
     def _loop(self) -> None:
@@ -553,6 +589,8 @@ class LlamaEngine:
             finished: list[tuple[_Job, str]] = []
             for job, idx in sample_at:
                 tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
+                if job.params.logprobs is not None and not self._is_eog(tok):
+                    job.pending_logprobs.append(self._logprob(ctx, idx, tok, job.params.logprobs))
                 now = time.perf_counter()
                 if job.first_token_at is None:
                     job.first_token_at = now
@@ -667,6 +705,26 @@ class LlamaEngine:
         self._seq_cache.pop(best, None)
         job.seq = best
 
+    def _is_eog(self, tok: int) -> bool:
+        eog = self._eog.get(tok)
+        if eog is None:
+            eog = self._eog[tok] = bool(_fast_calls().llama_vocab_is_eog(self._model.vocab, tok))
+        return eog
+
+    def _logprob(self, ctx: Any, idx: int, tok: int, top: int) -> TokenLogprob:
+        """log-softmax of the raw logits at batch row ``idx`` (before bias, penalties, grammar
+        and temperature: the model's own distribution), for ``tok`` and the ``top`` likeliest."""
+        llama_cpp = _init_backend()
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
+        peak = float(logits.max())
+        lse = peak + math.log(float(np.exp(logits - peak).sum()))
+        alternatives: list[tuple[int, bytes, float]] = []
+        if top > 0:
+            best = np.argpartition(logits, -top)[-top:]
+            best = best[np.argsort(-logits[best], kind="stable")]
+            alternatives = [(int(t), self._piece(int(t)), float(logits[t]) - lse) for t in best]
+        return TokenLogprob(tok, self._piece(tok), float(logits[tok]) - lse, alternatives)
+
     def _piece(self, tok: int) -> bytes:
         piece = self._pieces.get(tok)
         if piece is not None:
@@ -691,8 +749,10 @@ class LlamaEngine:
         start = max(0, len(job.text) - max((len(s) for s in stops), default=0))
         job.text += delta
         if stops:
-            hit = min((i for i in (job.text.find(s, start) for s in stops if s) if i >= 0), default=-1)
+            found = [(i, s) for s in stops if s and (i := job.text.find(s, start)) >= 0]
+            hit = min(found)[0] if found else -1
             if hit >= 0:
+                job.stop_hit = min(found)[1]
                 job.text = job.text[:hit]
                 out = job.text[job.emitted :]
                 job.emitted = len(job.text)
