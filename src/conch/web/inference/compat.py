@@ -20,6 +20,7 @@ from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import TranslationError
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.embeddings import EmbeddingServing
+from conch.inference.serving.errors import from_domain
 from conch.web.inference import deps
 
 # Turns (status, message, param) into the vendor's error body.
@@ -77,6 +78,9 @@ def vendor_error(exc: BaseException) -> VendorError:
         first = exc.errors()[0]
         param = _loc(tuple(first.get("loc", ())))
         return VendorError(400, f"Invalid value for '{param}': {first.get('msg')}", param or None)
+    served = from_domain(exc, "messages")
+    if served is not None:
+        exc = served
     status = getattr(exc, "status", None)
     if isinstance(status, int) and isinstance(getattr(exc, "message", None), str):
         # A serving error (or the OpenAI routes' APIError): keep its status and message.

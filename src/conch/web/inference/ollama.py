@@ -120,6 +120,8 @@ async def generate(request: Request) -> Any:
         body = await read_json(request)
         body["model"] = _model_id(request, str(body.get("model") or ""))
         stream_out = body.get("stream", True) is not False
+        if not body["model"]:
+            raise TranslationError("model is required", "model")
         if not body.get("prompt") and not body.get("suffix"):
             # An empty prompt loads the model and answers at once (Ollama's preload idiom).
             async with request.app.state.manager.use(body["model"], body.get("keep_alive")):
