@@ -43,6 +43,9 @@ def test_embeddings_fall_back_to_the_default_embedding_model(fresh_server: Runni
         assert body["model"] == DEFAULT_EMBEDDING_ID
         assert [len(d["embedding"]) for d in body["data"]] == [384, 384]
 
-        # A named model still wins over the default: the safetensors source is not servable.
+        # A named model still wins over the default: the safetensors source is not servable,
+        # and the answer says how to convert it.
         named = c.post("/v1/embeddings", json={"model": "minilm-src", "input": "a cat"})
-        assert named.status_code == 409 and "GGUF" in named.json()["error"]["message"]
+        err = named.json()["error"]
+        assert named.status_code == 400 and err["code"] == "model_needs_conversion"
+        assert "/v1/models/minilm-src/convert" in err["message"]

@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from conch.inference.engines.base import ChatPrompt, Engine, EngineError, Generation, SamplingParams
+from conch.inference.engines.base import (
+    ChatPrompt,
+    Engine,
+    EngineError,
+    Generation,
+    SamplingParams,
+    TokenLogprob,
+)
 from conch.inference.tool_calls import ToolSpec, parse_tool_calls, safe_prefix
 
 
@@ -44,6 +51,10 @@ class ChatEvent:
     tool_calls: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
     completion_tokens: int = 0
+    # Log-probabilities of the tokens behind this event (when the sampling asked for them).
+    logprobs: list[TokenLogprob] | None = None
+    # On "finish" by a stop string: which one.
+    stop_sequence: str | None = None
 
 
 def start_chat(engine: Engine, spec: ChatSpec, prompt: ChatPrompt) -> AsyncIterator[ChatEvent]:
@@ -75,9 +86,20 @@ async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatE
     async def pump(index: int) -> None:
         text = ""
         streamed = 0
+        pending: list[TokenLogprob] = []
+
+        async def put(kind: str, **fields: Any) -> None:
+            # Log-probabilities travel with the next event out for this choice.
+            nonlocal pending
+            event = ChatEvent(kind, index, logprobs=pending or None, **fields)
+            pending = []
+            await queue.put(event)
+
         try:
             async for ev in gens[index]:
                 text += ev.text
+                if ev.logprobs:
+                    pending.extend(ev.logprobs)
                 if ev.finish_reason is not None:
                     if ev.finish_reason == "error":
                         raise EngineError(ev.error or "generation failed")
@@ -86,22 +108,23 @@ async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatE
                         content, calls = parse_tool_calls(text, spec.tools)
                         if calls:
                             if not forced and len(content) > streamed:
-                                await queue.put(ChatEvent("delta", index, content[streamed:]))
-                            await queue.put(ChatEvent("tool_calls", index, tool_calls=calls))
+                                await put("delta", text=content[streamed:])
+                            await put("tool_calls", tool_calls=calls)
                             reason = "tool_calls"
                         elif len(text) > streamed:
-                            await queue.put(ChatEvent("delta", index, text[streamed:]))
+                            await put("delta", text=text[streamed:])
                     elif ev.text:
-                        await queue.put(ChatEvent("delta", index, ev.text))
-                    await queue.put(ChatEvent("finish", index, finish_reason=reason, completion_tokens=ev.n_tokens))
+                        await put("delta", text=ev.text)
+                    await put("finish", finish_reason=reason, completion_tokens=ev.n_tokens,
+                              stop_sequence=ev.stop_sequence)
                     return
                 if not tools_active:
                     if ev.text:
-                        await queue.put(ChatEvent("delta", index, ev.text))
+                        await put("delta", text=ev.text)
                 elif not forced:
                     cut = safe_prefix(text)
                     if cut > streamed:
-                        await queue.put(ChatEvent("delta", index, text[streamed:cut]))
+                        await put("delta", text=text[streamed:cut])
                         streamed = cut
         finally:
             await queue.put(None)

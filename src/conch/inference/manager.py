@@ -39,6 +39,20 @@ class ModelNotReady(EngineError):
     pass
 
 
+class ModelNeedsConversion(ValueError):
+    """A source-format model (safetensors): it is stored, but serving it needs a conversion."""
+
+    def __init__(self, record: ModelRecord) -> None:
+        target = "gguf (or onnx for an embedding model)" if record.format == "safetensors" else "gguf"
+        super().__init__(
+            f"The model '{record.id}' is in {record.format} (source) format and cannot serve requests; "
+            f"convert it first: POST /v1/models/{record.id}/convert {{\"target_format\": \"gguf\"}} "
+            f"(or `conch models convert {record.id} --to gguf`), then use the converted model's id. "
+            f"Supported targets: {target}."
+        )
+        self.record = record
+
+
 class InvalidKeepAlive(ValueError):
     """A ``keep_alive`` that is neither seconds nor a duration."""
 
@@ -105,14 +119,23 @@ class ModelManager:
         if record.status != "ready":
             raise ModelNotReady(f"The model '{model_id}' is not ready (status: {record.status})")
         if record.format not in SERVED_FORMATS:
-            raise ModelNotReady(
-                f"The model '{model_id}' is in {record.format} format; this server runs GGUF models "
-                "(and ONNX embedding models)"
-            )
+            raise ModelNeedsConversion(record)
         return record
 
     def loaded_ids(self) -> list[str]:
         return list(self._loaded)
+
+    def loaded_expiry(self) -> dict[str, float | None]:
+        """Loaded model ids -> when (Unix time) keep_alive unloads them; None: kept loaded."""
+        now_wall, now = time.time(), time.monotonic()
+        out: dict[str, float | None] = {}
+        for model_id, entry in list(self._loaded.items()):
+            if entry.keep_alive_s < 0:
+                out[model_id] = None
+            else:
+                idle = 0.0 if entry.leases > 0 else now - entry.last_used
+                out[model_id] = now_wall + max(entry.keep_alive_s - idle, 0.0)
+        return out
 
     def in_use(self, model_id: str) -> bool:
         entry = self._loaded.get(model_id)

@@ -42,6 +42,9 @@ def error_response(err: ServingError) -> JSONResponse:
 def _param_from_loc(loc: tuple[Any, ...]) -> str | None:
     """``("body", "messages", 0, "role")`` -> ``"messages[0].role"``; union branch tags dropped."""
     parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc)
+    # A discriminated union names its branch by the tag value, which can equal the field below
+    # it (response_format -> "json_schema" branch -> json_schema field): say it once.
+    parts = [p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]]
     out = ""
     for p in parts:
         if isinstance(p, int):

@@ -14,8 +14,8 @@ Chat is built on it (``conch.inference.chat``); so would a legacy ``/v1/completi
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -86,6 +86,26 @@ class SamplingParams:
     # When set, the grammar only applies once the output matches one of these regexes
     # (tool calls inside free text).
     grammar_triggers: Sequence[str] = ()
+    # Added to the logits of these token ids before sampling (-100 bans, +100 forces).
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    # None: no log-probabilities; k >= 0: each sampled token's, with the k most likely.
+    logprobs: int | None = None
+    # llama.cpp sampling beyond OpenAI's fields (llama-server and Ollama expose these).
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    min_p: float = 0.0
+    typical_p: float = 1.0
+
+
+@dataclass
+class TokenLogprob:
+    """A sampled token's log-probability under the model (log-softmax of its raw logits), with
+    the ``top`` most likely alternatives as ``(token id, bytes, logprob)``."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    top: list[tuple[int, bytes, float]]
 
 
 @dataclass
@@ -96,6 +116,10 @@ class TokenEvent:
     n_tokens: int
     finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error"
     error: str | None = None
+    # The tokens sampled since the previous event, when ``SamplingParams.logprobs`` asked.
+    logprobs: list[TokenLogprob] | None = None
+    # On ``finish_reason == "stop"``: the stop string that matched (None for end of generation).
+    stop_sequence: str | None = None
 
 
 class Generation(abc.ABC):
@@ -145,6 +169,15 @@ class Engine(Protocol):
 
     def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
         """Start generating; raises ``ContextLengthExceeded`` or ``QueueFull`` before starting."""
+
+    def text_prompt(self, text: str) -> list[int]:
+        """Tokens of a raw text prompt, as a legacy completion feeds it (no chat template)."""
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of token ids (a token-array prompt echoed back)."""
+
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        """A fill-in-the-middle prompt; raises ``Unsupported`` for a model without FIM tokens."""
 
     # -- embeddings -------------------------------------------------------------------------
     @property

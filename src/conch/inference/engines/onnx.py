@@ -92,6 +92,15 @@ class OnnxEmbeddingEngine:
     def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
         raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
 
+    def text_prompt(self, text: str) -> list[int]:
+        raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
+
+    def detokenize(self, tokens: list[int]) -> str:
+        raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
+
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
+
     def unload(self) -> None:
         self.session = None
 

@@ -133,6 +133,49 @@ class ChatCompletionRequest(_Request):
         description="How long the model stays loaded after this request (seconds or '5m'); "
         "0 unloads at once, negative keeps it loaded.",
     )
+    logprobs: bool = Field(default=False, description="Return each output token's log-probability.")
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, description="With logprobs: the k likeliest alternatives.")
+    logit_bias: dict[str, float] | None = Field(default=None, description="Token id (as a string) -> bias, -100..100.")
+    # Knowingly ignored: they change nothing a local model does.
+    metadata: dict[str, Any] | None = Field(default=None, description="Accepted and ignored.")
+    service_tier: str | None = Field(default=None, description="Accepted and ignored.")
+    store: bool | None = Field(default=None, description="Accepted and ignored (nothing is stored).")
+    # llama.cpp sampling beyond OpenAI's fields, as llama-server accepts them (Ollama's options map here).
+    top_k: int | None = Field(default=None, ge=0, description="llama.cpp extension.")
+    min_p: float | None = Field(default=None, ge=0, le=1, description="llama.cpp extension.")
+    typical_p: float | None = Field(default=None, gt=0, le=1, description="llama.cpp extension.")
+    repeat_penalty: float | None = Field(default=None, ge=0, description="llama.cpp extension.")
+    repeat_last_n: int | None = Field(default=None, ge=-1, description="llama.cpp extension (-1: the whole context).")
+    # OpenAI fields conch does not implement: declared so a request using them is refused
+    # with a 400 naming the field instead of being silently served without them.
+    audio: Any = Field(default=None, description="Not supported (400).")
+    modalities: Any = Field(default=None, description="Only [\"text\"] is supported.")
+    prediction: Any = Field(default=None, description="Not supported (400).")
+    web_search_options: Any = Field(default=None, description="Not supported (400).")
+    reasoning_effort: Any = Field(default=None, description="Not supported (400).")
+    verbosity: Any = Field(default=None, description="Not supported (400).")
+    functions: Any = Field(default=None, description="Deprecated by OpenAI; use tools (400).")
+    function_call: Any = Field(default=None, description="Deprecated by OpenAI; use tool_choice (400).")
+
+
+# Declared on the request above only to be refused by name.
+UNSUPPORTED_CHAT_FIELDS = ("audio", "prediction", "web_search_options", "reasoning_effort", "verbosity",
+                           "functions", "function_call")
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobEntry(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprobEntry] | None
+    refusal: list[TokenLogprobEntry] | None = None
 
 
 class AssistantMessage(BaseModel):
@@ -146,7 +189,7 @@ class Choice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls"]
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class Usage(BaseModel):
@@ -187,7 +230,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: ChoiceDelta
     finish_reason: Literal["stop", "length", "tool_calls"] | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -237,6 +280,9 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    capabilities: list[Literal["chat", "embeddings"]] = Field(
+        default_factory=list,
+        description="What the model can serve; [] for a source-format model that must be converted first.")
 
 
 class ModelList(BaseModel):

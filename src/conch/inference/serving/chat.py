@@ -11,15 +11,20 @@ known then, so the route can still answer with a status code.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from conch.inference.chat import ChatEvent, ChatSpec, start_chat
-from conch.inference.engines.base import Engine, SamplingParams, Unsupported
+from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
 from conch.inference.manager import ModelManager
-from conch.inference.protocol.openai import ChatCompletionRequest, NamedToolChoice
+from conch.inference.protocol.openai import (
+    UNSUPPORTED_CHAT_FIELDS,
+    ChatCompletionRequest,
+    NamedToolChoice,
+)
 from conch.inference.providers import serving_hook as remote_hook
 from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.errors import InvalidRequest, domain_errors
@@ -50,22 +55,27 @@ class ChatServing:
         texts = [""] * spec.n
         calls: list[list[dict[str, Any]] | None] = [None] * spec.n
         reasons = ["stop"] * spec.n
+        stop_hits: list[str | None] = [None] * spec.n
+        logprobs: list[list[dict[str, Any]]] = [[] for _ in range(spec.n)]
         n_out = 0
         n_prompt = 0
         first: float | None = None
         with domain_errors("messages"):
             async with self.manager.use(record.id, req.keep_alive) as engine:
-                n_prompt, events = _start(engine, spec)
+                n_prompt, events = _start(engine, spec, req)
                 try:
                     async for ev in events:
                         if first is None:
                             first = time.perf_counter()
+                        if ev.logprobs:
+                            logprobs[ev.index].extend(logprob_entries(ev.logprobs))
                         if ev.kind == "delta":
                             texts[ev.index] += ev.text
                         elif ev.kind == "tool_calls":
                             calls[ev.index] = ev.tool_calls
                         else:
                             reasons[ev.index] = ev.finish_reason or "stop"
+                            stop_hits[ev.index] = ev.stop_sequence
                             n_out += ev.completion_tokens
                 finally:
                     await events.aclose()  # type: ignore[attr-defined]
@@ -87,13 +97,26 @@ class ChatServing:
                         "refusal": None,
                     },
                     "finish_reason": reasons[i],
-                    "logprobs": None,
+                    "logprobs": {"content": logprobs[i], "refusal": None} if req.logprobs else None,
+                    # vLLM's extension: the stop string that ended the choice (the Anthropic
+                    # translation reports it as stop_sequence).
+                    **({"stop_reason": stop_hits[i]} if stop_hits[i] is not None else {}),
                 }
                 for i in range(spec.n)
             ],
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
             "system_fingerprint": None,
         }
+
+    async def count_prompt_tokens(self, req: ChatCompletionRequest) -> int:
+        """Tokens of the prompt ``req`` renders to (template, tools and constraints applied),
+        as ``usage.prompt_tokens`` of the same request counts them; nothing is generated."""
+        spec = chat_spec(req)
+        record = self.resolver.local_record(req.model, "chat")
+        with domain_errors("messages"):
+            async with self.manager.use(record.id, req.keep_alive) as engine:
+                _check_engine(engine, spec, req)
+                return len(engine.chat_prompt(spec).tokens)
 
     async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` objects as tokens come; closing the iterator cancels generation.
@@ -128,7 +151,7 @@ class ChatServing:
         first: float | None = None
         with domain_errors("messages"), contextlib.ExitStack() as finish:
             async with self.manager.use(record.id, req.keep_alive) as engine:
-                n_prompt, events = _start(engine, spec)
+                n_prompt, events = _start(engine, spec, req)
                 finish.callback(
                     lambda: self.metrics.observe_generation(
                         None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out
@@ -140,7 +163,7 @@ class ChatServing:
                     async for ev in events:
                         if first is None:
                             first = time.perf_counter()
-                        yield chunk([_event_choice(ev)])
+                        yield chunk([_event_choice(ev, req.logprobs)])
                         if ev.kind == "finish":
                             n_out += ev.completion_tokens
                     if include_usage:
@@ -159,6 +182,7 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
         ToolSpec(t.function.name, t.function.description, t.function.parameters or {"type": "object", "properties": {}})
         for t in req.tools or []
     ]
+    _refuse_unsupported(req)
     named: str | None = None
     if isinstance(req.tool_choice, NamedToolChoice):
         tool_choice, named = "function", req.tool_choice.function.name
@@ -176,6 +200,12 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
             stop=stop,
             presence_penalty=req.presence_penalty or 0.0,
             frequency_penalty=req.frequency_penalty or 0.0,
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            top_k=req.top_k or 0,
+            min_p=req.min_p or 0.0,
+            typical_p=1.0 if req.typical_p is None else req.typical_p,
+            repeat_penalty=1.0 if req.repeat_penalty is None else req.repeat_penalty,
+            repeat_last_n=64 if req.repeat_last_n is None else req.repeat_last_n,
         ),
         n=req.n,
         tools=tools,
@@ -185,26 +215,84 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
     )
 
 
-def _start(engine: Engine, spec: ChatSpec) -> tuple[int, AsyncIterator[ChatEvent]]:
+def _refuse_unsupported(req: ChatCompletionRequest) -> None:
+    """OpenAI fields conch does not implement are refused by name, never silently dropped."""
+    for name in UNSUPPORTED_CHAT_FIELDS:
+        if getattr(req, name) is not None:
+            raise InvalidRequest(f"'{name}' is not supported by conch", param=name, code="unsupported_parameter")
+    if req.modalities is not None and req.modalities != ["text"]:
+        raise InvalidRequest("Only 'modalities: [\"text\"]' is supported by conch", param="modalities",
+                             code="unsupported_parameter")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequest("'top_logprobs' requires 'logprobs: true'", param="top_logprobs")
+    for i, m in enumerate(req.messages):
+        for j, call in enumerate(m.tool_calls or []):
+            try:
+                json.loads(call.function.arguments or "{}")
+            except json.JSONDecodeError as exc:
+                raise InvalidRequest(
+                    f"messages[{i}] (the {m.role} message) has tool call {j} whose arguments are not valid JSON: {exc}",
+                    param=f"messages[{i}].tool_calls[{j}].function.arguments",
+                )
+
+
+def logit_bias(bias: dict[str, float] | None, n_vocab: int) -> dict[int, float]:
+    """``{"token id": bias}`` checked against the vocabulary and the -100..100 range."""
+    out: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        try:
+            tok = int(key)
+        except ValueError:
+            raise InvalidRequest(f"'logit_bias' keys must be token ids; got {key!r}", param="logit_bias")
+        if not 0 <= tok < n_vocab:
+            raise InvalidRequest(f"'logit_bias' token {tok} is outside the vocabulary (0..{n_vocab - 1})",
+                                 param="logit_bias")
+        if not -100 <= value <= 100:
+            raise InvalidRequest(f"'logit_bias' values must be between -100 and 100; got {value}", param="logit_bias")
+        out[tok] = float(value)
+    return out
+
+
+def logprob_entries(items: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """Engine log-probabilities in OpenAI's shape ``{token, logprob, bytes, top_logprobs}``."""
+    return [
+        {"token": t.piece.decode("utf-8", "replace"), "logprob": t.logprob, "bytes": list(t.piece),
+         "top_logprobs": [{"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p)} for _, p, lp in t.top]}
+        for t in items
+    ]
+
+
+def _check_engine(engine: Engine, spec: ChatSpec, req: ChatCompletionRequest) -> None:
     if "chat" not in engine.capabilities:
         # Capabilities already say so for converted models; a hand-registered record may not.
         raise Unsupported(f"The model '{engine.model_id}' does not support chat")
+    if req.logit_bias:
+        spec.sampling.logit_bias = logit_bias(req.logit_bias, engine.n_vocab)
+
+
+def _start(engine: Engine, spec: ChatSpec, req: ChatCompletionRequest) -> tuple[int, AsyncIterator[ChatEvent]]:
+    _check_engine(engine, spec, req)
     prompt = engine.chat_prompt(spec)
     return len(prompt.tokens), start_chat(engine, spec, prompt)
 
 
-def _choice(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+def _choice(index: int, delta: dict[str, Any], finish_reason: str | None = None,
+            logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
 
 
-def _event_choice(ev: ChatEvent) -> dict[str, Any]:
+def _event_choice(ev: ChatEvent, with_logprobs: bool = False) -> dict[str, Any]:
+    lp = {"content": logprob_entries(ev.logprobs or []), "refusal": None} if with_logprobs and ev.logprobs else None
     if ev.kind == "delta":
-        return _choice(ev.index, {"content": ev.text})
+        return _choice(ev.index, {"content": ev.text}, logprobs=lp)
     if ev.kind == "tool_calls":
         deltas = [
             {"index": k, "id": c["id"], "type": "function",
              "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
             for k, c in enumerate(ev.tool_calls or [])
         ]
-        return _choice(ev.index, {"tool_calls": deltas})
-    return _choice(ev.index, {}, ev.finish_reason)
+        return _choice(ev.index, {"tool_calls": deltas}, logprobs=lp)
+    choice = _choice(ev.index, {}, ev.finish_reason, logprobs=lp)
+    if ev.stop_sequence is not None:
+        choice["stop_reason"] = ev.stop_sequence
+    return choice

@@ -21,7 +21,12 @@ from conch.inference.engines.base import (
     RuntimeMissing,
     Unsupported,
 )
-from conch.inference.manager import InvalidKeepAlive, ModelNotFound, ModelNotReady
+from conch.inference.manager import (
+    InvalidKeepAlive,
+    ModelNeedsConversion,
+    ModelNotFound,
+    ModelNotReady,
+)
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -103,6 +108,7 @@ PROMPT = "<prompt>"
 # Most specific first: the first row whose class matches wins.
 DOMAIN_ERRORS: tuple[tuple[type[BaseException], int, str, str | None], ...] = (
     (ModelNotFound, 404, "model_not_found", "model"),
+    (ModelNeedsConversion, 400, "model_needs_conversion", "model"),
     (ModelNotReady, 409, "model_not_ready", "model"),
     (InvalidKeepAlive, 400, "invalid_request_error", "keep_alive"),
     (ChatInputError, 400, "invalid_request_error", OWN),

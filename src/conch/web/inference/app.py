@@ -21,12 +21,24 @@ from conch.inference.bundled import ensure_bundled_model
 from conch.inference.manager import ModelManager
 from conch.inference.providers.registry import ProviderRegistry
 from conch.inference.serving.chat import ChatServing
+from conch.inference.serving.completions import CompletionServing
 from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
 from conch.inference.store import ModelStore
 from conch.web.errors import install_error_handlers
-from conch.web.inference import chat, embeddings, health, models, providers, storage
+from conch.web.inference import (
+    chat,
+    completions,
+    embeddings,
+    health,
+    messages,
+    models,
+    ollama,
+    providers,
+    responses_api,
+    storage,
+)
 from conch.web.studio import INFERENCE_PAGES, mount_studio
 
 
@@ -65,10 +77,14 @@ def create_app(settings: Settings) -> FastAPI:
     state.providers = registry
     state.chat = ChatServing(manager, resolver, metrics, providers=registry)
     state.embeddings = EmbeddingServing(manager, resolver, metrics, providers=registry)
+    state.completions = CompletionServing(manager, resolver, metrics)
     state.http_counters = health.HttpCounters()
     install_error_handlers(app)
     app.add_middleware(health.RequestCounter, counters=state.http_counters)
     for module in (chat, embeddings, models, providers, storage, health):
+        app.include_router(module.router)
+    # The other vendors' APIs, translated onto the same serving layer (docs/apis.md).
+    for module in (completions, responses_api, messages, ollama):
         app.include_router(module.router)
     if settings.enable_openapi:
         app.include_router(health.docs_router)

@@ -143,7 +143,10 @@ def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
 @router.get("/v1/models", response_model=p.ModelList)
 async def list_models(models: ModelStore = Depends(store), registry: ProviderRegistry = Depends(providers)) -> Any:
     records, remote = await asyncio.gather(asyncio.to_thread(models.list), registry.models())
-    data = [p.Model(id=r.id, created=r.created, owned_by=r.owned_by) for r in records]
+    data = [
+        p.Model(id=r.id, created=r.created, owned_by=r.owned_by, capabilities=list(r.capabilities))
+        for r in records
+    ]
     # Remote models: the providers' last lists (cached 60 s, never waited on for long).
     data += [p.Model(id=m["id"], created=m["created"], owned_by=m["owned_by"]) for m in remote]
     return p.ModelList(data=data)

@@ -239,6 +239,26 @@ class LlamaEngine:
         return sampling.grammar_accepted(self._model.vocab, grammar)
 
     # -- generation --------------------------------------------------------------------------
+    def text_prompt(self, text: str) -> list[int]:
+        """A legacy completion's prompt: special tokens parsed, as llama-server does."""
+        return self.prompt_tokens(text)
+
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        """Prefix-suffix-middle order, as llama-server's /infill builds it."""
+        llama_cpp = init_backend()
+        vocab = self._model.vocab
+        pre, suf, mid = (
+            int(f(vocab))
+            for f in (llama_cpp.llama_vocab_fim_pre, llama_cpp.llama_vocab_fim_suf, llama_cpp.llama_vocab_fim_mid)
+        )
+        if min(pre, suf, mid) < 0:
+            raise Unsupported(
+                f"The model '{self.model_id}' has no fill-in-the-middle tokens, so 'suffix' cannot be used"
+            )
+        bos = int(self._model.token_bos())
+        head = [bos] if self._add_bos and bos >= 0 else []
+        return [*head, pre, *self.tokenize(prefix, add_bos=False), suf, *self.tokenize(suffix, add_bos=False), mid]
+
     def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
         if self.scheduler is None:
             raise Unsupported(f"The model '{self.model_id}' does not support chat")

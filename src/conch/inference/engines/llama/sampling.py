@@ -1,7 +1,7 @@
 """Sampling: a llama.cpp sampler chain per request, and stop strings on the decoded text.
 
-The chain is grammar (if any) -> penalties -> greedy, or top-k -> top-p -> temperature ->
-seeded draw. Stop strings are matched on the text, not on tokens, and text that could still
+The chain is grammar (if any) -> logit bias -> penalties -> greedy, or top-k -> typical ->
+top-p -> min-p -> temperature -> seeded draw. Stop strings are matched on the text, not on tokens, and text that could still
 become a stop string is held back until it cannot, so a stop string never reaches the client.
 """
 
@@ -28,7 +28,7 @@ def grammar_accepted(vocab: Any, grammar: str) -> bool:
     return True
 
 
-def make_sampler(vocab: Any, params: SamplingParams) -> Any:
+def make_sampler(vocab: Any, params: SamplingParams, *, n_vocab: int, n_ctx: int) -> Any:
     llama_cpp = init_backend()
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
@@ -47,15 +47,28 @@ def make_sampler(vocab: Any, params: SamplingParams) -> Any:
             llama_cpp.llama_sampler_free(chain)
             raise EngineError("the grammar for this request could not be parsed")
         add(chain, smpl)
-    if params.presence_penalty or params.frequency_penalty:
-        add(chain, llama_cpp.llama_sampler_init_penalties(64, 1.0, params.frequency_penalty, params.presence_penalty))
+    if params.logit_bias:
+        # First after the grammar, as llama-server does: the bias shifts the logits every later
+        # stage sees, so -100 removes a token even from a greedy answer.
+        biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
+            *[llama_cpp.llama_logit_bias(tok, bias) for tok, bias in params.logit_bias.items()]
+        )
+        add(chain, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
+    if params.presence_penalty or params.frequency_penalty or params.repeat_penalty != 1.0:
+        last_n = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
+        add(chain, llama_cpp.llama_sampler_init_penalties(
+            n_vocab, last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
     if params.temperature <= 0:
         add(chain, llama_cpp.llama_sampler_init_greedy())
     else:
         if params.top_k > 0:
             add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
+        if params.typical_p < 1.0:
+            add(chain, llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
         if params.top_p < 1.0:
             add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+        if params.min_p > 0.0:
+            add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
         add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
         seed = params.seed if params.seed is not None else random.getrandbits(32)
         add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
@@ -74,8 +87,10 @@ def append_text(job: Job, delta: str) -> str | None:
     start = max(0, len(job.text) - max((len(s) for s in stops), default=0))
     job.text += delta
     if stops:
-        hit = min((i for i in (job.text.find(s, start) for s in stops if s) if i >= 0), default=-1)
+        found = [(i, s) for s in stops if s and (i := job.text.find(s, start)) >= 0]
+        hit = min(found)[0] if found else -1
         if hit >= 0:
+            job.stop_hit = min(found)[1]
             job.text = job.text[:hit]
             out = job.text[job.emitted :]
             job.emitted = len(job.text)

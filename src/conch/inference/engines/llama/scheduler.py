@@ -18,12 +18,15 @@ import asyncio
 import codecs
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from conch.inference.engines.base import (
     EngineError,
@@ -32,6 +35,7 @@ from conch.inference.engines.base import (
     QueueFull,
     SamplingParams,
     TokenEvent,
+    TokenLogprob,
 )
 from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import fast_calls, init_backend
@@ -63,8 +67,13 @@ class Job:
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_hit: str | None = None
 
     def push(self, ev: TokenEvent) -> None:
+        if self.pending_logprobs:
+            # The log-probabilities ride on the next event out (text may be held for stop strings).
+            ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
         except RuntimeError:  # the loop is gone: nobody is listening any more
@@ -119,7 +128,11 @@ class Scheduler:
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
-        self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(model.vocab, params)
+        self.n_vocab = int(model.n_vocab())
+        n_ctx = int(init_backend().llama_n_ctx(ctx))
+        self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
+            model.vocab, params, n_vocab=self.n_vocab, n_ctx=n_ctx
+        )
         self._batch: Any = None
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -199,7 +212,8 @@ class Scheduler:
             job.sampler = None
         if reason != "cancelled":
             tail = job.text[job.emitted :] if reason != "error" else ""
-            job.push(TokenEvent(tail, job.n_gen, reason, error))
+            stop = job.stop_hit if reason == "stop" else None
+            job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=stop))
         self.stats.requests += 1
 
     def _loop(self) -> None:
@@ -298,6 +312,8 @@ class Scheduler:
             finished: list[tuple[Job, str]] = []
             for job, idx in sample_at:
                 tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
+                if job.params.logprobs is not None and not self._is_eog(tok):
+                    job.pending_logprobs.append(self._logprob(ctx, idx, tok, job.params.logprobs))
                 now = time.perf_counter()
                 if job.first_token_at is None:
                     job.first_token_at = now
@@ -363,6 +379,25 @@ class Scheduler:
                 job.n_past = 0
                 self._pending.appendleft(job)
             return list(self._active)
+
+    def _is_eog(self, tok: int) -> bool:
+        eog = self._eog.get(tok)
+        if eog is None:
+            eog = self._eog[tok] = bool(fast_calls().llama_vocab_is_eog(self._model.vocab, tok))
+        return eog
+
+    def _logprob(self, ctx: Any, idx: int, tok: int, top: int) -> TokenLogprob:
+        """log-softmax of the raw logits at batch row ``idx`` (before bias, penalties, grammar
+        and temperature: the model's own distribution), for ``tok`` and the ``top`` likeliest."""
+        logits = np.ctypeslib.as_array(init_backend().llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
+        peak = float(logits.max())
+        lse = peak + math.log(float(np.exp(logits - peak).sum()))
+        alternatives: list[tuple[int, bytes, float]] = []
+        if top > 0:
+            best = np.argpartition(logits, -top)[-top:]
+            best = best[np.argsort(-logits[best], kind="stable")]
+            alternatives = [(int(t), self._piece(int(t)), float(logits[t]) - lse) for t in best]
+        return TokenLogprob(tok, self._piece(tok), float(logits[tok]) - lse, alternatives)
 
     def _piece(self, tok: int) -> bytes:
         piece = self._pieces.get(tok)

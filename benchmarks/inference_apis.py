@@ -1,0 +1,122 @@
+"""The same 128-token greedy generation through every API conch serves, side by side.
+
+``/v1/chat/completions`` is the reference; ``/v1/completions`` (the chat template applied by
+hand, so the model sees the same tokens), ``/v1/responses``, ``/v1/messages`` and ``/api/chat``
+must each stay within 3 % of its tokens/s (they are translations over the same serving path),
+and ``logprobs: true, top_logprobs: 5`` must cost at most 10 % of it. Requests are interleaved
+round-robin so drift hits every API alike; the median of the runs is reported.
+
+Run alone with ``python benchmarks/inference_apis.py``; ``benchmarks/inference.py`` runs it too.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "smollm2-135m-instruct"
+TOKENS = 128
+RUNS = 7
+QUESTION = "Write a long story about a lighthouse keeper."
+# SmolLM2's ChatML template, rendered by hand for the legacy completions route.
+CHATML = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _requests() -> dict[str, tuple[str, dict[str, Any], Callable[[dict[str, Any]], int]]]:
+    msgs = [{"role": "user", "content": QUESTION}]
+    return {
+        "/v1/chat/completions": ("/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": TOKENS, "temperature": 0},
+                                 lambda r: r["usage"]["completion_tokens"]),
+        "/v1/completions": ("/v1/completions", {"model": MODEL, "prompt": CHATML, "max_tokens": TOKENS, "temperature": 0},
+                            lambda r: r["usage"]["completion_tokens"]),
+        "/v1/responses": ("/v1/responses", {"model": MODEL, "input": QUESTION, "max_output_tokens": TOKENS, "temperature": 0},
+                          lambda r: r["usage"]["output_tokens"]),
+        "/v1/messages": ("/v1/messages", {"model": MODEL, "messages": msgs, "max_tokens": TOKENS, "temperature": 0},
+                         lambda r: r["usage"]["output_tokens"]),
+        "/api/chat": ("/api/chat", {"model": MODEL, "messages": msgs, "stream": False,
+                                    "options": {"num_predict": TOKENS, "temperature": 0}},
+                      lambda r: r["eval_count"]),
+        "chat, logprobs top 5": ("/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": TOKENS, "temperature": 0,
+                                                          "logprobs": True, "top_logprobs": 5},
+                                 lambda r: r["usage"]["completion_tokens"]),
+    }
+
+
+def bench(base: str) -> dict[str, float]:
+    reqs = _requests()
+    rates: dict[str, list[float]] = {name: [] for name in reqs}
+    with httpx.Client(base_url=base, timeout=300) as c:
+        for path, body, _count in reqs.values():  # warm up: model load, prefix cache
+            c.post(path, json=body).raise_for_status()
+        for _ in range(RUNS):
+            for name, (path, body, count) in reqs.items():
+                t0 = time.perf_counter()
+                resp = c.post(path, json=body)
+                elapsed = time.perf_counter() - t0
+                resp.raise_for_status()
+                rates[name].append(count(resp.json()) / elapsed)
+    return {name: statistics.median(v) for name, v in rates.items()}
+
+
+def start_conch() -> tuple[str, subprocess.Popen[bytes], tempfile.TemporaryDirectory[str]]:
+    port = _free_port()
+    data = tempfile.TemporaryDirectory()
+    env = {**os.environ, "CONCH_DATA_DIR": data.name, "CONCH_N_CTX": "2048", "CONCH_MODELS_PORT": str(port),
+           "PYTHONPATH": str(ROOT / "src")}
+    code = ("import uvicorn; from conch.config import load_settings; from conch.web.inference.app import create_app; "
+            "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"conch exited with {proc.returncode}")
+        try:
+            if httpx.get(base + "/v1/health", timeout=2).status_code == 200:
+                return base, proc, data
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("conch did not start")
+
+
+def main() -> None:
+    print(f"\n{TOKENS}-token greedy generation through each API (median of {RUNS}, interleaved)")
+    base, proc, data = start_conch()
+    try:
+        rates = bench(base)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        data.cleanup()
+    ref = rates["/v1/chat/completions"]
+    print(f"  {'API':28}{'tokens/s':>10}{'vs chat':>10}  target")
+    for name, tps in rates.items():
+        target = "(reference)" if name == "/v1/chat/completions" else (">= 0.90x" if "logprobs" in name else ">= 0.97x")
+        print(f"  {name:28}{tps:>10.1f}{tps / ref:>9.3f}x  {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""What the routers of the other vendors' APIs share: the serving objects, the JSON body read
+in the vendor's error shape, and stream plumbing.
+
+Each vendor API answers errors in its own shape (Anthropic ``{"type": "error", ...}``,
+Ollama ``{"error": "..."}``, OpenAI's envelope), so these routers read their bodies
+themselves instead of letting FastAPI's validation answer in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from conch.inference.protocol.openai import ChatCompletionRequest
+from conch.inference.protocols import TranslationError
+from conch.inference.serving.chat import ChatServing
+from conch.inference.serving.embeddings import EmbeddingServing
+from conch.inference.serving.errors import from_domain
+from conch.web.inference import deps
+
+# Turns (status, message, param) into the vendor's error body.
+ErrorShape = Callable[[int, str, str | None], dict[str, Any]]
+
+
+class VendorError(Exception):
+    """An error to answer in the calling API's own shape."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.headers = headers
+
+
+def respond_error(exc: VendorError, shape: ErrorShape) -> JSONResponse:
+    return JSONResponse(shape(exc.status, exc.message, exc.param), status_code=exc.status, headers=exc.headers)
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        raise VendorError(400, "A JSON request body is required")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise VendorError(400, "The request body is not valid JSON")
+    if not isinstance(body, dict):
+        raise VendorError(400, "The request body must be a JSON object")
+    return body
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif any(ch in str(part) for ch in "[]()-,") or str(part) in ("str", "int", "float", "bool", "list", "dict"):
+            break
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def vendor_error(exc: BaseException) -> VendorError:
+    """The vendor-neutral error for a translation, validation or serving failure."""
+    if isinstance(exc, VendorError):
+        return exc
+    if isinstance(exc, TranslationError):
+        return VendorError(exc.status, exc.message, exc.param)
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        param = _loc(tuple(first.get("loc", ())))
+        return VendorError(400, f"Invalid value for '{param}': {first.get('msg')}", param or None)
+    served = from_domain(exc, "messages")
+    if served is not None:
+        exc = served
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and isinstance(getattr(exc, "message", None), str):
+        # A serving error (or the OpenAI routes' APIError): keep its status and message.
+        return VendorError(status, exc.message, getattr(exc, "param", None),  # type: ignore[attr-defined]
+                           getattr(exc, "headers", None))
+    raise exc
+
+
+async def primed(stream: AsyncIterator[dict[str, Any]]) -> tuple[dict[str, Any] | None, AsyncIterator[dict[str, Any]]]:
+    """Take the first chunk now, so errors known before any output still get a status code."""
+    try:
+        first = await stream.__anext__()
+    except StopAsyncIteration:
+        return None, stream
+    except BaseException:
+        await _aclose(stream)
+        raise
+    return first, stream
+
+
+async def _aclose(stream: Any) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def chunks(first: dict[str, Any] | None, stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """The primed first chunk, then the rest; closing this closes (cancels) the generation."""
+    try:
+        if first is not None:
+            yield first
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await _aclose(stream)
+
+
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+# -- the serving objects (``deps`` reads them off app.state) ------------------------------------
+def chat_serving(request: Request) -> ChatServing:
+    return deps.chat_serving(request)
+
+
+def embedding_serving(request: Request) -> EmbeddingServing:
+    return deps.embedding_serving(request)
+
+
+async def count_chat_tokens(request: Request, req: ChatCompletionRequest) -> int:
+    """Prompt tokens of a chat request as the model's template renders it (no generation)."""
+    return await deps.chat_serving(request).count_prompt_tokens(req)

@@ -1,0 +1,338 @@
+"""Ollama's API on the inference server: ``/api/chat``, ``/api/generate``, ``/api/embed``,
+``/api/embeddings``, ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, ``/api/pull``,
+``/api/delete``.
+
+Streams are NDJSON (one object a line), on by default as in Ollama; errors are Ollama's
+``{"error": "..."}``. ``/api/pull`` goes through conch's download sources: a plain name is
+pulled from the Ollama registry; conch's locator fields (``source`` with ``url``, ``path``,
+``repo``, ``package``, ``revision``, ``files``, ``sha256``) pick any other source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+import conch
+from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
+from conch.inference.protocols import TranslationError
+from conch.inference.protocols import ollama as o
+from conch.web.inference.compat import (
+    STREAM_HEADERS,
+    VendorError,
+    chat_serving,
+    chunks,
+    embedding_serving,
+    primed,
+    read_json,
+    respond_error,
+    vendor_error,
+)
+
+router = APIRouter(tags=["ollama"])
+
+NDJSON = "application/x-ndjson"
+
+
+def _shape(status: int, message: str, param: str | None) -> dict[str, Any]:
+    return o.error_body(message)
+
+
+def _line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _body(description: str) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "description": description}}}}}
+
+
+def _model_id(request: Request, name: str) -> str:
+    """Ollama clients add the default tag; conch ids have none."""
+    store = request.app.state.store
+    if name.endswith(":latest") and store.get(name) is None:
+        return name.removesuffix(":latest")
+    return name
+
+
+async def _generation(request: Request, kind: str, req_body: dict[str, Any], model: str,
+                      stream_out: bool, start: float, chunk_source: Callable[[], Any]) -> Any:
+    """Serve one chat/generate request from its chat or completion chunks."""
+    try:
+        first, stream = await primed(chunk_source())
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    t_first = time.perf_counter()
+    translator = o.OllamaStream(model, kind)
+
+    def final(collected: bool) -> dict[str, Any]:
+        end = time.perf_counter()
+        return translator.final(total_ns=int((end - start) * 1e9), prompt_ns=int((t_first - start) * 1e9),
+                                eval_ns=int((end - t_first) * 1e9), collected=collected)
+
+    if not stream_out:
+        try:
+            async for chunk in chunks(first, stream):
+                translator.feed(chunk)
+        except Exception as exc:
+            return respond_error(vendor_error(exc), _shape)
+        return JSONResponse(final(True))
+
+    async def lines() -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks(first, stream):
+                for obj in translator.feed(chunk):
+                    yield _line(obj)
+        except Exception as exc:
+            yield _line(o.error_body(vendor_error(exc).message))
+            return
+        yield _line(final(False))
+
+    return StreamingResponse(lines(), media_type=NDJSON, headers=STREAM_HEADERS)
+
+
+@router.post("/api/chat", openapi_extra=_body("An Ollama chat request"), summary="Ollama chat")
+async def chat(request: Request) -> Any:
+    start = time.perf_counter()
+    try:
+        body = await read_json(request)
+        body["model"] = _model_id(request, str(body.get("model") or ""))
+        n_ctx = request.app.state.settings.n_ctx
+        req = ChatCompletionRequest.model_validate(o.chat_request(body, n_ctx))
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    serving = chat_serving(request)
+    return await _generation(request, "chat", body, body["model"], body.get("stream", True) is not False,
+                             start, lambda: serving.stream(req))
+
+
+@router.post("/api/generate", openapi_extra=_body("An Ollama generate request"), summary="Ollama generate")
+async def generate(request: Request) -> Any:
+    start = time.perf_counter()
+    try:
+        body = await read_json(request)
+        body["model"] = _model_id(request, str(body.get("model") or ""))
+        stream_out = body.get("stream", True) is not False
+        if not body["model"]:
+            raise TranslationError("model is required", "model")
+        if not body.get("prompt") and not body.get("suffix"):
+            # An empty prompt loads the model and answers at once (Ollama's preload idiom).
+            async with request.app.state.manager.use(body["model"], body.get("keep_alive")):
+                pass
+            done = {"model": body["model"], "created_at": o.now_iso(), "response": "", "done": True,
+                    "done_reason": "load"}
+            return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
+        kind, translated = o.generate_request(body, request.app.state.settings.n_ctx)
+        if kind == "chat":
+            req = ChatCompletionRequest.model_validate(translated)
+            serving = chat_serving(request)
+            source: Callable[[], Any] = lambda: serving.stream(req)  # noqa: E731
+        else:
+            from conch.web.inference.completions import completion_chunks, parse_completion_request
+
+            creq = parse_completion_request(translated)
+            source = lambda: completion_chunks(request, creq)  # noqa: E731
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    return await _generation(request, "generate", body, body["model"], stream_out, start, source)
+
+
+async def _embed(request: Request, legacy: bool) -> Any:
+    start = time.perf_counter()
+    try:
+        body = await read_json(request)
+        body["model"] = _model_id(request, str(body.get("model") or ""))
+        if legacy and not isinstance(body.get("prompt"), str):
+            raise TranslationError("'prompt' must be a string", "prompt")
+        req = EmbeddingRequest.model_validate(o.embed_request(body))
+        result = await embedding_serving(request).create(req)
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    total = int((time.perf_counter() - start) * 1e9)
+    answer = o.embed_response(body["model"], result, total)
+    if legacy:
+        return {"embedding": answer["embeddings"][0]}
+    return answer
+
+
+@router.post("/api/embed", openapi_extra=_body("An Ollama embed request"), summary="Ollama embed")
+async def embed(request: Request) -> Any:
+    return await _embed(request, legacy=False)
+
+
+@router.post("/api/embeddings", openapi_extra=_body("A legacy Ollama embeddings request"),
+             summary="Ollama embeddings (legacy)")
+async def embeddings(request: Request) -> Any:
+    return await _embed(request, legacy=True)
+
+
+# -- models ----------------------------------------------------------------------------------
+def _usable(record: Any) -> bool:
+    return bool(record.status == "ready" and record.capabilities)
+
+
+@router.get("/api/tags", summary="Ollama: local models")
+async def tags(request: Request) -> Any:
+    records = await asyncio.to_thread(request.app.state.store.list)
+    return {"models": [o.tag_entry(r) for r in records if _usable(r)]}
+
+
+async def _record(request: Request, body: dict[str, Any]) -> Any:
+    name = body.get("model") or body.get("name")
+    if not isinstance(name, str) or not name:
+        raise VendorError(400, "model is required", "model")
+    record = await asyncio.to_thread(request.app.state.store.get, _model_id(request, name))
+    if record is None:
+        raise VendorError(404, f"model '{name}' not found", "model")
+    return record
+
+
+@router.post("/api/show", openapi_extra=_body("{model}"), summary="Ollama: model details")
+async def show(request: Request) -> Any:
+    try:
+        record = await _record(request, await read_json(request))
+        template = ""
+        fim = False
+        if record.format == "gguf" and record.path:
+            from conch.inference.gguf_info import read_gguf_info
+
+            info = await asyncio.to_thread(read_gguf_info, record.path)
+            template = info.chat_template or ""
+            meta = info.metadata
+            fim = all(f"tokenizer.ggml.fim_{k}_token_id" in meta for k in ("pre", "suf", "mid"))
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    return o.show_entry(record, template=template, fim=fim)
+
+
+@router.get("/api/ps", summary="Ollama: loaded models")
+async def ps(request: Request) -> Any:
+    manager = request.app.state.manager
+    store = request.app.state.store
+    out = []
+    for model_id, expires_at in manager.loaded_expiry().items():
+        record = await asyncio.to_thread(store.get, model_id)
+        if record is not None:
+            out.append(o.ps_entry(record, expires_at))
+    return {"models": out}
+
+
+@router.get("/api/version", summary="Ollama: server version")
+async def version() -> Any:
+    return {"version": conch.__version__}
+
+
+@router.delete("/api/delete", openapi_extra=_body("{model}"), summary="Ollama: delete a model")
+async def delete(request: Request) -> Any:
+    try:
+        record = await _record(request, await read_json(request))
+        manager = request.app.state.manager
+        if record.status in ("downloading", "converting"):
+            raise VendorError(409, f"model '{record.id}' is {record.status}; wait for it to finish")
+        if manager.in_use(record.id):
+            raise VendorError(409, f"model '{record.id}' is serving requests; try again when they finish")
+        await manager.unload(record.id)
+        await asyncio.to_thread(request.app.state.store.delete, record.id)
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+    return Response(status_code=200)
+
+
+_LOCATORS = ("source", "revision", "files", "repo", "url", "package", "name", "path", "registry", "sha256")
+
+
+@router.post("/api/pull", openapi_extra=_body("{model, stream?} plus conch's download fields (source, url, path …)"),
+             summary="Ollama: pull a model through conch's download sources")
+async def pull(request: Request) -> Any:
+    from conch.inference.acquire import DownloadSpec
+    from conch.inference.sources import ModelOpError, get_source
+
+    try:
+        body = await read_json(request)
+        model = body.get("model") or body.get("name")
+        if not isinstance(model, str) or not model:
+            raise VendorError(400, "model is required", "model")
+        fields: dict[str, Any] = {k: body[k] for k in _LOCATORS if body.get(k) is not None}
+        source = str(fields.pop("source", "ollama"))
+        if source == "ollama":
+            fields.setdefault("name", model)
+            model = model.removesuffix(":latest")
+        if isinstance(fields.get("files"), str):
+            fields["files"] = [fields["files"]]
+        try:
+            get_source(source)
+        except ModelOpError as exc:
+            raise VendorError(exc.status_code, exc.message, "source")
+        spec = DownloadSpec(source=source, **fields)
+        acquirer = request.app.state.acquirer
+        if acquirer.busy(model):
+            raise VendorError(409, f"model '{model}' is already being downloaded")
+    except Exception as exc:
+        return respond_error(vendor_error(exc), _shape)
+
+    if body.get("stream", True) is False:
+        try:
+            await asyncio.to_thread(acquirer.download, model, spec)
+        except ModelOpError as exc:
+            return respond_error(VendorError(exc.status_code, exc.message), _shape)
+        return {"status": "success"}
+
+    async def lines() -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def progress(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, dict(event))
+
+        yield _line({"status": "pulling manifest"})
+        task = asyncio.ensure_future(asyncio.to_thread(acquirer.download, model, spec, progress, cancel))
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield _line(o.pull_progress(getter.result(), model))
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield _line(o.pull_progress(queue.get_nowait(), model))
+                break
+            try:
+                record = task.result()
+            except ModelOpError as exc:
+                yield _line(o.error_body(exc.message))
+                return
+            except Exception as exc:
+                yield _line(o.error_body(f"pull failed: {exc}"))
+                return
+            if record.sha256:
+                yield _line({"status": "verifying sha256 digest", "digest": f"sha256:{record.sha256}"})
+            yield _line({"status": "writing manifest"})
+            yield _line({"status": "success"})
+        finally:
+            cancel.set()  # a client that leaves stops the download at its next progress report
+
+    return StreamingResponse(lines(), media_type=NDJSON, headers=STREAM_HEADERS)
+
+
+def _not_here(route: str, instead: str) -> Callable[[], Any]:
+    async def handler() -> Any:
+        return JSONResponse(o.error_body(f"{route} is not supported by conch; {instead}"), status_code=501)
+    return handler
+
+
+for _method, _route, _instead in (
+    ("POST", "/api/create", "download a GGUF with /api/pull or POST /v1/models/:id/download, convert with /v1/models/:id/convert"),
+    ("POST", "/api/copy", "download the model again under the new name"),
+    ("POST", "/api/push", "conch does not publish models to a registry"),
+):
+    router.add_api_route(_route, _not_here(_route, _instead), methods=[_method], summary=f"Ollama: {_route} (not supported)",
+                         status_code=501)
