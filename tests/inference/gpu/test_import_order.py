@@ -59,7 +59,7 @@ CASES = {
     # the agent server's app first, then the inference server's (as `conch up` builds them)
     "both apps": """
         from conch.config import load_settings
-        from conch.web.agent_app import create_app as agent
+        from conch.web.agent.app import create_app as agent
         from conch.web.inference.app import create_app as inference
         s = load_settings()
         agent(s)

@@ -66,10 +66,7 @@ def conch_inference_server(data_dir: Path, **overrides: Any) -> Iterator[tuple[s
 
     from conch.config import Settings
 
-    try:
-        from conch.web.inference.app import create_app
-    except ImportError:  # before the inference server's routers were split per resource
-        from conch.web.inference_app import create_app  # type: ignore[no-redef]
+    from conch.web.inference.app import create_app
 
     port = free_port()
     settings = Settings(data_dir=data_dir, models_port=port, **overrides)
