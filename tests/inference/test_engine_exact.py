@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conch.inference.engines.llama.engine as le
+import conch.inference.engines.llama.backend as backend
 from conch.inference.engines.base import SamplingParams
+from conch.inference.engines.llama import LlamaEngine
 
 
 def _address(pointer: Any) -> int:
@@ -60,21 +61,22 @@ def _prompts() -> list[list[dict[str, str]]]:
 
 
 def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    engine = le.LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt)
+    engine = LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt)
     # The worker thread binds the fast calls when it starts (in load).
-    hashing = _HashingCalls(le._fast_calls(), N_VOCAB)
-    monkeypatch.setattr(le, "_fast", hashing)
+    hashing = _HashingCalls(backend.fast_calls(), N_VOCAB)
+    monkeypatch.setattr(backend, "_fast", hashing)
     engine.load()
     assert engine._model.n_vocab() == N_VOCAB
     samplers: dict[int, Any] = {}
-    make_sampler = engine._make_sampler
+    assert engine.scheduler is not None
+    make_sampler = engine.scheduler.make_sampler
 
     def recording(params: SamplingParams) -> Any:
         sampler = make_sampler(params)
         samplers[id(params)] = sampler
         return sampler
 
-    monkeypatch.setattr(engine, "_make_sampler", recording)
+    monkeypatch.setattr(engine.scheduler, "make_sampler", recording)
 
     async def one(messages: list[dict[str, str]]) -> list[str]:
         params = SamplingParams(max_tokens=12, temperature=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -22,7 +23,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
+
 from conch.config import Settings
+from conch.inference.files import ProgressCallback, sha256_file
 from conch.inference.sources import (
     LOCATOR_FIELDS,
     SOURCES,
@@ -34,8 +38,10 @@ from conch.inference.sources import (
     NotFound,
     get_source,
 )
-from conch.inference.sources.base import DownloadSpec, ProgressCallback, sha256_file
+from conch.inference.sources.base import DownloadSpec
 from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
+
+log = logging.getLogger(__name__)
 
 TARGET_FORMATS = ("gguf", "onnx")
 # The embedding model `conch models setup` makes ready (MiniLM from the package index, as GGUF).
@@ -74,8 +80,12 @@ def _throttled(store: ModelStore, model_id: str, status: str, progress: Progress
         total = int(event.get("total") or 0)
         if update_record and total and now - last[0] >= 0.5:
             last[0] = now
-            with contextlib.suppress(Exception):
+            try:
                 store.set_status(model_id, status, progress=min(1.0, event["completed"] / total))
+            except (KeyError, sa_exc.OperationalError) as exc:
+                # Progress on the record is advisory: a placeholder deleted meanwhile (KeyError)
+                # or a database busy past its timeout must not fail the download itself.
+                log.debug("progress of %s not recorded: %s", model_id, exc)
 
     return cb
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from conch.inference.gguf_info import read_gguf_info, sha256_file
+from conch.inference.files import sha256_file
+from conch.inference.gguf_info import read_gguf_info
 from conch.inference.store import ModelRecord, ModelStore
 
 BUNDLED_ID = "smollm2-135m-instruct"

@@ -6,11 +6,13 @@ model is cheap and needs no llama.cpp context.
 
 from __future__ import annotations
 
-import hashlib
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Architectures that are encoders only: they embed, they cannot chat.
 EMBEDDING_ARCHITECTURES = frozenset(
@@ -68,8 +70,10 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
             continue  # vocabularies: large and not useful here
         try:
             meta[key] = _field_value(f)
-        except Exception:
-            continue
+        except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError) as exc:
+            # A value this gguf release cannot decode is left out: only a few known keys are
+            # read from ``meta``, and one odd key must not make a valid model unreadable.
+            log.debug("GGUF key %s of %s not decoded: %s", key, p, exc)
 
     arch = meta.get("general.architecture")
     ctx = meta.get(f"{arch}.context_length") if arch else None
@@ -99,11 +103,3 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
         size_bytes=p.stat().st_size,
         metadata={k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)},
     )
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()

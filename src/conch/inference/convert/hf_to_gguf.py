@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from conch.inference.convert.safetensors_io import TensorLoader, TensorRef, index_dir
+from conch.inference.files import ProgressCallback
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+log = logging.getLogger(__name__)
 
 # HF architecture name -> gguf architecture key
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -138,16 +139,19 @@ def _looks_special(token: str) -> bool:
 
 def detect_pre_tokenizer(model_dir: Path, tok_json: dict[str, Any]) -> str:
     """Name the BPE pre-tokenizer: by the probe-text hash, else from the tokenizer's structure."""
-    try:
-        from tokenizers import Tokenizer
+    from tokenizers import Tokenizer
 
+    try:
         tk = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    except Exception as exc:
+        # tokenizers raises a bare Exception for a file it cannot load (a newer format, say);
+        # the tokenizer's structure below still names the pre-tokenizer, so go on without it.
+        log.debug("tokenizer.json not loadable by tokenizers (%s); reading its structure", exc)
+    else:
         ids = tk.encode(_PROBE_TEXT, add_special_tokens=True).ids
         known = _KNOWN_PRE.get(hashlib.sha256(str(ids).encode()).hexdigest())
         if known:
             return known
-    except Exception:
-        pass
     pre = tok_json.get("pre_tokenizer") or {}
     parts = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
     for p in parts:

@@ -11,11 +11,10 @@ import ctypes
 import os
 import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+from conch.inference.files import ProgressCallback
 
 # conch name -> (llama_ftype value, approximate bits per weight, for the progress estimate)
 QUANT_TYPES: dict[str, tuple[int, float]] = {

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from conch.inference.files import ProgressCallback
 from conch.inference.sources import file, huggingface, ollama, pypi, url
 from conch.inference.sources.base import (
     BadRequest,
@@ -19,7 +20,6 @@ from conch.inference.sources.base import (
     FetchResult,
     ModelOpError,
     NotFound,
-    ProgressCallback,
     SourceUnreachable,
     VerificationFailed,
 )
@@ -53,7 +53,6 @@ __all__ = [
     "FetchResult",
     "ModelOpError",
     "NotFound",
-    "ProgressCallback",
     "SourceUnreachable",
     "VerificationFailed",
     "fetch",

@@ -8,15 +8,13 @@ and the domain code never imports it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+from conch.inference.files import ProgressCallback
 
 # Files that make up a Hugging Face-style model directory (besides the weights).
 TOKENIZER_FILES = (
@@ -113,19 +111,6 @@ class FetchResult:
     path: str = ""  # main file relative to the staging directory ("" = the directory)
     sha256: str | None = None  # of the main file when it is a single file
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def sha256_file(path: Path, chunk: int = 8 * 1024 * 1024) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        buf = bytearray(chunk)
-        view = memoryview(buf)
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def list_files(root: Path) -> list[str]:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conch.inference.files import ProgressCallback, sha256_file
 from conch.inference.sources.base import (
     BadRequest,
     FetchRequest,
     FetchResult,
     NotFound,
-    ProgressCallback,
     VerificationFailed,
     detect_format,
     list_files,
     place_file,
     report,
-    sha256_file,
 )
 
 NAME = "file"

@@ -27,9 +27,9 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from conch.inference.files import ProgressCallback
 from conch.inference.sources.base import (
     NotFound,
-    ProgressCallback,
     SourceUnreachable,
     VerificationFailed,
     report,

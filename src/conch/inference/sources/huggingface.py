@@ -13,19 +13,18 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from conch.inference.files import ProgressCallback, sha256_file
 from conch.inference.sources.base import (
     TOKENIZER_FILES,
     BadRequest,
     FetchRequest,
     FetchResult,
     NotFound,
-    ProgressCallback,
     SourceUnreachable,
     VerificationFailed,
     detect_format,
     list_files,
     report,
-    sha256_file,
 )
 
 NAME = "huggingface"

@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 
+from conch.inference.files import ProgressCallback
 from conch.inference.sources.base import (
     BadRequest,
     FetchRequest,
     FetchResult,
     NotFound,
-    ProgressCallback,
     SourceUnreachable,
     VerificationFailed,
     report,

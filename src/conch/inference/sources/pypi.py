@@ -14,18 +14,17 @@ import sys
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from conch.inference.files import ProgressCallback, sha256_file
 from conch.inference.sources.base import (
     TOKENIZER_FILES,
     BadRequest,
     FetchRequest,
     FetchResult,
     NotFound,
-    ProgressCallback,
     SourceUnreachable,
     detect_format,
     list_files,
     report,
-    sha256_file,
 )
 
 NAME = "pypi"

@@ -7,11 +7,11 @@ import re
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
+from conch.inference.files import ProgressCallback
 from conch.inference.sources.base import (
     BadRequest,
     FetchRequest,
     FetchResult,
-    ProgressCallback,
     detect_format,
     report,
 )

@@ -1,0 +1,397 @@
+"""The scheduler: one worker thread decoding every running sequence together (continuous batching).
+
+Like llama-server's slots, every running request owns a sequence id in a single llama.cpp
+context. The worker builds one ``llama_batch`` per step holding the next token of every
+generating sequence plus prompt chunks of newly admitted ones, calls ``llama_decode`` once,
+and samples each sequence with its own sampler chain. Decoding several sequences in one call
+costs little more than decoding one, which is where aggregate throughput comes from.
+
+Tokens travel to the event loop one at a time (``call_soon_threadsafe`` into an asyncio
+queue), so streams are real; a cancelled request is dropped before the next batch is built,
+so a disconnect stops generation within one token. When the KV pool runs out, the newest
+sequence is preempted and replayed later (:meth:`Scheduler._make_room`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import ctypes
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conch.inference.engines.base import (
+    EngineError,
+    EngineStats,
+    Generation,
+    QueueFull,
+    SamplingParams,
+    TokenEvent,
+    TokenLogprob,
+)
+from conch.inference.engines.llama import sampling
+from conch.inference.engines.llama.backend import fast_calls, init_backend
+from conch.inference.engines.llama.kv_pool import KVPool
+
+log = logging.getLogger(__name__)
+
+# Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
+# prompt then delays the running streams by one chunk at a time instead of all at once.
+PREFILL_CHUNK_BUSY = 128
+
+
+@dataclass
+class Job:
+    tokens: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[TokenEvent]
+    max_tokens: int
+    cancelled: bool = False
+    seq: int = -1
+    sampler: Any = None
+    n_past: int = 0  # tokens of this sequence already in the KV cache
+    n_gen: int = 0
+    generated: list[int] = field(default_factory=list)
+    last_token: int = -1
+    text: str = ""
+    emitted: int = 0
+    submitted_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_hit: str | None = None
+
+    def push(self, ev: TokenEvent) -> None:
+        if self.pending_logprobs:
+            # Log-probabilities ride on the next event out (text may be held for stop strings).
+            ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+        except RuntimeError:  # the loop is gone: nobody is listening any more
+            self.cancelled = True
+
+
+class LlamaGeneration(Generation):
+    def __init__(self, scheduler: Scheduler, job: Job) -> None:
+        self._scheduler = scheduler
+        self._job = job
+        self.prompt_tokens = len(job.tokens)
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:  # type: ignore[override]
+        try:
+            while not self._done:
+                ev = await self._job.queue.get()
+                if ev.finish_reason is not None:
+                    self._done = True
+                yield ev
+        finally:
+            if not self._done:
+                self.cancel()
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._job.cancelled = True
+            self._scheduler.wake()
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: Any,
+        ctx: Any,
+        *,
+        name: str,
+        n_batch: int,
+        n_parallel: int,
+        kv_total: int,
+        max_queue: int,
+        cache_prompt: bool,
+        stats: EngineStats,
+    ) -> None:
+        self._model = model
+        self._ctx = ctx
+        self.name = name
+        self.n_batch = n_batch
+        self.max_queue = max_queue
+        self.stats = stats
+        self._cond = threading.Condition()
+        self._pending: deque[Job] = deque()
+        self._active: list[Job] = []
+        self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
+        self.n_vocab = int(model.n_vocab())
+        self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
+            model.vocab, params, self.n_vocab, kv_total)
+        self._batch: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._eog: dict[int, bool] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._batch = init_backend().llama_batch_init(self.n_batch, 0, 1)
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=f"conch-llama-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        for job in list(self._pending) + self._active:
+            job.push(TokenEvent("", job.n_gen, "error", "the model was unloaded"))
+        self._pending.clear()
+        self._active.clear()
+        if self._batch is not None:
+            init_backend().llama_batch_free(self._batch)
+            self._batch = None
+
+    @property
+    def active_sequences(self) -> int:
+        return len(self._active)
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._pending)
+
+    # -- requests ----------------------------------------------------------------------------
+    def submit(self, tokens: list[int], params: SamplingParams, max_tokens: int) -> Generation:
+        loop = asyncio.get_running_loop()
+        job = Job(tokens=tokens, params=params, loop=loop, queue=asyncio.Queue(), max_tokens=max_tokens)
+        with self._cond:
+            if len(self._pending) - len(self.pool.free_seqs) >= self.max_queue:
+                raise QueueFull(self.max_queue)
+            self._pending.append(job)
+            self._cond.notify()
+        return LlamaGeneration(self, job)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    # -- the worker thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # a native failure must not leave requests hanging
+            log.exception("llama.cpp worker for %s failed", self.name)
+            with self._cond:
+                jobs = list(self._pending) + self._active
+                self._pending.clear()
+                self._active.clear()
+            for job in jobs:
+                job.push(TokenEvent("", job.n_gen, "error", f"inference failed: {exc}"))
+
+    def _finish(self, job: Job, reason: str, error: str | None = None) -> None:
+        if job in self._active:
+            self._active.remove(job)
+        if job.seq >= 0:
+            self.pool.release(job, keep=reason != "error")
+        if job.sampler is not None:
+            sampling.free_sampler(job.sampler)
+            job.sampler = None
+        if reason != "cancelled":
+            tail = job.text[job.emitted :] if reason != "error" else ""
+            job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=job.stop_hit if reason == "stop" else None))
+        self.stats.requests += 1
+
+    def _loop(self) -> None:
+        llama_cpp = init_backend()
+        fast = fast_calls()
+        ctx = self._ctx.ctx
+        vocab = self._model.vocab
+        batch = self._batch
+        pool = self.pool
+        append_text = sampling.append_text
+        while True:
+            with self._cond:
+                while not self._stop and not self._active and not self._pending:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                # Admit waiting requests into free sequences, oldest first, while the KV pool
+                # has room for their prompts.
+                while self._pending and pool.free_seqs:
+                    job = self._pending[0]
+                    if job.cancelled:
+                        self._pending.popleft()
+                        if job.sampler is not None:
+                            sampling.free_sampler(job.sampler)
+                            job.sampler = None
+                        continue
+                    if not pool.room_for(len(job.tokens) + 1):
+                        break
+                    self._pending.popleft()
+                    if job.sampler is None:
+                        try:
+                            job.sampler = self.make_sampler(job.params)
+                        except EngineError as exc:
+                            job.push(TokenEvent("", 0, "error", str(exc)))
+                            continue
+                    pool.assign(job)
+                    self._active.append(job)
+                # Dropped between two tokens: this is the "stops within one token" guarantee.
+                for job in [j for j in self._active if j.cancelled]:
+                    self._finish(job, "cancelled")
+                active = list(self._active)
+            if not active:
+                continue
+
+            active = self._make_room(active)
+
+            # Generating sequences first (one token each), then prompt chunks with what is left.
+            n = 0
+            sample_at: list[tuple[Job, int]] = []
+            generating: list[Job] = []
+            for job in active:
+                if job.n_past >= len(job.tokens):
+                    generating.append(job)
+                    batch.token[n] = job.last_token
+                    batch.pos[n] = job.n_past
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = job.seq
+                    batch.logits[n] = 1
+                    sample_at.append((job, n))
+                    n += 1
+            prefilled: list[tuple[Job, int]] = []
+            budget = self._prefill_budget(len(generating))
+            for job in active:
+                remaining = len(job.tokens) - job.n_past
+                if remaining <= 0 or budget <= 0:
+                    continue
+                take = min(remaining, budget)
+                budget -= take
+                for k in range(take):
+                    batch.token[n] = job.tokens[job.n_past + k]
+                    batch.pos[n] = job.n_past + k
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = job.seq
+                    batch.logits[n] = 0
+                    n += 1
+                prefilled.append((job, take))
+                if take == remaining:
+                    batch.logits[n - 1] = 1
+                    sample_at.append((job, n - 1))
+            batch.n_tokens = n
+
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(ctx, batch)
+            self.stats.decode_time_s += time.perf_counter() - t0
+            if rc != 0:
+                with self._cond:
+                    for job in active:
+                        self._finish(job, "error", f"llama_decode failed with status {rc}")
+                continue
+            for job, take in prefilled:
+                job.n_past += take
+                self.stats.prompt_tokens += take
+            for job in generating:
+                job.n_past += 1
+
+            finished: list[tuple[Job, str]] = []
+            for job, idx in sample_at:
+                tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
+                if job.params.logprobs is not None and not self._is_eog(tok):
+                    job.pending_logprobs.append(sampling.token_logprob(
+                        init_backend().llama_get_logits_ith(ctx, idx), self.n_vocab, tok, job.params.logprobs, self._piece))
+                now = time.perf_counter()
+                if job.first_token_at is None:
+                    job.first_token_at = now
+                    self.stats.ttft_sum_s += now - job.submitted_at
+                    self.stats.ttft_count += 1
+                eog = self._eog.get(tok)
+                if eog is None:
+                    eog = self._eog[tok] = bool(fast.llama_vocab_is_eog(vocab, tok))
+                if eog:
+                    finished.append((job, "stop"))
+                    continue
+                job.n_gen += 1
+                self.stats.completion_tokens += 1
+                job.last_token = tok
+                job.generated.append(tok)
+                piece = self._piece(tok)
+                reason = append_text(job, job.decoder.decode(piece))
+                if reason is None and job.n_gen >= job.max_tokens:
+                    reason = "length"
+                if reason is not None:
+                    finished.append((job, reason))
+            if finished:
+                with self._cond:
+                    for job, reason in finished:
+                        self._finish(job, reason)
+
+    def _prefill_budget(self, generating: int) -> int:
+        """Prompt tokens to decode this step: all that fit when nobody is waiting for tokens,
+        a bounded chunk when other streams are generating, so their tokens keep flowing."""
+        if generating == 0:
+            return self.n_batch
+        return max(0, min(self.n_batch - generating, PREFILL_CHUNK_BUSY))
+
+    def _make_room(self, active: list[Job]) -> list[Job]:
+        """Ensure the next step fits the KV pool, preempting the newest sequences if needed.
+
+        A preempted request keeps its sampler and text; its generated tokens join its prompt
+        and it waits at the head of the queue, so its stream pauses and later resumes.
+        """
+
+        def step_need(jobs: list[Job]) -> int:
+            generating = sum(1 for j in jobs if j.n_past >= len(j.tokens))
+            budget, need = self._prefill_budget(generating), generating
+            for j in jobs:
+                remaining = len(j.tokens) - j.n_past
+                if remaining > 0 and budget > 0:
+                    take = min(remaining, budget)
+                    need += take
+                    budget -= take
+            return need
+
+        pool = self.pool
+        need = step_need(active)
+        if pool.free() >= need:
+            return active
+        with self._cond:
+            pool.evict_idle(need)
+            while len(self._active) > 1 and pool.free() < step_need(self._active):
+                job = self._active.pop()
+                pool.release(job, keep=False)
+                job.tokens = job.tokens + job.generated
+                job.generated = []
+                job.n_past = 0
+                self._pending.appendleft(job)
+            return list(self._active)
+
+    def _is_eog(self, tok: int) -> bool:
+        eog = self._eog.get(tok)
+        if eog is None:
+            eog = self._eog[tok] = bool(fast_calls().llama_vocab_is_eog(self._model.vocab, tok))
+        return eog
+
+    def _piece(self, tok: int) -> bytes:
+        piece = self._pieces.get(tok)
+        if piece is not None:
+            return piece
+        fast = fast_calls()
+        n = fast.llama_token_to_piece(self._model.vocab, tok, self._piece_buf, 256, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = fast.llama_token_to_piece(self._model.vocab, tok, buf, -n, 0, False)
+            piece = bytes(buf.raw[:n])
+        else:
+            piece = bytes(self._piece_buf.raw[:n])
+        self._pieces[tok] = piece
+        return piece
