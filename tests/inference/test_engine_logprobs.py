@@ -13,6 +13,7 @@ import pytest
 
 import conch.inference.engines.llama.engine as le
 from conch.inference.engines.base import SamplingParams, TokenLogprob
+from conch.inference.engines.llama import backend
 
 
 class _RowCalls:
@@ -57,8 +58,8 @@ def engine(smollm2_path: Path) -> Any:
 def test_logprobs_are_log_softmax_of_the_sampled_rows(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = le.LlamaEngine("m", str(smollm2_path), n_ctx=512, n_parallel=2)
     # The worker thread binds the fast calls when it starts (in load).
-    calls = _RowCalls(le._fast_calls(), 49152)
-    monkeypatch.setattr(le, "_fast", calls)
+    calls = _RowCalls(backend.fast_calls(), 49152)
+    monkeypatch.setattr(backend, "_fast", calls)
     engine.load()
     try:
         text, lps = _generate(engine, "The capital of France is", SamplingParams(max_tokens=10, temperature=0, logprobs=4))
@@ -69,14 +70,15 @@ def test_logprobs_are_log_softmax_of_the_sampled_rows(smollm2_path: Path, monkey
 
 def _check_rows(engine: le.LlamaEngine, calls: _RowCalls, text: str, lps: list[TokenLogprob]) -> None:
     assert text and len(lps) == 10
-    sampled = [(row, tok) for row, tok in calls.rows if not engine._is_eog(tok)]
+    assert engine.scheduler is not None
+    sampled = [(row, tok) for row, tok in calls.rows if not engine.scheduler._is_eog(tok)]
     assert len(sampled) == len(lps)
     for (row, tok), lp in zip(sampled, lps, strict=True):
         logits = row.astype(np.float64)
         log_softmax = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
         assert lp.token == tok == int(np.argmax(logits))
         assert lp.logprob == pytest.approx(log_softmax[tok], abs=1e-4)
-        assert lp.piece == engine._piece(tok)
+        assert lp.piece == engine.scheduler._piece(tok)
         best = list(np.argsort(-logits, kind="stable")[:4])
         assert [t for t, _, _ in lp.top] == best
         assert [v for _, _, v in lp.top] == pytest.approx([log_softmax[t] for t in best], abs=1e-4)

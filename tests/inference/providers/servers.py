@@ -65,7 +65,6 @@ def conch_inference_server(data_dir: Path, **overrides: Any) -> Iterator[tuple[s
     import uvicorn
 
     from conch.config import Settings
-
     from conch.web.inference.app import create_app
 
     port = free_port()

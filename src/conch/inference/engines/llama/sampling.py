@@ -1,17 +1,21 @@
 """Sampling: a llama.cpp sampler chain per request, and stop strings on the decoded text.
 
-The chain is grammar (if any) -> logit bias -> penalties -> greedy, or top-k -> typical ->
-top-p -> min-p -> temperature -> seeded draw. Stop strings are matched on the text, not on tokens, and text that could still
+The chain is logit bias (if any) -> grammar (if any) -> penalties -> greedy, or top-k ->
+typical -> top-p -> min-p -> temperature -> seeded draw. Stop strings are matched on the text, not on tokens, and text that could still
 become a stop string is held back until it cannot, so a stop string never reaches the client.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from conch.inference.engines.base import EngineError, SamplingParams, TokenEvent
+import numpy as np
+
+from conch.inference.engines.base import EngineError, SamplingParams, TokenEvent, TokenLogprob
 from conch.inference.engines.llama.backend import init_backend
 
 if TYPE_CHECKING:
@@ -28,10 +32,17 @@ def grammar_accepted(vocab: Any, grammar: str) -> bool:
     return True
 
 
-def make_sampler(vocab: Any, params: SamplingParams, *, n_vocab: int, n_ctx: int) -> Any:
+def make_sampler(vocab: Any, params: SamplingParams, n_vocab: int = 0, n_ctx: int = 0) -> Any:
     llama_cpp = init_backend()
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
+    if params.logit_bias:
+        # First in the chain, as llama-server does: the bias shifts the logits every later
+        # stage sees, so -100 removes a token even from a greedy answer.
+        biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
+            *[llama_cpp.llama_logit_bias(tok, bias) for tok, bias in params.logit_bias.items()]
+        )
+        add(chain, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
     if params.grammar:
         g = params.grammar.encode("utf-8")
         if params.grammar_triggers:
@@ -47,14 +58,8 @@ def make_sampler(vocab: Any, params: SamplingParams, *, n_vocab: int, n_ctx: int
             llama_cpp.llama_sampler_free(chain)
             raise EngineError("the grammar for this request could not be parsed")
         add(chain, smpl)
-    if params.logit_bias:
-        # First after the grammar, as llama-server does: the bias shifts the logits every later
-        # stage sees, so -100 removes a token even from a greedy answer.
-        biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
-            *[llama_cpp.llama_logit_bias(tok, bias) for tok, bias in params.logit_bias.items()]
-        )
-        add(chain, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
     if params.presence_penalty or params.frequency_penalty or params.repeat_penalty != 1.0:
+        # This llama.cpp build takes the vocabulary size first.
         last_n = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
         add(chain, llama_cpp.llama_sampler_init_penalties(
             n_vocab, last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
@@ -73,6 +78,20 @@ def make_sampler(vocab: Any, params: SamplingParams, *, n_vocab: int, n_ctx: int
         seed = params.seed if params.seed is not None else random.getrandbits(32)
         add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
     return chain
+
+
+def token_logprob(logits_ptr: Any, n_vocab: int, tok: int, top: int, piece: Callable[[int], bytes]) -> TokenLogprob:
+    """log-softmax of a raw logits row (before bias, penalties, grammar and temperature: the
+    model's own distribution), for ``tok`` and the ``top`` likeliest tokens."""
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(n_vocab,))
+    peak = float(logits.max())
+    lse = peak + math.log(float(np.exp(logits - peak).sum()))
+    alternatives: list[tuple[int, bytes, float]] = []
+    if top > 0:
+        best = np.argpartition(logits, -top)[-top:]
+        best = best[np.argsort(-logits[best], kind="stable")]
+        alternatives = [(int(t), piece(int(t)), float(logits[t]) - lse) for t in best]
+    return TokenLogprob(tok, piece(tok), float(logits[tok]) - lse, alternatives)
 
 
 def free_sampler(sampler: Any) -> None:

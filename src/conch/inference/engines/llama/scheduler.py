@@ -18,15 +18,12 @@ import asyncio
 import codecs
 import ctypes
 import logging
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from conch.inference.engines.base import (
     EngineError,
@@ -72,7 +69,7 @@ class Job:
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:
-            # The log-probabilities ride on the next event out (text may be held for stop strings).
+            # Log-probabilities ride on the next event out (text may be held for stop strings).
             ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
@@ -129,10 +126,8 @@ class Scheduler:
         self._active: list[Job] = []
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
         self.n_vocab = int(model.n_vocab())
-        n_ctx = int(init_backend().llama_n_ctx(ctx))
         self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
-            model.vocab, params, n_vocab=self.n_vocab, n_ctx=n_ctx
-        )
+            model.vocab, params, self.n_vocab, kv_total)
         self._batch: Any = None
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -212,8 +207,7 @@ class Scheduler:
             job.sampler = None
         if reason != "cancelled":
             tail = job.text[job.emitted :] if reason != "error" else ""
-            stop = job.stop_hit if reason == "stop" else None
-            job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=stop))
+            job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=job.stop_hit if reason == "stop" else None))
         self.stats.requests += 1
 
     def _loop(self) -> None:
@@ -313,7 +307,8 @@ class Scheduler:
             for job, idx in sample_at:
                 tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
                 if job.params.logprobs is not None and not self._is_eog(tok):
-                    job.pending_logprobs.append(self._logprob(ctx, idx, tok, job.params.logprobs))
+                    job.pending_logprobs.append(sampling.token_logprob(
+                        init_backend().llama_get_logits_ith(ctx, idx), self.n_vocab, tok, job.params.logprobs, self._piece))
                 now = time.perf_counter()
                 if job.first_token_at is None:
                     job.first_token_at = now
@@ -385,19 +380,6 @@ class Scheduler:
         if eog is None:
             eog = self._eog[tok] = bool(fast_calls().llama_vocab_is_eog(self._model.vocab, tok))
         return eog
-
-    def _logprob(self, ctx: Any, idx: int, tok: int, top: int) -> TokenLogprob:
-        """log-softmax of the raw logits at batch row ``idx`` (before bias, penalties, grammar
-        and temperature: the model's own distribution), for ``tok`` and the ``top`` likeliest."""
-        logits = np.ctypeslib.as_array(init_backend().llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
-        peak = float(logits.max())
-        lse = peak + math.log(float(np.exp(logits - peak).sum()))
-        alternatives: list[tuple[int, bytes, float]] = []
-        if top > 0:
-            best = np.argpartition(logits, -top)[-top:]
-            best = best[np.argsort(-logits[best], kind="stable")]
-            alternatives = [(int(t), self._piece(int(t)), float(logits[t]) - lse) for t in best]
-        return TokenLogprob(tok, self._piece(tok), float(logits[tok]) - lse, alternatives)
 
     def _piece(self, tok: int) -> bytes:
         piece = self._pieces.get(tok)
