@@ -26,7 +26,15 @@ test: venv
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-bench: setup
+# The peers the benchmarks compare with: the `bench` extra, and Nushell from npm into
+# .bench-cache (benchmarks/run.py installs it; a peer that cannot run is named in the output).
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 lint: venv

@@ -12,6 +12,9 @@ rather than one. Idle RSS is read from /proc.
 
 Targets (issue 3): execute throughput >= 0.5x the ceiling; p50 <= 3 ms at 1 client; idle
 server RSS <= 150 MB.
+
+``CONCH_BENCH_OLD_SRC=/path/to/old/checkout/src`` adds a third server, the same benchmark on
+an older conch, in the same alternating rounds (before/after figures from one run).
 """
 
 from __future__ import annotations
@@ -32,12 +35,18 @@ import uvloop
 
 DURATION_S = float(os.environ.get("CONCH_BENCH_SECONDS", "2"))
 ROUNDS = int(os.environ.get("CONCH_BENCH_ROUNDS", "3"))
+OLD_SRC = os.environ.get("CONCH_BENCH_OLD_SRC")
+SCENARIOS = os.environ.get("CONCH_BENCH_SCENARIOS", "execute,pipeline_10k").split(",")
 CONCURRENCY = (1, 16)
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 _AGENT = """
 import sys, uvicorn
 from conch.config import Settings
-from conch.web.agent_app import create_app
+try:
+    from conch.web.agent.app import create_app
+except ImportError:  # an older checkout, measured side by side (CONCH_BENCH_OLD_SRC)
+    from conch.web.agent_app import create_app
 settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]))
 uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
             log_level="warning", access_log=False, loop="uvloop", http="httptools")
@@ -68,9 +77,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(code: str, data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+def _start(code: str, data_dir: str, src: Path | str = SRC) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    env["PYTHONPATH"] = str(src)  # this checkout's conch, not whichever one is installed
     proc = subprocess.Popen([sys.executable, "-c", code, data_dir, str(port)], env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -110,23 +120,26 @@ async def _client(port: int, request: bytes, stop: float, latencies: list[float]
         writer.close()
 
 
-async def _load(port: int, path: str, body: bytes, clients: int) -> dict[str, float]:
+async def _load(port: int, path: str, body: bytes, clients: int, pid: int) -> dict[str, float]:
     request = _request(path, body, port)
     # Warm up (connections, caches, worker code paths).
     await asyncio.gather(
         *(_client(port, request, time.perf_counter() + 0.3, []) for _ in range(clients))
     )
     latencies: list[float] = []
+    cpu = _cpu_s(pid)
     started = time.perf_counter()
     stop = started + DURATION_S
     await asyncio.gather(*(_client(port, request, stop, latencies) for _ in range(clients)))
     elapsed = time.perf_counter() - started
+    cpu = _cpu_s(pid) - cpu
     latencies.sort()
     return {
         "rps": len(latencies) / elapsed,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "requests": len(latencies),
+        "cpu_us_per_req": cpu / len(latencies) * 1e6,
     }
 
 
@@ -135,6 +148,19 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its live children (the sandbox
+    workers): a cost per request that other load on the machine hardly changes."""
+    total = 0.0
+    for p in (pid, *_children(pid)):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _children(pid: int) -> list[int]:
@@ -159,9 +185,16 @@ def run() -> dict[str, Any]:
         }
     ).encode()
     results: dict[str, Any] = {"duration_s": DURATION_S, "rounds": ROUNDS, "cpus": os.cpu_count()}
-    with tempfile.TemporaryDirectory() as data:
+    with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as old_data:
         agent, agent_port = _start(_AGENT, data)
         ceiling, ceiling_port = _start(_CEILING, data)
+        servers = {"conch": agent_port, "ceiling": ceiling_port}
+        procs = [agent, ceiling]
+        pids = {"conch": agent.pid, "ceiling": ceiling.pid}
+        if OLD_SRC:
+            old, servers["old"] = _start(_AGENT, old_data, OLD_SRC)
+            procs.append(old)
+            pids["old"] = old.pid
         try:
             time.sleep(1.0)
             workers = _children(agent.pid)
@@ -174,16 +207,29 @@ def run() -> dict[str, Any]:
                 ("execute", "/api/v1/execute", execute),
                 ("pipeline_10k", "/api/v1/pipeline", pipeline),
             ):
+                if name not in SCENARIOS:
+                    continue
                 for clients in CONCURRENCY:
-                    rounds: dict[str, list[dict[str, float]]] = {"conch": [], "ceiling": []}
-                    for _ in range(ROUNDS):
-                        for label, port in (("conch", agent_port), ("ceiling", ceiling_port)):
-                            rounds[label].append(uvloop.run(_load(port, path, body, clients)))
+                    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in servers}
+                    for i in range(ROUNDS):
+                        # Every other round in reverse order, so no server always goes first.
+                        order = list(servers.items())
+                        for label, port in order if i % 2 == 0 else order[::-1]:
+                            load = _load(port, path, body, clients, pids[label])
+                            rounds[label].append(uvloop.run(load))
+                    if "old" in rounds:
+                        # Paired by round, so a burst of other load hits both alike.
+                        results[f"{name}/{clients}/new_vs_old"] = statistics.median(
+                            n["rps"] / o["rps"] for n, o in zip(rounds["conch"], rounds["old"], strict=True)
+                        )
                     for label, runs in rounds.items():
+                        results[f"{name}/{clients}/{label}/cpu_us_per_req"] = statistics.median(
+                            r["cpu_us_per_req"] for r in runs
+                        )
                         runs.sort(key=lambda r: r["rps"])
                         results[f"{name}/{clients}/{label}"] = runs[len(runs) // 2]
         finally:
-            for proc in (agent, ceiling):
+            for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=30)
     return results
@@ -195,18 +241,29 @@ def main() -> None:
     print(
         f"idle RSS: server {rss['server']} MB (+ {rss['workers']} sandbox workers, {rss['sandbox_workers']} MB)"
     )
-    print(f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}")
-    for name in ("execute", "pipeline_10k"):
+    if OLD_SRC:
+        print(f"old: the conch at {OLD_SRC}, measured in the same alternating rounds")
+    print(
+        f"{'scenario':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs ceiling':>12}"
+        f"{'CPU µs/req':>12}"
+    )
+    for name in SCENARIOS:
         for clients in CONCURRENCY:
             conch = results[f"{name}/{clients}/conch"]
             ceiling = results[f"{name}/{clients}/ceiling"]
-            ratio = conch["rps"] / ceiling["rps"]
-            for label, r in (("conch", conch), ("ceiling", ceiling)):
-                suffix = f"{ratio:>11.2f}x" if label == "conch" else ""
+            rows = [("conch", conch), ("ceiling", ceiling)]
+            if f"{name}/{clients}/old" in results:
+                rows.insert(1, ("old", results[f"{name}/{clients}/old"]))
+            for label, r in rows:
+                suffix = f"{r['rps'] / ceiling['rps']:>11.2f}x" if label != "ceiling" else " " * 12
+                suffix += f"{results[f'{name}/{clients}/{label}/cpu_us_per_req']:>12.0f}"
                 print(
                     f"{name + ' c=' + str(clients) + ' ' + label:<28}{r['rps']:>10.0f}"
                     f"{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{suffix}"
                 )
+            if f"{name}/{clients}/new_vs_old" in results:
+                paired = results[f"{name}/{clients}/new_vs_old"]
+                print(f"{name + ' c=' + str(clients) + ' conch / old':<28}{paired:>10.2f}x (median per round)")
     ex1 = results["execute/1/conch"]
     ratio16 = results["execute/16/conch"]["rps"] / results["execute/16/ceiling"]["rps"]
     ratio1 = ex1["rps"] / results["execute/1/ceiling"]["rps"]

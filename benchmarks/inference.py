@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -210,11 +210,15 @@ def _embed_http(base: str, model: str) -> float:
         return len(EMBED_TEXTS) / (time.perf_counter() - t0)
 
 
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], path: str = "/v1/models") -> None:
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], path: str = "/v1/models", log: IO[bytes] | None = None) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+            why = ""
+            if log is not None:  # the last line of its stderr says why (e.g. a ModuleNotFoundError)
+                log.seek(0)
+                why = ": " + (log.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+            raise RuntimeError(f"server exited with {proc.returncode}{why}")
         try:
             if httpx.get(base + path, timeout=2).status_code == 200:
                 return
@@ -239,12 +243,13 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
            "--model_alias", "smollm2",
            # By default it aborts a running stream when another request arrives; queue instead.
            "--interrupt_requests", "false"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_ready(base, proc)
-        out = bench_server(base, "smollm2", proc.pid)
-    finally:
-        _stop(proc)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait_ready(base, proc, log=log)
+            out = bench_server(base, "smollm2", proc.pid)
+        finally:
+            _stop(proc)
     # Its embeddings need a separate instance started with --embedding.
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -353,8 +358,8 @@ def main() -> None:
         try:
             results[name] = fn(path)
         except Exception as exc:  # one runtime failing must not hide the others
-            print(f"    failed: {exc}")
-            results[name] = {}
+            print(f"    not run: {exc}")
+            results[name] = {"not_run": str(exc)}
     floor, peer, conch, fresh = (results.get(n, {}) for n in results)
     # Without prefix reuse: in-process after Llama.reset(); conch with cache_prompt off.
     conch = {**conch, "ttft_fresh_p50_ms": fresh.get("ttft_p50_ms")}
@@ -367,7 +372,11 @@ def main() -> None:
             ("embeddings/s (1,000 texts)", "embed_per_s", ""), ("RSS, model loaded", "rss_mb", " MB")]
     print(f"\n{'':34}" + "".join(f"{n:>30}" for n in cols))
     for label, key, unit in rows:
-        print(f"{label:34}" + "".join(f"{_fmt(row.get(key), unit):>30}" for row in cols.values()))
+        print(f"{label:34}" + "".join(f"{'not run' if 'not_run' in row else _fmt(row.get(key), unit):>30}"
+                                      for row in cols.values()))
+    for name, row in results.items():
+        if "not_run" in row:
+            print(f"{name}: not run ({row['not_run']})")
     print("\nconch against the targets:")
 
     def ratio(a: Any, b: Any) -> str:

@@ -27,20 +27,23 @@ NU_VERSION = "0.115"
 REPEATS = 3
 
 
-def find_nu() -> str | None:
-    """The Nushell binary from the npm package, installed into .bench-cache on first use."""
+def find_nu() -> str:
+    """The Nushell binary from the npm package, installed into .bench-cache on first use;
+    ``RuntimeError`` saying why when it cannot be had."""
     binary = CACHE / "nu" / "node_modules" / "@nushell" / "linux-x64" / "bin" / "nu"
     if binary.exists():
         return str(binary)
     if shutil.which("npm") is None:
-        return None
+        raise RuntimeError("npm is not on PATH (Nushell comes from the npm package @nushell/linux-x64)")
     CACHE.mkdir(exist_ok=True)
     proc = subprocess.run(
         ["npm", "install", "--silent", "--prefix", str(CACHE / "nu"), f"@nushell/linux-x64@{NU_VERSION}"],
         capture_output=True,
         text=True,
     )
-    return str(binary) if proc.returncode == 0 and binary.exists() else None
+    if proc.returncode != 0 or not binary.exists():
+        raise RuntimeError(f"npm install @nushell/linux-x64@{NU_VERSION} failed: {proc.stderr.strip()[-300:]}")
+    return str(binary)
 
 
 def best_of(fn: Callable[[], Any], repeats: int = REPEATS) -> tuple[float, Any]:
@@ -134,7 +137,11 @@ def main() -> list[dict[str, Any]]:
     def as_list_or_value(value: Any) -> Any:
         return value.materialize() if isinstance(value, LazyList) else value
 
-    nu = find_nu()
+    nu: str | None = None
+    try:
+        nu = find_nu()
+    except RuntimeError as exc:
+        print(f"Nushell: not run ({exc})")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         data = make_data(Path(tmpdir))
@@ -178,8 +185,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
     print("-" * len(header))
     for r in results:
         nu_t = r["nu"]
-        nu_col = f"{nu_t * 1000:8.1f}ms" if nu_t else "      n/a"
-        ratio = f"{nu_t / r['conch']:8.2f}x" if nu_t else "      n/a"
+        nu_col = f"{nu_t * 1000:8.1f}ms" if nu_t else "  not run"
+        ratio = f"{nu_t / r['conch']:8.2f}x" if nu_t else "  not run"
         print(
             f"{r['bench']:46} {r['conch'] * 1000:8.1f}ms {r['python'] * 1000:8.1f}ms "
             f"{nu_col} {r['conch'] / r['python']:8.2f}x {ratio}"

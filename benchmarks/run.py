@@ -1,13 +1,21 @@
 """`make bench`: every benchmark, each comparing conch with its peers side by side.
 
 Pass names to run a subset: ``python benchmarks/run.py lang inference``.
+
+Before the suites run, every peer they compare with is checked (and Nushell installed into
+``.bench-cache``); the first table says which peers are ready, and why any is not, so a missing
+column in a later table is never a silent dash. ``make bench`` installs the Python peers
+through the ``bench`` extra.
 """
 
 from __future__ import annotations
 
 import importlib
+import shutil
+import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -15,8 +23,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SUITES = ["lang", "agent_server", "inference", "models", "providers"]
 
 
+def _imports(module: str) -> Callable[[], None]:
+    def check() -> None:
+        # In a child process: importing a server module here would load it into every suite.
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            raise RuntimeError(lines[-1] if lines else f"import {module} failed")
+
+    return check
+
+
+def _nushell() -> None:
+    import lang
+
+    lang.find_nu()
+
+
+def _curl() -> None:
+    if shutil.which("curl") is None:
+        raise RuntimeError("curl is not on PATH")
+
+
+# suite -> (peer, check that raises with the reason it cannot run)
+PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
+    "lang": [("Nushell", _nushell)],
+    "agent_server": [("Starlette on uvloop + httptools", _imports("uvloop, httptools"))],
+    "inference": [
+        ("llama-cpp-python in-process", _imports("llama_cpp")),
+        ("llama-cpp-python server", _imports("llama_cpp.server.app")),
+    ],
+    "models": [
+        ("curl", _curl),
+        ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),
+        ("sentence-transformers", _imports("sentence_transformers")),
+    ],
+}
+
+
+def check_peers(suites: list[str]) -> None:
+    print("=== peers ===")
+    for suite in suites:
+        for name, check in PEERS.get(suite, []):
+            try:
+                check()
+                status = "ready"
+            except Exception as exc:
+                status = f"NOT RUN: {exc}"
+            print(f"{suite:<14}{name:<60}{status}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     chosen = argv or SUITES
+    check_peers(chosen)
     failed = []
     for name in chosen:
         print(f"\n=== {name} ===", flush=True)

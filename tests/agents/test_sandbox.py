@@ -51,9 +51,9 @@ def test_runs_in_a_separate_process_inside_the_workspace(tmp_path: Path) -> None
         return await pool.run(Job("program", source="pwd()")), pool.worker_pids()
 
     result, pids = _with_pool(tmp_path, body)
-    assert result["success"], result
+    assert result.success, result
     assert os.getpid() not in pids
-    assert result["result"] in ("/", str(tmp_path / "workspace"))
+    assert result.result in ("/", str(tmp_path / "workspace"))
 
 
 def test_worker_has_os_limits(tmp_path: Path) -> None:
@@ -84,11 +84,11 @@ def test_killed_worker_is_replaced_and_run_answered(tmp_path: Path) -> None:
         return result, victim, pool.worker_pids(), after
 
     result, victim, pids, after = _with_pool(tmp_path, body)
-    assert result["success"] is False
-    assert result["error"]["kind"] == "LimitError"
-    assert "SIGKILL" in result["error"]["message"]
+    assert result.success is False
+    assert result.error.kind == "LimitError"
+    assert "SIGKILL" in result.error.message
     assert victim not in pids and len(pids) == 1
-    assert after["value"] == 42
+    assert after.value == 42
 
 
 def test_wall_time_watchdog_kills_native_work(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_wall_time_watchdog_kills_native_work(tmp_path: Path) -> None:
         return result, pool.restarts["timeout"] + pool.restarts["limit"]
 
     result, restarts = _with_pool(tmp_path, body)
-    assert result["error"]["kind"] in ("TimeoutError", "LimitError")
+    assert result.error.kind in ("TimeoutError", "LimitError")
     assert restarts >= 1
 
 
@@ -106,7 +106,7 @@ def test_memory_limit_answers_limit_error(tmp_path: Path) -> None:
         return await pool.run(Job("program", source='"x" | repeat(2 * 10**9)'))
 
     result = _with_pool(tmp_path, body, worker_memory_mb=400)
-    assert result["error"]["kind"] == "LimitError"
+    assert result.error.kind == "LimitError"
 
 
 def test_stream_events_are_incremental(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_secrets_do_not_reach_workers(
     async def body(pool: SandboxPool) -> dict[str, Any]:
         return await pool.run(Job("program", source=f'env("{name}")'))
 
-    assert _with_pool(tmp_path, body)["value"] is None
+    assert _with_pool(tmp_path, body).value is None
 
 
 def _wait_dead(pid: int) -> None:
@@ -174,7 +174,7 @@ def test_worker_dead_while_idle_is_replaced_before_a_run_reaches_it(tmp_path: Pa
         return result, victim, pool.worker_pids(), pool.restarts["crash"]
 
     result, victim, pids, crashes = _with_pool(tmp_path, body)
-    assert result["success"] is True and result["value"] == 1, result
+    assert result.success is True and result.value == 1, result
     assert victim not in pids and len(pids) == 1
     assert crashes == 1
 
@@ -191,6 +191,6 @@ def test_run_sent_to_a_worker_that_died_idle_is_retried_on_a_fresh_one(tmp_path:
         return result, victim, pool.worker_pids(), pool.restarts["crash"]
 
     result, victim, pids, crashes = _with_pool(tmp_path, body)
-    assert result["success"] is True and result["value"] == 42, result
+    assert result.success is True and result.value == 42, result
     assert victim not in pids and len(pids) == 1
     assert crashes == 1

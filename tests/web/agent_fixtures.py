@@ -57,7 +57,7 @@ class AgentServer:
 def start_agent_server(data_dir: Path, **overrides: Any) -> AgentServer:
     import uvicorn
 
-    from conch.web.agent_app import create_app
+    from conch.web.agent.app import create_app
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

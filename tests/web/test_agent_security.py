@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from conch.config import Settings
-from conch.web.agent_app import ConfigurationError, create_app
+from conch.web.agent.app import ConfigurationError, create_app
 from tests.web.agent_fixtures import *  # noqa: F403
 from tests.web.agent_fixtures import AgentServer
 

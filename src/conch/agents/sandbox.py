@@ -32,8 +32,9 @@ from collections import Counter, deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from conch.agents.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.agents.sandbox_worker import MAX_FRAME, WorkerConfig, encode
 from conch.agents.worker_env import worker_environment, worker_settings
 from conch.config import Settings
@@ -130,7 +131,16 @@ class Event:
     total: int = 0
     message: str = ""
     text: str = ""
-    result: dict[str, Any] | None = None
+    result: RunEnvelope | None = None
+
+
+class _Started(NamedTuple):
+    """A job handed to a worker: its run and wall-time deadline (``time.monotonic()``)."""
+
+    worker: Worker
+    run: _Run
+    wall: float
+    deadline: float | None
 
 
 class WorkerError(Exception):
@@ -261,13 +271,22 @@ class Worker:
             return True
         run = self.run
         kind = message[0] if type(message) is list and message else None
-        if run is None or kind not in _KINDS or (kind == "done" and type(message[1]) is not dict):
+        if run is None or kind not in _KINDS:
             self._shut("the sandbox worker misbehaved")
             return False
-        run.inbox.append(message)
         if kind == "done":
+            # ["done", envelope, recycle]: read once here, so a malformed envelope is a
+            # protocol fault like any other and nothing downstream sees a raw frame.
+            try:
+                envelope = RunEnvelope.from_wire(message[1])
+            except (ValueError, IndexError):
+                self._shut("the sandbox worker misbehaved")
+                return False
+            run.inbox.append(["done", envelope])
             self.run = None
-            self.pool._finished(self, message[1])
+            self.pool._finished(self, len(message) > 2 and message[2] is True)
+        else:
+            run.inbox.append(message)
         run.wake()
         return True
 
@@ -473,11 +492,10 @@ class SandboxPool:
 
     # -- handing out workers --------------------------------------------------------------
 
-    def _finished(self, worker: Worker, done: dict[str, Any]) -> None:
-        """A run's ``done`` frame arrived (called from the reader): recycle the worker or
-        give it the next queued run."""
+    def _finished(self, worker: Worker, recycle: bool) -> None:
+        """A run's ``done`` frame arrived (called from the reader): recycle the worker (when
+        it asked to be, after a limit) or give it the next queued run."""
         self._busy.discard(worker)
-        recycle = done.pop("recycle", False)
         if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
             self._replace(worker, "limit" if recycle else "recycle")
         else:
@@ -524,12 +542,14 @@ class SandboxPool:
             run.unsent = None
         return worker
 
-    async def _begin(self, job: Job, limits: Limits) -> tuple[Worker, _Run] | Event:
-        """The worker running the job, or the answer when none could take it.
+    async def _begin(self, job: Job) -> _Started | Event:
+        """The job started on a worker (counted in ``active`` until :meth:`_end`), or the
+        answer when no worker could take it.
 
         A worker found dead before the job reached it (it died while idle) never started
         the job, so the job is retried once on another worker instead of failing.
         """
+        limits = self._limits(job)
         frame = encode(job.payload(limits))
         for _attempt in range(2):
             run = _Run(frame)
@@ -544,7 +564,10 @@ class SandboxPool:
             if run.undelivered:
                 self._replace(worker, "crash")
                 continue
-            return worker, run
+            wall = limits.wall_time_s or 0.0
+            deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+            self.active += 1
+            return _Started(worker, run, wall, deadline)
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
 
     # -- running --------------------------------------------------------------------------
@@ -556,63 +579,52 @@ class SandboxPool:
         base = self.stream_limits if job.stream else self.limits
         return effective_limits(base, job.limits) if job.limits else base
 
-    async def run(self, job: Job) -> dict[str, Any]:
-        """Run ``job`` to completion and return its envelope
-        (``success, result, type, value, output, error`` and ``steps`` for pipelines)."""
+    async def run(self, job: Job) -> RunEnvelope:
+        """Run ``job`` to completion and return its envelope (a :class:`PipelineEnvelope`,
+        with ``steps``, for a pipeline)."""
         # The same protocol as :meth:`events`, without an async generator in between: this
         # is the path of every non-streaming request.
-        limits = self._limits(job)
-        begun = await self._begin(job, limits)
+        begun = await self._begin(job)
         if isinstance(begun, Event):
             assert begun.result is not None
             return begun.result
-        worker, run = begun
-        wall = limits.wall_time_s or 0.0
-        deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
-        self.active += 1
         try:
             while True:
-                event = await self._next(job, worker, run, wall, deadline)
+                event = await self._next(job, begun)
                 if event.kind == "done":
                     assert event.result is not None
                     return event.result
         finally:
-            self.active -= 1
-            if worker.run is run:
-                # Abandoned mid-run (server shutdown): stop the program.
-                self._replace(worker, "cancelled")
+            self._end(begun)
 
     async def events(self, job: Job) -> AsyncGenerator[Event, None]:
         """Run ``job`` and yield its events as the worker reports them; the last is ``done``.
 
         Closing the iterator before ``done`` (a client went away) kills the worker.
         """
-        limits = self._limits(job)
-        begun = await self._begin(job, limits)
+        begun = await self._begin(job)
         if isinstance(begun, Event):
             yield begun
             return
-        worker, run = begun
-        wall = limits.wall_time_s or 0.0
-        deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
-        self.active += 1
         try:
             while True:
-                event = await self._next(job, worker, run, wall, deadline)
+                event = await self._next(job, begun)
                 yield event
                 if event.kind == "done":
                     return
         finally:
-            self.active -= 1
-            if worker.run is run:
-                # Abandoned mid-run (client disconnect, server shutdown): stop the program.
-                self._replace(worker, "cancelled")
+            self._end(begun)
 
-    async def _next(
-        self, job: Job, worker: Worker, run: _Run, wall: float, deadline: float | None
-    ) -> Event:
+    def _end(self, started: _Started) -> None:
+        self.active -= 1
+        if started.worker.run is started.run:
+            # Abandoned mid-run (client disconnect, server shutdown): stop the program.
+            self._replace(started.worker, "cancelled")
+
+    async def _next(self, job: Job, started: _Started) -> Event:
         """The run's next event. By the time a ``done`` frame is read, the reader has
         already given the worker back (or replaced it)."""
+        worker, run, wall, deadline = started
         try:
             message = await worker.recv(
                 run, None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -669,14 +681,5 @@ def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
 
 
 def _done_error(job: Job, kind: str, message: str) -> Event:
-    result: dict[str, Any] = {
-        "success": False,
-        "result": None,
-        "type": None,
-        "value": None,
-        "output": [],
-        "error": {"kind": kind, "message": message, "line": None, "column": None, "hint": None},
-    }
-    if job.mode == "pipeline":
-        result["steps"] = []
-    return Event("done", result=result)
+    envelope = PipelineEnvelope if job.mode == "pipeline" else RunEnvelope
+    return Event("done", result=envelope.failure(RunError(kind, message)))

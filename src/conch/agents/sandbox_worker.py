@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch.agents.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
+from conch.config import Settings
 from conch.lang import values
+from conch.lang.builtins.registry import type_names
 from conch.lang.context import Context, Limits, using
 from conch.lang.errors import ConchError, from_python
 
@@ -41,7 +44,7 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", 
 
 
 def encode(message: Any) -> bytes:
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = COMPACT_JSON.encode(message).encode("utf-8")
     return HEADER.pack(len(data)) + data
 
 
@@ -144,8 +147,7 @@ def worker_main(sock: socket.socket) -> None:
     config = WorkerConfig(**first[1])
     _preload()
     runner = Runner(config)
-    with contextlib.suppress(OSError):
-        os.chdir(config.workspace)
+    os.chdir(config.workspace)  # the pool created it; a worker must not run elsewhere
     # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
     sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
     signal.signal(signal.SIGXCPU, _on_cpu_limit)
@@ -183,8 +185,6 @@ def _preload() -> None:
     moves into the workspace: nothing may be imported from a directory programs write to."""
     from conch.lang.builtins.registry import load_all
 
-    with contextlib.suppress(ImportError):
-        import conch.lang  # noqa: F401
     load_all()
 
 
@@ -207,12 +207,11 @@ class Runner:
         # Resolved once: every run's context starts from the same real workspace path.
         self.workspace = Path(os.path.realpath(config.workspace))
         self.allowed = frozenset(config.allowed_effects)
-        self.settings: Any = None
-        if config.settings_json:
-            with contextlib.suppress(Exception):
-                from conch.config import Settings
-
-                self.settings = Settings.model_validate_json(config.settings_json)
+        # The pool sends the server's own (validated) settings: a failure here is a bug, and
+        # the worker exits before its greeting, so the pool reports that it could not start.
+        self.settings = (
+            Settings.model_validate_json(config.settings_json) if config.settings_json else None
+        )
         # Compiled programs and pipeline stages by source, least recently used first: agents
         # send the same commands again and again, and lexing, parsing and compiling cost
         # far more than running a small program.
@@ -249,37 +248,36 @@ class Runner:
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
         ctx = self._context(emit, limits)
-        steps: list[dict[str, Any]] = []
+        steps: list[StepTiming] = []
+        kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
-        done: dict[str, Any]
+        envelope: RunEnvelope
         _State.in_job = True
         try:
             with using(ctx):
                 value = self._evaluate(job, ctx, chan, stream, steps)
                 if stream and _streamable(value):
-                    done = self._stream_array(value, ctx, chan)
+                    envelope = self._stream_array(kind, value, ctx, chan, output)
                 else:
-                    done = _envelope(value, limits)
+                    envelope = _envelope(kind, value, limits, output)
         except ConchError as exc:
-            done = _failure(exc)
+            envelope = kind.failure(_run_error(exc), output)
             recycle = exc.kind == "LimitError"
         except (MemoryError, RecursionError) as exc:
-            done = _failure(from_python(exc))
+            envelope = kind.failure(_run_error(from_python(exc)), output)
             recycle = True
         except Exception as exc:
-            done = _failure(from_python(exc))
+            envelope = kind.failure(_run_error(from_python(exc)), output)
         finally:
             _State.in_job = False
-        done["output"] = output
-        if job.get("mode") == "pipeline":
-            done["steps"] = steps
-        done["recycle"] = recycle or _State.cpu_exceeded
+        if isinstance(envelope, PipelineEnvelope):
+            envelope.steps = steps
+        recycle = recycle or _State.cpu_exceeded
         try:
-            chan.send(["done", done])
+            chan.send(["done", envelope.to_wire(), recycle])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
-            chan.send(
-                ["done", {**_failure(from_python(exc)), "output": output, "recycle": recycle}]
-            )
+            failed = kind.failure(_run_error(from_python(exc)), output)
+            chan.send(["done", failed.to_wire(), recycle])
 
     def _evaluate(
         self,
@@ -287,7 +285,7 @@ class Runner:
         ctx: Context,
         chan: Channel,
         stream: bool,
-        steps: list[dict[str, Any]],
+        steps: list[StepTiming],
     ) -> Any:
         mode = job.get("mode")
         if mode == "program":
@@ -311,7 +309,7 @@ class Runner:
         ctx: Context,
         chan: Channel,
         stream: bool,
-        steps: list[dict[str, Any]],
+        steps: list[StepTiming],
     ) -> Any:
         value = job.get("input")
         sources: list[str] = job["steps"]
@@ -326,13 +324,8 @@ class Runner:
             except ConchError as exc:
                 exc.message = f"step {i}: {exc.message}"
                 raise
-            steps.append(
-                {
-                    "step": i,
-                    "type": _shallow_type(value),
-                    "elapsed_ms": int((time.perf_counter() - started) * 1000),
-                }
-            )
+            elapsed_ms = int((time.perf_counter() - started) * 1000)
+            steps.append(StepTiming(i, _shallow_type(value), elapsed_ms))
         return value
 
     def _call(self, job: dict[str, Any], ctx: Context) -> Any:
@@ -364,7 +357,10 @@ class Runner:
     def _function(self, source: str, ctx: Context) -> Any:
         return self._compile(source).run(context=ctx)
 
-    def _stream_array(self, value: Any, ctx: Context, chan: Channel) -> dict[str, Any]:
+    def _stream_array(
+        self, kind: type[RunEnvelope], value: Any, ctx: Context, chan: Channel, output: list[str]
+    ) -> RunEnvelope:
+        """Send each element as a ``data`` frame; the envelope's value is their count."""
         limits = ctx.limits
         count = 0
         max_items = limits.collection_size
@@ -381,14 +377,7 @@ class Runner:
                     )
             chan.send(["data", text])
             ctx.check_cancelled()
-        return {
-            "success": True,
-            "result": str(count),
-            "type": "Range" if type(value) is range else "Array",
-            "value": count,
-            "count": count,
-            "error": None,
-        }
+        return kind.ok(str(count), "Range" if type(value) is range else "Array", count, output)
 
 
 _CACHE_SIZE = 512
@@ -419,7 +408,7 @@ def _compile_stage(source: str) -> Any:
 
 
 def _wants_function(type_name: str) -> bool:
-    names = {t.strip() for t in type_name.replace("?", "|").split("|")}
+    names = set(type_names(type_name))
     return "Function" in names and "String" not in names and "Any" not in names
 
 
@@ -456,25 +445,27 @@ def _materialize(value: Any, limit: int | None) -> Any:
     return value
 
 
-def _envelope(value: Any, limits: Limits) -> dict[str, Any]:
+def _envelope(
+    kind: type[RunEnvelope], value: Any, limits: Limits, output: list[str]
+) -> RunEnvelope:
     value = _materialize(value, limits.collection_size)
     type_name = values.type_of(value)
     data = values.to_json_value(value)
     if type(value) is str:
         result = value
     else:
-        result = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        result = COMPACT_JSON.encode(data)
     if limits.output_bytes is not None and len(result) > limits.output_bytes:
         raise ConchError(
             "LimitError",
             f"the result ({len(result)} characters) exceeds the output limit of "
             f"{limits.output_bytes} bytes",
         )
-    return {"success": True, "result": result, "type": type_name, "value": data, "error": None}
+    return kind.ok(result, type_name, data, output)
 
 
-def _failure(exc: ConchError) -> dict[str, Any]:
-    return {"success": False, "result": None, "type": None, "value": None, "error": exc.to_dict()}
+def _run_error(exc: ConchError) -> RunError:
+    return RunError(**exc.to_dict())
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The typer app behind ``conch COMMAND`` (the fast path for ``-c`` and ``run`` is in
-:mod:`conch.cli.main`).
+:mod:`conch.cli.run`).
 
 Sub-commands written in other modules are attached by :data:`SUBCOMMANDS`. A module either
 defines ``register(app: typer.Typer) -> None``, or exports one of the listed attributes: a
@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from conch.cli.main import run_file
+from conch.cli.run import run_file
 
 # (command name, module, attributes tried in order). A module that is not written yet is
 # skipped; an import error inside a module that exists is not hidden.

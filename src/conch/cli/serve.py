@@ -21,7 +21,7 @@ def serve(
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.agent_app import ConfigurationError, create_app
+    from conch.web.agent.app import ConfigurationError, create_app
 
     settings = load_settings(config, host=host, port=port, workers=workers)
     try:

@@ -13,19 +13,6 @@ from typing import Annotated, Any
 import typer
 
 
-def _agent_app(settings: Any) -> Any:
-    try:
-        from conch.web.agent_app import create_app
-    except ImportError as exc:
-        typer.echo(
-            f"error: the agent server is not available in this installation ({exc}); "
-            "run `conch models serve` for the inference server alone",
-            err=True,
-        )
-        raise typer.Exit(1)
-    return create_app(settings)
-
-
 async def _serve_both(servers: list[Any]) -> None:
     tasks = [asyncio.create_task(s.serve()) for s in servers]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -38,14 +25,19 @@ async def _serve_both(servers: list[Any]) -> None:
 
 
 def up(
-    host: Annotated[str | None, typer.Option(help="Address both servers bind (default 127.0.0.1).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address both servers bind (default 127.0.0.1).")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Agent server port (default 3000).")] = None,
-    models_port: Annotated[int | None, typer.Option(help="Inference server port (default 8080).")] = None,
+    models_port: Annotated[
+        int | None, typer.Option(help="Inference server port (default 8080).")
+    ] = None,
 ) -> None:
     """Run the agent server and the inference server together."""
     import uvicorn
 
     from conch.config import load_settings
+    from conch.web.agent.app import create_app as create_agent_app
     from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
@@ -53,12 +45,16 @@ def up(
         # The agent server's programs reach models through this inference server.
         reach = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::", "") else settings.models_host
         settings = settings.model_copy(update={"models_url": f"http://{reach}:{settings.models_port}/v1"})
-    agent = _agent_app(settings)
+    agent = create_agent_app(settings)
     inference = create_inference_app(settings)
     servers = [
-        uvicorn.Server(uvicorn.Config(agent, host=settings.host, port=settings.port, log_level="info")),
         uvicorn.Server(
-            uvicorn.Config(inference, host=settings.models_host, port=settings.models_port, log_level="info")
+            uvicorn.Config(agent, host=settings.host, port=settings.port, log_level="info")
+        ),
+        uvicorn.Server(
+            uvicorn.Config(
+                inference, host=settings.models_host, port=settings.models_port, log_level="info"
+            )
         ),
     ]
     typer.echo(

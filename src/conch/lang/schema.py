@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conch import __version__
-from conch.lang.builtins.registry import Builtin, Param, all_builtins
+from conch.lang.builtins.registry import Builtin, Param, all_builtins, type_names
 
 FORMATS = ("json", "openapi", "openai", "anthropic", "mcp")
 
@@ -242,7 +242,7 @@ KEYWORDS = [
 
 def type_schema(type_name: str) -> dict[str, Any]:
     """The JSON Schema of a declared conch type (``Int``, ``String | Array``, ``Int?``)."""
-    names = [t.strip() for t in type_name.replace("?", " | Null").split("|") if t.strip()]
+    names = type_names(type_name)
     if "Any" in names:
         return {}
     schemas: list[dict[str, Any]] = []

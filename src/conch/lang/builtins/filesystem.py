@@ -375,35 +375,18 @@ def _format_of(path: str) -> str | None:
 
 
 def _parse(fmt: str, text: str, path: str) -> Any:
-    # The data builtins (from_csv, ...) decide how values are typed; use them when loaded so
-    # `open("x.csv")` and `cat("x.csv") | from_csv` agree.
-    import json
-
-    registered = REGISTRY.get(f"from_{fmt}")
+    # The data builtins (from_csv, ...) decide how values are typed, so `open("x.csv")` and
+    # `cat("x.csv") | from_csv` agree; JSON Lines has no builtin of its own.
     try:
-        if registered is not None:
-            return registered.fn(text)
-        if fmt == "json":
-            return json.loads(text)
         if fmt == "jsonl":
+            import json
+
             return [json.loads(line) for line in text.splitlines() if line.strip()]
-        if fmt == "csv":
-            import csv
-
-            return [dict(row) for row in csv.DictReader(io.StringIO(text))]
-        if fmt == "yaml":
-            import yaml
-
-            return yaml.safe_load(text)
-        if fmt == "toml":
-            import tomllib
-
-            return tomllib.loads(text)
+        return REGISTRY[f"from_{fmt}"].fn(text)
     except ConchError as exc:
         raise ConchError(exc.kind, f"{path}: {exc.message}", hint=exc.hint) from None
-    except Exception as exc:
+    except ValueError as exc:
         raise ConchError("ValueError", f"{path}: not valid {fmt}: {exc}") from None
-    return text
 
 
 def _serialise(content: Any, path: str) -> str:
@@ -413,33 +396,7 @@ def _serialise(content: Any, path: str) -> str:
 
     fmt = _format_of(path)
     if fmt in ("yaml", "toml", "csv"):
-        registered = REGISTRY.get(f"to_{fmt}")
-        if registered is not None:
-            return str(registered.fn(content))
-        data = values.to_json_value(content)
-        if fmt == "yaml":
-            import yaml
-
-            return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-        if fmt == "toml":
-            import tomli_w
-
-            if not isinstance(data, dict):
-                raise ConchError(
-                    "TypeError", f"write: TOML needs a Record, got {values.type_of(content)}"
-                )
-            return tomli_w.dumps(data)
-        import csv
-
-        rows = data if isinstance(data, list) else [data]
-        if not all(isinstance(r, dict) for r in rows):
-            raise ConchError("TypeError", "write: CSV needs a Table or a Record")
-        out = io.StringIO()
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue()
+        return str(REGISTRY[f"to_{fmt}"].fn(content))
     if fmt == "jsonl" and values.is_array(content):
         return "".join(
             json.dumps(values.to_json_value(x), ensure_ascii=False) + "\n"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any
 
-CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
+CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system")
 
 _MISSING: Any = object()
 _EMPTY: Any = object()  # a parameter without a default
@@ -418,9 +418,6 @@ def _import(modules: Sequence[str]) -> None:
             _importing.add(module)
             try:
                 __import__(f"conch.lang.builtins.{module}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"conch.lang.builtins.{module}":
-                    raise
             finally:
                 _importing.discard(module)
             _imported.add(module)
@@ -499,9 +496,15 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def type_names(type_name: str) -> list[str]:
+    """The member names of a declared type: ``"String | Array"`` -> ``["String", "Array"]``,
+    ``"Int?"`` -> ``["Int", "Null"]``."""
+    return [t.strip() for t in type_name.replace("?", " | Null").split("|") if t.strip()]
+
+
 def _checker(type_name: str) -> Callable[[Any], bool] | None:
     """A predicate for a declared type (``String | Array``, ``Int?``), or None for Any."""
-    names = [t.strip() for t in type_name.replace("?", " | Null").split("|")]
+    names = type_names(type_name)
     if "Any" in names:
         return None
     preds = [_CHECKS[n] for n in names]
@@ -544,7 +547,7 @@ _INLINE_NAMES: dict[str, Any] = {
 
 def _inline_check(type_name: str, var: str) -> str | None:
     """A Python expression true when ``var`` has the declared type, or None for Any."""
-    names = [t.strip() for t in type_name.replace("?", " | Null").split("|")]
+    names = type_names(type_name)
     if "Any" in names:
         return None
     return " or ".join(f"({_INLINE[n].format(v=var)})" for n in names)

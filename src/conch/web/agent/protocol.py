@@ -1,14 +1,18 @@
 """Request and response bodies of the agent and code-execution server (SPEC §2.1, §2.2, §2.6).
 
 Request models are strict (a number is not a string) and ignore unknown fields; response
-models exist for the OpenAPI document — handlers write the JSON themselves.
+models exist for the OpenAPI document — handlers write the JSON themselves. The run envelope
+is :mod:`conch.agents.envelope`, the one shape the worker, the pool and the routes share. Routes parse
+their bodies with :func:`parse_body` and document them with :func:`request_body`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _Request(BaseModel):
@@ -57,34 +61,6 @@ class PipelineRequest(_Request):
     limits: RunLimits | None = None
 
 
-class ErrorInfo(BaseModel):
-    kind: str
-    message: str
-    line: int | None = None
-    column: int | None = None
-    hint: str | None = None
-
-
-class Envelope(BaseModel):
-    success: bool
-    result: str | None = Field(description="string rendering of the value")
-    type: str | None = Field(description="conch type name of the value")
-    value: Any = Field(description="the value as JSON")
-    output: list[str] = Field(description="lines printed by the program")
-    error: ErrorInfo | None
-    elapsed_ms: int
-
-
-class StepTiming(BaseModel):
-    step: int = Field(description="1-based index of the step")
-    type: str
-    elapsed_ms: int
-
-
-class PipelineEnvelope(Envelope):
-    steps: list[StepTiming]
-
-
 class RequestErrorInfo(BaseModel):
     kind: str = Field(description='"RequestError" (or "NameError" for an unknown builtin)')
     message: str
@@ -130,3 +106,39 @@ class TypeInfo(BaseModel):
     description: str
     json_: dict[str, Any] = Field(alias="json")
     properties: dict[str, str]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": RequestErrorBody, "description": "Malformed request"},
+    413: {"model": RequestErrorBody, "description": "Body too large"},
+}
+
+UNKNOWN_BUILTIN: dict[int | str, dict[str, Any]] = {
+    404: {"model": RequestErrorBody, "description": "No such builtin"}
+}
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    ExecuteRequest,
+    EvalRequest,
+    CallRequest,
+    PipelineRequest,
+)
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses its body itself (``openapi_extra``)."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """The body as ``model``, parsed as JSON whatever the Content-Type says (``curl -d``
+    sends a form type); any problem is a ``400 RequestError`` naming the field."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None

@@ -1,4 +1,4 @@
-"""The guard in front of the agent server: Host check, bearer key, body limit, headers.
+"""The guard in front of a conch server: Host check, bearer key, body limit, headers.
 
 A pure ASGI middleware (no per-request task or body buffering) so that it costs little on
 the hot path and also covers streaming responses.
@@ -9,6 +9,8 @@ the hot path and also covers streaming responses.
   (compared in constant time); otherwise ``401`` with ``WWW-Authenticate: Bearer``.
 - Bodies larger than ``max_body_bytes`` are refused with ``413``, by ``Content-Length`` or
   while reading a chunked body.
+- Refusals are written with the server's own error-body builder
+  (:mod:`conch.web.common.errors`), so each server answers in its family's envelope.
 - Every response gets ``X-Content-Type-Options: nosniff``; API responses that did not choose
   their own caching (event streams use ``no-cache``) get ``Cache-Control: no-store``.
 """
@@ -17,11 +19,11 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
-from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from conch.web.common.errors import ErrorBody
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 OPEN_PATHS = frozenset({"/health"})
@@ -46,9 +48,17 @@ def host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-def error_body(status: int, message: str, kind: str = "RequestError", **extra: Any) -> bytes:
-    error = {"kind": kind, "message": message, **extra}
-    return json.dumps({"success": False, "error": error}, separators=(",", ":")).encode()
+class ConfigurationError(Exception):
+    """The server must not start with these settings."""
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Refuse to serve a non-loopback address without an API key."""
+    if not is_loopback(host) and not api_key:
+        raise ConfigurationError(
+            f"refusing to bind {host}: a non-loopback address needs an API key "
+            "(set api_key in conch.toml or CONCH_API_KEY)"
+        )
 
 
 class BodyTooLarge(HTTPException):
@@ -67,8 +77,12 @@ class SecurityMiddleware:
         api_key: str | None,
         loopback_only: bool,
         max_body_bytes: int,
+        error_body: ErrorBody,
+        open_paths: frozenset[str] = OPEN_PATHS,
     ) -> None:
         self.app = app
+        self.error_body = error_body
+        self.open_paths = open_paths
         self.key = f"Bearer {api_key}".encode() if api_key else None
         self.loopback_only = loopback_only
         self.max_body = max_body_bytes
@@ -93,23 +107,25 @@ class SecurityMiddleware:
         if self.loopback_only:
             host = headers.get(b"host")
             if host is not None and not self._host_allowed(host):
-                await _reply(send, 403, "the Host header must name this machine (loopback)")
+                await self._reply(send, 403, "the Host header must name this machine (loopback)")
                 return
-        if self.key is not None and path not in OPEN_PATHS:
+        if self.key is not None and path not in self.open_paths:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, self.key):
                 message = "missing bearer token" if not given else "invalid bearer token"
-                await _reply(send, 401, message, [(b"www-authenticate", b'Bearer realm="conch"')])
+                await self._reply(
+                    send, 401, message, [(b"www-authenticate", b'Bearer realm="conch"')]
+                )
                 return
         length = headers.get(b"content-length")
         if length is not None:
             try:
                 too_large = int(length) > self.max_body
             except ValueError:
-                await _reply(send, 400, "invalid Content-Length header")
+                await self._reply(send, 400, "invalid Content-Length header")
                 return
             if too_large:
-                await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+                await self._reply(send, 413, f"request body larger than {self.max_body} bytes")
                 return
 
         api = path.startswith("/api/")
@@ -141,24 +157,27 @@ class SecurityMiddleware:
             await self.app(scope, limited_receive, send_with_headers)
         except BodyTooLarge:
             if not started:
-                await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+                await self._reply(send, 413, f"request body larger than {self.max_body} bytes")
 
-
-async def _reply(
-    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = error_body(status, message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"x-content-type-options", b"nosniff"),
-                (b"cache-control", b"no-store"),
-                *(extra or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    async def _reply(
+        self,
+        send: Send,
+        status: int,
+        message: str,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        body = self.error_body(status, message)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"cache-control", b"no-store"),
+                    *(extra or []),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

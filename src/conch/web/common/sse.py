@@ -1,4 +1,5 @@
-"""Server-Sent Events with cancellation on disconnect.
+"""Server-Sent Events for both servers: the one event encoder, and a response that cancels
+its producer when the client goes away.
 
 :class:`EventStreamResponse` sends the chunks of an async iterator as they come and, at the
 same time, listens for the client going away; when it does, the iterator is cancelled (so a
@@ -24,9 +25,22 @@ SSE_HEADERS = [
 ]
 
 
-def format_event(event: str, event_id: int, data: Any) -> bytes:
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event}\nid: {event_id}\ndata: {payload}\n\n".encode()
+def encode_event(data: Any, *, event: str | None = None, id: int | str | None = None) -> bytes:
+    """One event: optional ``event:`` and ``id:`` lines, then ``data:`` — compact JSON, or a
+    string as it is (OpenAI's ``[DONE]``); a multi-line string becomes several ``data:``
+    lines, as the SSE format requires."""
+    payload = (
+        data
+        if isinstance(data, str)
+        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    )
+    head = ""
+    if event is not None:
+        head += f"event: {event}\n"
+    if id is not None:
+        head += f"id: {id}\n"
+    lines = "".join(f"data: {line}\n" for line in payload.split("\n"))
+    return f"{head}{lines}\n".encode()
 
 
 class EventStreamResponse(Response):

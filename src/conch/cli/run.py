@@ -1,0 +1,91 @@
+"""Running a program as the shell does, for `conch -c` and `conch run FILE` (from the entry
+point or through typer). No typer, rich or prompt_toolkit at import: this is the cold-start path.
+
+Exit status: 0 on success, 1 on a conch error (rendered with a caret on stderr), 2 on a
+syntax error, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# typing costs milliseconds of every start-up; the annotations are strings
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_SYNTAX = 2
+EXIT_INTERRUPTED = 130
+
+
+def _write_result(value: Any) -> None:
+    from conch.lang import values
+
+    if value is None:
+        # a program ending in a binding, a loop or print() has nothing more to say
+        return
+    if isinstance(value, values.LazyList | range):
+        value = values.as_list(value)
+    out = sys.stdout
+    if out.isatty() and values.type_of(value) == "Table":
+        from conch.cli.render import print_value
+
+        print_value(value)
+        return
+    text = values.render(value)
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
+def run_source(source: str, args: Sequence[str], filename: str | None = None) -> int:
+    """Run a program as the shell does (workspace = the whole machine, every effect allowed)
+    and print its result; returns the exit status."""
+    from conch.lang import run
+    from conch.lang.errors import ConchError, from_python
+
+    try:
+        value = run(source, variables={"args": list(args)})
+        _write_result(value)
+    except ConchError as err:
+        return _report(err, source, filename)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except RecursionError as exc:
+        return _report(from_python(exc), source, filename)
+    except BrokenPipeError:
+        # `conch -c ... | head` closing the pipe early is not an error
+        _silence_stdout()
+        return EXIT_OK
+    return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def _report(err: Any, source: str, filename: str | None) -> int:
+    text = err.render(source)
+    if filename:
+        text = f"{filename}: {text}"
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+    return EXIT_SYNTAX if err.kind == "SyntaxError" else EXIT_ERROR
+
+
+def run_file(path: str, args: Sequence[str]) -> int:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError as exc:
+        sys.stderr.write(f"conch: cannot read {path}: {exc.strerror or exc}\n")
+        return EXIT_ERROR
+    return run_source(source, args, filename=path)

@@ -1,0 +1,82 @@
+"""The agent and code-execution server (``conch serve``): builds the domain objects from the
+settings, puts them on ``app.state`` (routers reach them through ``deps.py``) and includes one
+router per resource. Contract: the seed document's execution, streaming, discovery and
+health sections and SPEC §2.1, §2.2, §2.4, §2.6.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.middleware import Middleware
+
+from conch import __version__
+from conch.agents.sandbox import SandboxPool
+from conch.config import Settings
+from conch.lang.builtins.registry import load_all
+from conch.web.agent import discovery, execution, health, streams
+from conch.web.agent.errors import install_error_handlers
+from conch.web.agent.fast_path import AgentApp
+from conch.web.agent.metrics import AgentMetrics
+from conch.web.agent.runs import Runs
+from conch.web.common.errors import agent_error_body
+from conch.web.common.metrics import MetricsMiddleware
+from conch.web.common.security import (
+    ConfigurationError,
+    SecurityMiddleware,
+    check_bind,
+    is_loopback,
+)
+
+__all__ = ["ConfigurationError", "create_app"]
+
+
+def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
+    """The agent server app. Raises :class:`ConfigurationError` for an unsafe configuration."""
+    check_bind(settings.host, settings.api_key)
+    load_all()
+    pool = pool or SandboxPool(settings)
+    metrics = AgentMetrics(pool)
+
+    @asynccontextmanager
+    async def lifespan(app: AgentApp) -> AsyncIterator[None]:
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    # Outermost first; the fast path goes through the very same stack.
+    middleware = [
+        Middleware(MetricsMiddleware, metrics=metrics),
+        Middleware(
+            SecurityMiddleware,
+            api_key=settings.api_key,
+            loopback_only=is_loopback(settings.host),
+            max_body_bytes=settings.max_body_bytes,
+            error_body=agent_error_body,
+        ),
+    ]
+    app = AgentApp(
+        title="conch agent server",
+        version=__version__,
+        description="Runs conch code over HTTP, streams results, publishes the language schema.",
+        openapi_url="/api-docs/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        middleware=middleware,
+    )
+    app.state.settings = settings
+    app.state.started_at = time.monotonic()
+    app.state.pool = pool
+    app.state.metrics = metrics
+    app.state.runs = runs = Runs(pool, metrics)
+
+    install_error_handlers(app)
+    for module in (execution, streams, discovery, health):
+        app.include_router(module.router)
+    app.serve_fast(runs, middleware, execution.router.routes)
+    return app

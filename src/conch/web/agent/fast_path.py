@@ -1,0 +1,105 @@
+"""The hot execution routes (``POST`` execute, eval, pipeline), served before the framework.
+
+Running ``1 + 1`` costs one round trip to a sandbox process, and FastAPI's per-request layers
+(error pages, telemetry, routing, dependency resolution) would cost as much again. So
+:class:`AgentApp` hands these paths to :class:`FastPath`, which uses the same body models
+and job builders (``execution.FAST_ROUTES``), the same :class:`~conch.web.agent.runs.Runs`,
+the same error envelope and the same middleware as the documented routes — it skips only
+the framework's own layers, never the security checks. The FastAPI routes remain the
+reference for these paths (OpenAPI, other methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import ValidationError
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from conch.web.agent.errors import problems
+from conch.web.agent.execution import FAST_ROUTES
+from conch.web.agent.runs import Runs
+from conch.web.common.errors import agent_error_body
+
+
+class AgentApp(FastAPI):
+    fast_paths: frozenset[str] = frozenset()
+    fast_app: ASGIApp | None = None
+
+    def serve_fast(
+        self, runs: Runs, middleware: Sequence[Middleware], routes: Sequence[BaseRoute]
+    ) -> None:
+        """Serve ``FAST_ROUTES`` through ``middleware`` (outermost first) and a FastPath;
+        ``routes`` are the documented routes of those paths (for the metrics' label)."""
+        by_path = {getattr(r, "path", None): r for r in routes}
+        inner: ASGIApp = FastPath(runs, {path: by_path[path] for path in FAST_ROUTES})
+        for m in reversed(middleware):
+            inner = m.cls(inner, *m.args, **m.kwargs)
+        self.fast_app = inner
+        self.fast_paths = frozenset(FAST_ROUTES)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] in self.fast_paths
+            and scope["method"] == "POST"
+            and self.fast_app is not None
+        ):
+            await self.fast_app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+class FastPath:
+    """The ASGI endpoint of the hot routes: body model, job, envelope and errors as the
+    documented routes, without the framework's per-request machinery."""
+
+    def __init__(self, runs: Runs, routes: dict[str, Any]) -> None:
+        self.runs = runs
+        # The documented route of each path, for the metrics' route label.
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        model, make_job, kind = FAST_ROUTES[path]
+        scope["route"] = self.routes[path]
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body: bytes = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+        try:
+            parsed = model.model_validate_json(body)
+        except ValidationError as exc:
+            await _send(send, 400, agent_error_body(400, problems(exc.errors(include_url=False))))
+            return
+        try:
+            answer = await self.runs.envelope(make_job(parsed), kind)
+        except Exception:
+            # What the framework's error middleware does for the other routes: a 500, and
+            # the exception goes on to the server's log.
+            await _send(send, 500, agent_error_body(500, "internal server error"))
+            raise
+        await _send(send, 200, answer)
+
+
+_JSON = (b"content-type", b"application/json")
+
+
+async def _send(send: Send, status: int, body: bytes) -> None:
+    headers = [_JSON, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,114 @@
+"""``POST /api/v1/stream/execute | eval | pipeline``: the execution routes as Server-Sent Events.
+
+Events (``id`` counts 1, 2, 3, … per stream): ``start {id}``, ``progress {step, total,
+message}``, ``data {result}`` per printed line or produced element, then ``complete
+{result, elapsed_ms, type}`` or ``error {message, kind, line, column, hint}``. A client that
+goes away cancels the run (its worker is killed and replaced).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from conch.agents.envelope import RunError
+from conch.agents.sandbox import Job
+from conch.web.agent.deps import RunsDep
+from conch.web.agent.execution import eval_job, execute_job, pipeline_job
+from conch.web.agent.protocol import (
+    ERRORS,
+    EvalRequest,
+    ExecuteRequest,
+    PipelineRequest,
+    parse_body,
+    request_body,
+)
+from conch.web.agent.runs import Runs
+from conch.web.common.sse import EventStreamResponse, encode_event
+
+router = APIRouter(tags=["streaming"])
+
+_SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: start, progress, data, complete | error",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **ERRORS,
+}
+
+
+def _error_message(error: RunError) -> str:
+    message = error.message
+    if error.line is not None and f"line {error.line}" not in message:
+        message += f" at line {error.line}, column {error.column}"
+    return message
+
+
+def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
+    job.stream = True
+    run_id = runs.pool.new_run_id()
+
+    async def events() -> AsyncGenerator[bytes, None]:
+        started = time.perf_counter()
+        seq = 0
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            nonlocal seq
+            seq += 1
+            return encode_event(data, event=name, id=seq)
+
+        yield event("start", {"id": run_id})
+        async with aclosing(runs.pool.events(job)) as run_events:
+            async for e in run_events:
+                if e.kind == "data":
+                    yield event("data", {"result": e.text})
+                elif e.kind == "progress":
+                    yield event(
+                        "progress", {"step": e.step, "total": e.total, "message": e.message}
+                    )
+                elif e.kind == "done" and e.result is not None:
+                    runs.metrics.observe_run(kind, started)
+                    elapsed = int((time.perf_counter() - started) * 1000)
+                    done = e.result
+                    if done.error is None:
+                        complete = {"result": done.result, "elapsed_ms": elapsed, "type": done.type}
+                        yield event("complete", complete)
+                    else:
+                        failure = {**done.error.to_json(), "message": _error_message(done.error)}
+                        yield event("error", failure)
+
+    return EventStreamResponse(events())
+
+
+def _route(path: str, model: type[Any]) -> Any:
+    return router.post(
+        path,
+        openapi_extra=request_body(model),
+        response_model=None,
+        response_class=Response,
+        responses=_SSE_DOC,
+    )
+
+
+@_route("/api/v1/stream/execute", ExecuteRequest)
+async def stream_execute(request: Request, runs: RunsDep) -> EventStreamResponse:
+    """As execute, as Server-Sent Events."""
+    return stream(runs, execute_job(await parse_body(request, ExecuteRequest)), "stream_execute")
+
+
+@_route("/api/v1/stream/eval", EvalRequest)
+async def stream_eval(request: Request, runs: RunsDep) -> EventStreamResponse:
+    """As eval, as Server-Sent Events."""
+    return stream(runs, eval_job(await parse_body(request, EvalRequest)), "stream_eval")
+
+
+@_route("/api/v1/stream/pipeline", PipelineRequest)
+async def stream_pipeline(request: Request, runs: RunsDep) -> EventStreamResponse:
+    """As pipeline, step by step, as Server-Sent Events."""
+    body = await parse_body(request, PipelineRequest)
+    return stream(runs, pipeline_job(body), "stream_pipeline")

@@ -1,0 +1,1 @@
+"""Parts both servers share: error envelopes, SSE, Prometheus metrics, the security guard."""
