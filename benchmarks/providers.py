@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import statistics
@@ -76,11 +77,12 @@ def _model_path() -> str:
 
 
 class Target:
-    def __init__(self, name: str, base: str, model: str) -> None:
+    def __init__(self, name: str, base: str, model: str, key: str = "sk-bench") -> None:
         self.name = name
         self.base = base
         self.model = model
-        self.client = httpx.Client(base_url=base, timeout=300, headers={"Authorization": "Bearer sk-bench"})
+        self.key = key
+        self.client = httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"})
 
     def stream(self, max_tokens: int, prompt: list[dict[str, str]] = PROMPT) -> tuple[float, float, int]:
         """(seconds to the first content chunk, seconds first->last chunk, content chunks)."""
@@ -112,7 +114,7 @@ def _concurrent(target: Target) -> float:
 
     def one(i: int) -> None:
         try:
-            client = Target(target.name, target.base, target.model)
+            client = Target(target.name, target.base, target.model, target.key)
             prompt = [{"role": "user", "content": f"Story {i}: a lighthouse keeper."}]
             counts[i] = client.stream(STREAM_TOKENS, prompt)[2]
         except BaseException as exc:
@@ -142,7 +144,8 @@ def _start_litellm(upstream: str, tmp: Path) -> tuple[Target, subprocess.Popen[b
         f"      api_base: {upstream}\n      api_key: sk-unused\n"
     )
     # The local cost map: the remote one is on the internet, which this machine cannot reach.
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    key = "sk-" + secrets.token_hex(32)  # the proxy refuses to start without a master key
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": key}
     proc = subprocess.Popen([exe, "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
                              "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -151,7 +154,7 @@ def _start_litellm(upstream: str, tmp: Path) -> tuple[Target, subprocess.Popen[b
         proc.kill()
         print(f"LiteLLM: did not start ({exc}); skipped")
         return None
-    return Target("LiteLLM proxy", f"http://127.0.0.1:{port}", "smollm2"), proc
+    return Target("LiteLLM proxy", f"http://127.0.0.1:{port}", "smollm2", key), proc
 
 
 def main() -> None:
@@ -162,7 +165,9 @@ def main() -> None:
         lport = _free_port()
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", model, "--model_alias", "smollm2",
-             "--host", "127.0.0.1", "--port", str(lport), "--n_ctx", "2048"],
+             "--host", "127.0.0.1", "--port", str(lport), "--n_ctx", "2048",
+             # Its default ends a running stream when another request arrives.
+             "--interrupt_requests", "False"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         upstream = f"http://127.0.0.1:{lport}/v1"
         _wait(f"{upstream}/models", procs[-1])

@@ -39,7 +39,10 @@ def llama_cpp_server(model_path: Path, alias: str = "smollm2", api_key: str | No
     """``python -m llama_cpp.server`` on a free port; yields its OpenAI base URL (``…/v1``)."""
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", alias,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), *(extra or [])]
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+           # By default it ends a running stream whenever another request arrives, and
+           # conch's health probes are requests (docs/providers.md).
+           "--interrupt_requests", "False", *(extra or [])]
     if api_key:
         cmd += ["--api_key", api_key]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

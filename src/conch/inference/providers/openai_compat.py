@@ -9,9 +9,11 @@ protocol), so nothing is dropped; the answer comes back as the upstream sent it,
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx as plain_httpx
 import httpx2 as httpx  # the transport the openai client is built on
 import openai
 
@@ -48,6 +50,7 @@ class OpenAICompatProvider(Provider):
             max_retries=0,  # a retry would hide an outage and break the configured timeout
             timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
         )
+        self._http: plain_httpx.AsyncClient | None = None
         self._chat_params = _create_params(self.client.chat.completions.create)
         self._embed_params = _create_params(self.client.embeddings.create)
 
@@ -90,26 +93,61 @@ class OpenAICompatProvider(Provider):
         return out
 
     async def chat_stream(self, model: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Streams go over a plain HTTP client, not the ``openai`` one: the upstream speaks the
+        protocol conch speaks, so its chunks are relayed as they are (only ``model`` changes),
+        without the client's per-request parameter transform and per-chunk model parsing,
+        which cost time to first token and tokens/s (docs/benchmarks.md, Providers)."""
         self._require_key()
-        args = self._split(body, self._chat_params)
+        payload = {k: v for k, v in body.items() if k not in CONCH_ONLY_FIELDS and v is not None}
+        payload.update(model=model, stream=True)
+        http = self._stream_client()
+        request = http.build_request("POST", f"{self.url}/chat/completions", json=payload)
         try:
-            stream = await self.client.chat.completions.create(model=model, stream=True, **args)
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        return self._chunks(stream, f"{self.id}:{model}")
-
-    async def _chunks(self, stream: Any, model: str) -> AsyncIterator[dict[str, Any]]:
-        try:
-            async for chunk in stream:
-                out: dict[str, Any] = chunk.to_dict()
-                out["model"] = model
-                yield out
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        except httpx.HTTPError as exc:  # the body broke off between events
+            response = await http.send(request, stream=True)
+        except plain_httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            raise status_error(self.id, response.status_code, data, raw.decode("utf-8", "replace")[:500])
+        return self._relay(response, f"{self.id}:{model}")
+
+    def _stream_client(self) -> plain_httpx.AsyncClient:
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+            self._http = plain_httpx.AsyncClient(
+                headers=headers, trust_env=False,
+                timeout=plain_httpx.Timeout(self.timeouts.read_s, connect=self.timeouts.connect_s),
+                limits=plain_httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        return self._http
+
+    async def _relay(self, response: plain_httpx.Response, model: str) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                chunk = json.loads(data)
+                if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+                    err = chunk["error"]
+                    message = err.get("message") if isinstance(err, dict) else str(err)
+                    raise ProviderUnreachable(self.id, f"failed mid-stream: {message}")
+                chunk["model"] = model
+                yield chunk
+        except plain_httpx.HTTPError as exc:  # the body broke off between events
+            raise self._transport_error(exc) from None
+        except ValueError:
+            raise ProviderUnreachable(self.id, "sent a stream event that is not JSON") from None
         finally:
-            await stream.close()
+            await response.aclose()
 
     async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
         self._require_key()
@@ -127,6 +165,8 @@ class OpenAICompatProvider(Provider):
 
     async def aclose(self) -> None:
         await self.client.close()
+        if self._http is not None:
+            await self._http.aclose()
 
     # -- errors ------------------------------------------------------------------------------
     def _require_key(self) -> None:
@@ -134,7 +174,7 @@ class OpenAICompatProvider(Provider):
             raise ProviderUnavailable(self.id, self.unavailable_reason())
 
     def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, httpx.TimeoutException | plain_httpx.TimeoutException):
             return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
         return ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})")
 
