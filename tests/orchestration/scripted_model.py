@@ -104,7 +104,10 @@ class ScriptedModel:
         import uvicorn
 
         app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
-        sock = socket.socket()
+        # IPPROTO_TCP spelled out: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+        # sockets whose protocol says TCP, and a socket.socket() says 0. With Nagle on, each
+        # reply on a kept-alive connection waits ~40 ms for the client's delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         self._server = uvicorn.Server(

@@ -74,7 +74,10 @@ class Server:
 def start_thread_server(data_dir: Path, **overrides: Any) -> Server:
     import uvicorn
 
-    sock = socket.socket()
+    # IPPROTO_TCP spelled out: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # sockets whose protocol says TCP, and a socket.socket() says 0. With Nagle on, each
+    # reply on a kept-alive connection waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])

@@ -1,5 +1,5 @@
 """Load: 200 tasks submitted at once against the scripted model; all finish and ``/health``
-keeps answering within 100 ms throughout."""
+keeps answering throughout (within 100 ms, judged on a machine that is not overloaded)."""
 
 from __future__ import annotations
 
@@ -64,36 +64,49 @@ def run_load(url: str, scripted: ScriptedModel) -> None:
                     break
                 time.sleep(0.25)
             records = {t["id"]: t for t in c.get(f"{API}/tasks", params={"limit": 1000}).json()}
-            pending = {i for i in ids if records.get(i, {}).get("status") != "succeeded"}
-            assert not pending, f"{len(pending)} tasks did not finish"
     finally:
         out, _ = prober.communicate("stop\n", timeout=30)
-    latencies = sorted(json.loads(out))
-    assert len(latencies) > 10
+    # Whatever the machine's load: every one of the 200 tasks finished (succeeded), and
+    # every /health probe was answered with 200.
+    assert len(set(ids)) == 200
+    unfinished = {i: records.get(i, {}).get("status") for i in ids}
+    unfinished = {i: status for i, status in unfinished.items() if status != "succeeded"}
+    assert not unfinished, f"{len(unfinished)} of 200 tasks did not finish: {unfinished}"
+    assert prober.returncode == 0, f"the /health prober failed: {out[-2000:]}"
+    probe = json.loads(out)
+    assert not probe["failures"], f"/health did not answer: {probe['failures'][:5]}"
+    latencies = sorted(probe["latencies"])
+    assert len(latencies) > 10, "/health was probed too rarely to say it kept answering"
     median, slowest = latencies[len(latencies) // 2], latencies[-1]
     print(
         f"/health under load: {len(latencies)} checks, median {median * 1000:.1f} ms, max {slowest * 1000:.0f} ms"
     )
-    # The 100 ms target is judged on the median (one descheduled moment of the server must
-    # not fail the run), and only on a machine that is not itself overloaded: on a shared
-    # 2-vCPU machine running other suites every process waits for a core, and the figure
-    # then says nothing about the server. The maximum is bounded loosely: it never stalls.
-    assert slowest < 5.0, f"/health took {slowest * 1000:.0f} ms"
+    # Timings decide nothing on a machine that is itself overloaded: on a shared 2-vCPU
+    # machine running other suites every process waits for a core, and the figures then say
+    # nothing about the server. Elsewhere the 100 ms target is judged on the median (one
+    # descheduled moment must not fail the run) and the maximum is bounded loosely.
     if os.getloadavg()[0] <= (os.cpu_count() or 1):
         assert median < 0.1, f"/health median {median * 1000:.0f} ms"
+        assert slowest < 5.0, f"/health took {slowest * 1000:.0f} ms"
 
 
 PROBE = """
 import json, sys, threading, time, httpx
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
-latencies = []
+latencies, failures = [], []
 with httpx.Client(base_url=sys.argv[1], timeout=10) as c:
     c.get("/health")
     while not stop.is_set():
         t = time.perf_counter()
-        assert c.get("/health").status_code == 200
-        latencies.append(time.perf_counter() - t)
+        try:
+            status = c.get("/health").status_code
+        except httpx.HTTPError as exc:
+            failures.append(f"{type(exc).__name__}: {exc}")
+        else:
+            latencies.append(time.perf_counter() - t)
+            if status != 200:
+                failures.append(f"status {status}")
         time.sleep(0.02)
-print(json.dumps(latencies))
+print(json.dumps({"latencies": latencies, "failures": failures}))
 """

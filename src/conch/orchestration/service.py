@@ -43,7 +43,7 @@ from conch.orchestration.spec import (
     plan,
     run_source,
 )
-from conch.orchestration.store import TASK_DONE, Store
+from conch.orchestration.store import TASK_DONE, StepOutcome, Store
 
 log = logging.getLogger("conch.orchestration")
 
@@ -78,6 +78,13 @@ class Orchestrator:
         self._tasks: dict[str, asyncio.Task[Any]] = {}  # task id -> its run
         self._steps: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._plans: dict[str, Plan] = {}
+        # Results of the steps this server saw succeed, by workflow: a step's scope is read
+        # from here (its ancestors' results), the database only for those run elsewhere or
+        # before a restart. Dropped when the workflow ends.
+        self._results: dict[str, dict[str, Any]] = {}
+        # Step outcomes waiting for the scheduler's next round, which records them all in
+        # one transaction; each step's run waits on its future until then.
+        self._outcomes: list[tuple[StepOutcome, asyncio.Future[None]]] = []
         self._background: list[asyncio.Task[Any]] = []
         self._wake = asyncio.Event()
         self._listeners: dict[str, set[asyncio.Event]] = {}
@@ -443,6 +450,7 @@ class Orchestrator:
             job = self._steps.get((wf_id, sid))
             if job is not None:
                 job.cancel()
+        self._forget(wf_id)
         self._notify(f"workflow:{wf_id}")
         return await self.get_workflow(wf_id)
 
@@ -468,43 +476,95 @@ class Orchestrator:
         return p
 
     async def _scheduler(self) -> None:
+        """Each round records every step outcome that came in since the last one (one
+        transaction), then claims as many runnable steps as there is room for (one
+        transaction, plus one per workflow for their events). Woken by finished steps and
+        new workflows; polls as well, for work that other servers made runnable."""
         while True:
             try:
+                self._wake.clear()
+                if self._outcomes:
+                    await self._record_outcomes()
                 free = self.capacity - len(self._steps)
                 claimed = await self._db(self.store.claim_steps, self.instance, self._lease(), free)
+                loop = asyncio.get_running_loop()
                 for wf_id, sid, attempt in claimed:
-                    p = await self._db(self._load_plan, wf_id)
+                    p = self._plans.get(wf_id) or await self._db(self._load_plan, wf_id)
                     if p is None:
                         continue
-                    self._notify(f"workflow:{wf_id}")
-                    job = asyncio.get_running_loop().create_task(
-                        self._run_step(p, wf_id, sid, attempt)
-                    )
+                    job = loop.create_task(self._run_step(p, wf_id, sid, attempt))
                     key = (wf_id, sid)
                     self._steps[key] = job
                     job.add_done_callback(functools.partial(self._step_done, key))
-                if claimed and len(claimed) == free:
+                for wf_id in {c[0] for c in claimed}:
+                    self._notify(f"workflow:{wf_id}")
+                if (claimed and len(claimed) == free) or self._outcomes:
+                    # Let the steps just finished or started move, then go round again.
                     await asyncio.sleep(0)
                     continue
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_S)
+                # Steps finishing in the same moment join one round.
+                await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("workflow scheduler")
                 await asyncio.sleep(POLL_S)
 
-    def _step_done(self, key: tuple[str, str], _job: object = None) -> None:
-        self._steps.pop(key, None)
+    async def _record_outcomes(self) -> None:
+        batch, self._outcomes = self._outcomes, []
+        try:
+            succeeded, ended = await self._db(
+                self.store.finish_steps, [o for o, _f in batch], self.instance
+            )
+        except Exception as exc:
+            # Each step's run then records its failure on its own.
+            for _o, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        for o, fut in batch:
+            key = (o.workflow_id, o.step_id)
+            if key in succeeded:
+                self._results.setdefault(o.workflow_id, {})[o.step_id] = o.result
+            # Recorded: the step no longer holds a place (its run only has to return).
+            self._steps.pop(key, None)
+            if not fut.done():
+                fut.set_result(None)
+        for wf_id in ended:
+            self._forget(wf_id)
+        for wf_id in {o.workflow_id for o, _f in batch}:
+            self._notify(f"workflow:{wf_id}")
+
+    def _forget(self, wf_id: str) -> None:
+        self._results.pop(wf_id, None)
+        self._plans.pop(wf_id, None)
+
+    def _step_done(self, key: tuple[str, str], job: asyncio.Task[Any]) -> None:
+        if self._steps.get(key) is job:
+            self._steps.pop(key, None)
         self._wake.set()
+
+    async def _scope(self, wf_id: str, ancestors: list[str]) -> dict[str, Any]:
+        known = self._results.get(wf_id, {})
+        scope = {a: {"result": known[a]} for a in ancestors if a in known}
+        missing = [a for a in ancestors if a not in known]
+        if missing:
+            scope.update(await self._db(self.store.step_scope, wf_id, missing))
+        return scope
+
+    async def _record(self, outcome: StepOutcome) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outcomes.append((outcome, fut))
+        self._wake.set()
+        await fut
 
     async def _run_step(self, p: Plan, wf_id: str, sid: str, attempt: int) -> None:
         step = p.steps[sid]
         stream = f"workflow:{wf_id}"
         try:
-            scope_steps = await self._db(self.store.step_scope, wf_id, p.ancestors[sid])
-            scope = {"inputs": p.inputs, "steps": scope_steps}
+            scope = {"inputs": p.inputs, "steps": await self._scope(wf_id, p.ancestors[sid])}
             try:
                 async with asyncio.timeout(step.timeout_s):
                     ok, result, error = await self._execute_step(wf_id, sid, step, scope)
@@ -517,10 +577,7 @@ class Orchestrator:
                         "message": f"step {sid!r} exceeded timeout_s={step.timeout_s:g}",
                     },
                 )
-            await self._db(
-                self.store.finish_step, p, wf_id, sid, self.instance,
-                ok=ok, result=result, error=error, backoff_s=step.backoff_s,
-            )  # fmt: skip
+            await self._record(StepOutcome(p, wf_id, sid, ok, result, error, step.backoff_s))
         except asyncio.CancelledError:
             if self._closing:
                 # Give the step back without spending its attempt: a restart runs it again.
@@ -532,7 +589,6 @@ class Orchestrator:
                 self.store.finish_step, p, wf_id, sid, self.instance,
                 ok=False, error={"kind": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
             )  # fmt: skip
-        finally:
             self._notify(stream)
 
     def _release_step(self, wf_id: str, sid: str) -> None:

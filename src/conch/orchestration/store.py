@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +39,19 @@ INTERRUPTED = {
     "reason": "interrupted",
     "message": "the server running it stopped before it finished",
 }
+
+
+@dataclass
+class StepOutcome:
+    """What one run of a step came to, waiting to be recorded."""
+
+    plan: Plan
+    workflow_id: str
+    step_id: str
+    ok: bool
+    result: Any = None
+    error: dict[str, Any] | None = None
+    backoff_s: float = 1.0
 
 
 def iso(ts: float | None) -> str | None:
@@ -116,6 +130,26 @@ class Store:
         )
         return int(seq)
 
+    def _emit_many(
+        self, conn: Connection, stream: str, items: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """Append several events to one stream: one read of its last number, one insert."""
+        if not items:
+            return
+        last = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(t.events.c.seq), 0)).where(
+                t.events.c.stream == stream
+            )
+        ).scalar_one()
+        now = time.time()
+        conn.execute(
+            sa.insert(t.events),
+            [
+                {"stream": stream, "seq": last + i, "event": event, "data": data, "created_at": now}
+                for i, (event, data) in enumerate(items, start=1)
+            ],
+        )
+
     def events_after(self, stream: str, after: int, limit: int = 500) -> list[tuple[int, str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(
@@ -126,8 +160,11 @@ class Store:
             ).all()
         return [(r.seq, r.event, r.data) for r in rows]
 
-    def _lock_row(self, conn: Connection, table: sa.Table, id: str) -> Any:
-        return conn.execute(sa.select(table).where(table.c.id == id).with_for_update()).first()
+    def _lock_row(self, conn: Connection, table: sa.Table, id: str, *columns: str) -> Any:
+        """Lock a row and read ``status`` and the named columns: never the whole row, whose
+        JSON columns (a workflow's definition, a task's steps) may be large."""
+        cols = [table.c.id, table.c.status, *(table.c[name] for name in columns)]
+        return conn.execute(sa.select(*cols).where(table.c.id == id).with_for_update()).first()
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -154,7 +191,7 @@ class Store:
     def add_task_step(self, id: str, step: dict[str, Any], usage: dict[str, int]) -> bool:
         """Record a step; False if the task is no longer running (cancelled meanwhile)."""
         with self.tx() as conn:
-            row = self._lock_row(conn, t.tasks, id)
+            row = self._lock_row(conn, t.tasks, id, "steps")
             if row is None or row.status != "running":
                 return False
             conn.execute(
@@ -178,7 +215,7 @@ class Store:
         """Move an active task to a final status; None if it already had one."""
         now = time.time()
         with self.tx() as conn:
-            row = self._lock_row(conn, t.tasks, id)
+            row = self._lock_row(conn, t.tasks, id, "started_at")
             if row is None or row.status not in TASK_ACTIVE:
                 return None
             values: dict[str, Any] = {
@@ -346,13 +383,18 @@ class Store:
         return [self._workflow_record(w, steps[w.id]) for w in wfs]
 
     def claim_steps(self, owner: str, lease_until: float, limit: int) -> list[tuple[str, str, int]]:
-        """Hand up to ``limit`` runnable steps to ``owner``: ``(workflow_id, step_id, attempt)``."""
+        """Hand up to ``limit`` runnable steps to ``owner``: ``(workflow_id, step_id, attempt)``.
+
+        One statement claims them all: ``UPDATE … WHERE status = 'pending' … RETURNING`` is
+        atomic on both databases (on PostgreSQL the rows are also locked by the ``SELECT …
+        FOR UPDATE SKIP LOCKED`` that found them, so servers claiming at once skip each
+        other's rows instead of waiting)."""
         if limit <= 0:
             return []
         now = time.time()
         s, w = t.workflow_steps, t.workflows
         q = (
-            sa.select(s.c.workflow_id, s.c.id, s.c.attempts)
+            sa.select(s.c.workflow_id, s.c.id)
             .join(w, w.c.id == s.c.workflow_id)
             .where(
                 s.c.status == "pending",
@@ -366,38 +408,42 @@ class Store:
         )
         with self.tx() as conn:
             rows = conn.execute(q).all()
-            claimed = []
-            for r in rows:
-                done = conn.execute(
-                    sa.update(s)
-                    .where(
-                        s.c.workflow_id == r.workflow_id, s.c.id == r.id, s.c.status == "pending"
-                    )
-                    .values(
-                        status="running",
-                        owner=owner,
-                        lease_until=lease_until,
-                        attempts=r.attempts + 1,
-                        started_at=now,
-                        finished_at=None,
-                    )
+            if not rows:
+                return []
+            order = {(r.workflow_id, r.id): i for i, r in enumerate(rows)}
+            got = conn.execute(
+                sa.update(s)
+                .where(sa.tuple_(s.c.workflow_id, s.c.id).in_(list(order)), s.c.status == "pending")
+                .values(
+                    status="running",
+                    owner=owner,
+                    lease_until=lease_until,
+                    attempts=s.c.attempts + 1,
+                    started_at=now,
+                    finished_at=None,
                 )
-                if done.rowcount == 1:
-                    claimed.append((r.workflow_id, r.id, r.attempts + 1))
-        if claimed:
-            by_wf: dict[str, list[tuple[str, int]]] = {}
-            for wf_id, sid, attempt in claimed:
-                by_wf.setdefault(wf_id, []).append((sid, attempt))
-            for wf_id, items in by_wf.items():
-                with self.tx() as conn:
-                    self._lock_row(conn, w, wf_id)
-                    for sid, attempt in items:
-                        self._emit(
-                            conn,
-                            f"workflow:{wf_id}",
-                            "step",
-                            {"id": sid, "status": "running", "attempts": attempt},
-                        )
+                .returning(s.c.workflow_id, s.c.id, s.c.attempts)
+            ).all()
+        claimed = sorted(
+            ((r.workflow_id, r.id, r.attempts) for r in got), key=lambda c: order[(c[0], c[1])]
+        )
+        by_wf: dict[str, list[tuple[str, int]]] = {}
+        for wf_id, sid, attempt in claimed:
+            by_wf.setdefault(wf_id, []).append((sid, attempt))
+        # The events in a transaction of their own, under the workflow's lock (which numbers
+        # its stream): a claim that held step rows while waiting for a workflow row could
+        # deadlock with a cancel, which holds the workflow row and updates step rows.
+        for wf_id, items in by_wf.items():
+            with self.tx() as conn:
+                self._lock_row(conn, w, wf_id)
+                self._emit_many(
+                    conn,
+                    f"workflow:{wf_id}",
+                    [
+                        ("step", {"id": sid, "status": "running", "attempts": attempt})
+                        for sid, attempt in items
+                    ],
+                )
         return claimed
 
     def step_scope(self, wf_id: str, ids: list[str]) -> dict[str, Any]:
@@ -436,74 +482,121 @@ class Store:
         error: dict[str, Any] | None = None,
         backoff_s: float = 1.0,
     ) -> str | None:
-        """Record a step's outcome (a failure with attempts left goes back to pending after a
-        backoff); returns the workflow's new final status when this ended it. A step that is
-        no longer this owner's (cancelled, or taken over after a lease ran out) is left alone."""
+        """Record one step's outcome (see :meth:`finish_steps`); returns the workflow's new
+        final status when this ended it."""
+        outcome = StepOutcome(plan, wf_id, step_id, ok, result, error, backoff_s)
+        _recorded, ended = self.finish_steps([outcome], owner)
+        return ended.get(wf_id)
+
+    def finish_steps(
+        self, outcomes: list[StepOutcome], owner: str | None
+    ) -> tuple[set[tuple[str, str]], dict[str, str]]:
+        """Record the outcomes of several steps in one transaction: a failure with attempts
+        left goes back to pending after a backoff; a failure for good skips the step's
+        pending descendants. A step that is no longer ``owner``'s (cancelled, or taken over
+        after its lease ran out) is left alone. Returns the steps recorded as succeeded and
+        the workflows that these outcomes ended, with their final status."""
         now = time.time()
         s, w = t.workflow_steps, t.workflows
-        stream = f"workflow:{wf_id}"
+        by_wf: dict[str, list[StepOutcome]] = {}
+        for o in outcomes:
+            by_wf.setdefault(o.workflow_id, []).append(o)
+        succeeded: set[tuple[str, str]] = set()
+        ended: dict[str, str] = {}
         with self.tx() as conn:
-            wf = self._lock_row(conn, w, wf_id)
-            row = conn.execute(
-                sa.select(s).where(s.c.workflow_id == wf_id, s.c.id == step_id)
-            ).first()
-            if wf is None or row is None or row.status != "running":
-                return None
-            if owner is not None and row.owner != owner:
-                return None
-            key = (s.c.workflow_id == wf_id, s.c.id == step_id)
-            if ok:
-                conn.execute(
-                    sa.update(s)
-                    .where(*key)
-                    .values(
-                        status="succeeded",
-                        result=result,
-                        error=None,
-                        finished_at=now,
-                        lease_until=None,
-                    )
-                )
-                self._emit(
-                    conn, stream, "step",
-                    {"id": step_id, "status": "succeeded", "attempts": row.attempts, "result": result},
-                )  # fmt: skip
-                children = plan.dependents.get(step_id, [])
-                if children:
+            # Workflows in a fixed order: two servers finishing steps of the same two
+            # workflows lock them in the same order and cannot deadlock.
+            for wf_id in sorted(by_wf):
+                items = by_wf[wf_id]
+                wf = self._lock_row(conn, w, wf_id)
+                if wf is None:
+                    continue
+                ids = list(dict.fromkeys(o.step_id for o in items))
+                rows: dict[str, Any] = {}
+                for chunk_start in range(0, len(ids), 500):
+                    chunk = ids[chunk_start : chunk_start + 500]
+                    for r in conn.execute(
+                        sa.select(
+                            s.c.id, s.c.status, s.c.owner, s.c.attempts, s.c.max_attempts
+                        ).where(s.c.workflow_id == wf_id, s.c.id.in_(chunk))
+                    ).all():
+                        rows[r.id] = r
+                events: list[tuple[str, dict[str, Any]]] = []
+                done_rows: list[dict[str, Any]] = []
+                unblock: dict[str, int] = {}
+                failed: list[tuple[Plan, str]] = []
+                seen: set[str] = set()
+                for o in items:
+                    row = rows.get(o.step_id)
+                    if o.step_id in seen or row is None or row.status != "running":
+                        continue
+                    if owner is not None and row.owner != owner:
+                        continue
+                    seen.add(o.step_id)
+                    sid = o.step_id
+                    if o.ok:
+                        done_rows.append({"k_id": sid, "k_result": o.result})
+                        events.append(
+                            ("step", {"id": sid, "status": "succeeded", "attempts": row.attempts, "result": o.result})
+                        )  # fmt: skip
+                        for child in o.plan.dependents.get(sid, []):
+                            unblock[child] = unblock.get(child, 0) + 1
+                        succeeded.add((wf_id, sid))
+                    elif row.attempts < row.max_attempts and wf.status == "running":
+                        delay = min(60.0, o.backoff_s * (2 ** (row.attempts - 1)))
+                        conn.execute(
+                            sa.update(s)
+                            .where(s.c.workflow_id == wf_id, s.c.id == sid)
+                            .values(
+                                status="pending",
+                                error=o.error,
+                                not_before=now + delay,
+                                owner=None,
+                                lease_until=None,
+                            )
+                        )
+                        events.append(
+                            ("step", {"id": sid, "status": "pending", "attempts": row.attempts, "error": o.error, "retry_in_s": delay})
+                        )  # fmt: skip
+                    else:
+                        conn.execute(
+                            sa.update(s)
+                            .where(s.c.workflow_id == wf_id, s.c.id == sid)
+                            .values(status="failed", error=o.error, finished_at=now, lease_until=None)
+                        )  # fmt: skip
+                        events.append(
+                            ("step", {"id": sid, "status": "failed", "attempts": row.attempts, "error": o.error})
+                        )  # fmt: skip
+                        failed.append((o.plan, sid))
+                if not seen:
+                    continue
+                if done_rows:
                     conn.execute(
                         sa.update(s)
-                        .where(s.c.workflow_id == wf_id, s.c.id.in_(children))
-                        .values(blocked=s.c.blocked - 1)
+                        .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
+                        .values(
+                            status="succeeded",
+                            result=sa.bindparam("k_result", type_=s.c.result.type),
+                            error=None,
+                            finished_at=now,
+                            lease_until=None,
+                        ),
+                        done_rows,
                     )
-            elif row.attempts < row.max_attempts and wf.status == "running":
-                delay = min(60.0, backoff_s * (2 ** (row.attempts - 1)))
-                conn.execute(
-                    sa.update(s)
-                    .where(*key)
-                    .values(
-                        status="pending",
-                        error=error,
-                        not_before=now + delay,
-                        owner=None,
-                        lease_until=None,
+                if unblock:
+                    conn.execute(
+                        sa.update(s)
+                        .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
+                        .values(blocked=s.c.blocked - sa.bindparam("k_n", type_=sa.Integer)),
+                        [{"k_id": child, "k_n": n} for child, n in unblock.items()],
                     )
-                )
-                self._emit(
-                    conn, stream, "step",
-                    {"id": step_id, "status": "pending", "attempts": row.attempts, "error": error, "retry_in_s": delay},
-                )  # fmt: skip
-            else:
-                conn.execute(
-                    sa.update(s)
-                    .where(*key)
-                    .values(status="failed", error=error, finished_at=now, lease_until=None)
-                )
-                self._emit(
-                    conn, stream, "step",
-                    {"id": step_id, "status": "failed", "attempts": row.attempts, "error": error},
-                )  # fmt: skip
-                self._skip(conn, wf_id, plan.descendants(step_id), f"step {step_id!r} failed")
-            return self._maybe_finish(conn, wf_id, now)
+                self._emit_many(conn, f"workflow:{wf_id}", events)
+                for plan, sid in failed:
+                    self._skip(conn, wf_id, plan.descendants(sid), f"step {sid!r} failed")
+                status = self._maybe_finish(conn, wf_id, now)
+                if status is not None:
+                    ended[wf_id] = status
+        return succeeded, ended
 
     def _skip(self, conn: Connection, wf_id: str, ids: list[str], why: str) -> None:
         if not ids:
@@ -530,6 +623,14 @@ class Store:
 
     def _maybe_finish(self, conn: Connection, wf_id: str, now: float) -> str | None:
         s, w = t.workflow_steps, t.workflows
+        # Usually some step is still to run: found at once, without counting them all.
+        active = conn.execute(
+            sa.select(s.c.id)
+            .where(s.c.workflow_id == wf_id, s.c.status.in_(("pending", "running")))
+            .limit(1)
+        ).first()
+        if active is not None:
+            return None
         counts: dict[str, int] = dict(
             conn.execute(
                 sa.select(s.c.status, sa.func.count())
