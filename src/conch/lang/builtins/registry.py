@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any
 
-CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system")
+CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
 
 _MISSING: Any = object()
 _EMPTY: Any = object()  # a parameter without a default
