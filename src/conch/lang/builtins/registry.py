@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any
 
-CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system")
+CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
 # Builtin modules not named after their category: agent.py holds ``agent`` (category "ai").
 MODULE_CATEGORIES = {"agent": "ai"}
 
