@@ -476,17 +476,32 @@ class Orchestrator:
         return p
 
     async def _scheduler(self) -> None:
-        """Each round records every step outcome that came in since the last one (one
-        transaction), then claims as many runnable steps as there is room for (one
-        transaction, plus one per workflow for their events). Woken by finished steps and
-        new workflows; polls as well, for work that other servers made runnable."""
+        """Each round records every step outcome that came in since the last one and claims
+        as many runnable steps as there is room for (on SQLite in one transaction). Woken by
+        finished steps and new workflows; polls as well, for work that other servers made
+        runnable."""
         while True:
             try:
                 self._wake.clear()
-                if self._outcomes:
-                    await self._record_outcomes()
-                free = self.capacity - len(self._steps)
-                claimed = await self._db(self.store.claim_steps, self.instance, self._lease(), free)
+                batch, self._outcomes = self._outcomes, []
+                # Steps whose outcome is being recorded no longer hold a place.
+                finishing = sum((o.workflow_id, o.step_id) in self._steps for o, _f in batch)
+                free = self.capacity - len(self._steps) + finishing
+                try:
+                    succeeded, ended, claimed = await self._db(
+                        self.store.step_round,
+                        [o for o, _f in batch],
+                        self.instance,
+                        self._lease(),
+                        free,
+                    )
+                except Exception as exc:
+                    # Each step's run then records its failure on its own.
+                    for _o, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    raise
+                self._recorded(batch, succeeded, ended)
                 loop = asyncio.get_running_loop()
                 for wf_id, sid, attempt in claimed:
                     p = self._plans.get(wf_id) or await self._db(self._load_plan, wf_id)
@@ -496,7 +511,7 @@ class Orchestrator:
                     key = (wf_id, sid)
                     self._steps[key] = job
                     job.add_done_callback(functools.partial(self._step_done, key))
-                for wf_id in {c[0] for c in claimed}:
+                for wf_id in {c[0] for c in claimed} | {o.workflow_id for o, _f in batch}:
                     self._notify(f"workflow:{wf_id}")
                 if (claimed and len(claimed) == free) or self._outcomes:
                     # Let the steps just finished or started move, then go round again.
@@ -512,18 +527,12 @@ class Orchestrator:
                 log.exception("workflow scheduler")
                 await asyncio.sleep(POLL_S)
 
-    async def _record_outcomes(self) -> None:
-        batch, self._outcomes = self._outcomes, []
-        try:
-            succeeded, ended = await self._db(
-                self.store.finish_steps, [o for o, _f in batch], self.instance
-            )
-        except Exception as exc:
-            # Each step's run then records its failure on its own.
-            for _o, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-            raise
+    def _recorded(
+        self,
+        batch: list[tuple[StepOutcome, asyncio.Future[None]]],
+        succeeded: set[tuple[str, str]],
+        ended: dict[str, str],
+    ) -> None:
         for o, fut in batch:
             key = (o.workflow_id, o.step_id)
             if key in succeeded:
@@ -534,8 +543,6 @@ class Orchestrator:
                 fut.set_result(None)
         for wf_id in ended:
             self._forget(wf_id)
-        for wf_id in {o.workflow_id for o, _f in batch}:
-            self._notify(f"workflow:{wf_id}")
 
     def _forget(self, wf_id: str) -> None:
         self._results.pop(wf_id, None)

@@ -392,8 +392,21 @@ class Store:
         if limit <= 0:
             return []
         now = time.time()
+        w = t.workflows
+        with self.tx() as conn:
+            claimed = self._claim_in(conn, self._claim_query(limit, now), owner, lease_until, now)
+        # The events in a transaction of their own, under the workflow's lock (which numbers
+        # its stream): a claim that held step rows while waiting for a workflow row could
+        # deadlock with a cancel, which holds the workflow row and updates step rows.
+        for wf_id, events in self._claim_events(claimed).items():
+            with self.tx() as conn:
+                self._lock_row(conn, w, wf_id)
+                self._emit_many(conn, f"workflow:{wf_id}", events)
+        return claimed
+
+    def _claim_query(self, limit: int, now: float) -> Any:
         s, w = t.workflow_steps, t.workflows
-        q = (
+        return (
             sa.select(s.c.workflow_id, s.c.id)
             .join(w, w.c.id == s.c.workflow_id)
             .where(
@@ -406,45 +419,64 @@ class Store:
             .limit(limit)
             .with_for_update(of=s, skip_locked=True)
         )
-        with self.tx() as conn:
-            rows = conn.execute(q).all()
-            if not rows:
-                return []
-            order = {(r.workflow_id, r.id): i for i, r in enumerate(rows)}
-            got = conn.execute(
-                sa.update(s)
-                .where(sa.tuple_(s.c.workflow_id, s.c.id).in_(list(order)), s.c.status == "pending")
-                .values(
-                    status="running",
-                    owner=owner,
-                    lease_until=lease_until,
-                    attempts=s.c.attempts + 1,
-                    started_at=now,
-                    finished_at=None,
-                )
-                .returning(s.c.workflow_id, s.c.id, s.c.attempts)
-            ).all()
-        claimed = sorted(
+
+    def _claim_in(
+        self, conn: Connection, q: Any, owner: str, lease_until: float, now: float
+    ) -> list[tuple[str, str, int]]:
+        s = t.workflow_steps
+        rows = conn.execute(q).all()
+        if not rows:
+            return []
+        order = {(r.workflow_id, r.id): i for i, r in enumerate(rows)}
+        got = conn.execute(
+            sa.update(s)
+            .where(sa.tuple_(s.c.workflow_id, s.c.id).in_(list(order)), s.c.status == "pending")
+            .values(
+                status="running",
+                owner=owner,
+                lease_until=lease_until,
+                attempts=s.c.attempts + 1,
+                started_at=now,
+                finished_at=None,
+            )
+            .returning(s.c.workflow_id, s.c.id, s.c.attempts)
+        ).all()
+        return sorted(
             ((r.workflow_id, r.id, r.attempts) for r in got), key=lambda c: order[(c[0], c[1])]
         )
-        by_wf: dict[str, list[tuple[str, int]]] = {}
+
+    @staticmethod
+    def _claim_events(
+        claimed: list[tuple[str, str, int]],
+    ) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        by_wf: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for wf_id, sid, attempt in claimed:
-            by_wf.setdefault(wf_id, []).append((sid, attempt))
-        # The events in a transaction of their own, under the workflow's lock (which numbers
-        # its stream): a claim that held step rows while waiting for a workflow row could
-        # deadlock with a cancel, which holds the workflow row and updates step rows.
-        for wf_id, items in by_wf.items():
-            with self.tx() as conn:
-                self._lock_row(conn, w, wf_id)
-                self._emit_many(
-                    conn,
-                    f"workflow:{wf_id}",
-                    [
-                        ("step", {"id": sid, "status": "running", "attempts": attempt})
-                        for sid, attempt in items
-                    ],
+            by_wf.setdefault(wf_id, []).append(
+                ("step", {"id": sid, "status": "running", "attempts": attempt})
+            )
+        return by_wf
+
+    def step_round(
+        self, outcomes: list[StepOutcome], owner: str, lease_until: float, limit: int
+    ) -> tuple[set[tuple[str, str]], dict[str, str], list[tuple[str, str, int]]]:
+        """One scheduling round: record ``outcomes`` (:meth:`finish_steps`), then claim up to
+        ``limit`` runnable steps (:meth:`claim_steps`). On SQLite, one writer at a time, both
+        and the claims' events are one transaction; PostgreSQL keeps claims apart from
+        transactions that lock workflow rows (see :meth:`claim_steps`)."""
+        if self.postgres:
+            succeeded, ended = self.finish_steps(outcomes, owner) if outcomes else (set(), {})
+            return succeeded, ended, self.claim_steps(owner, lease_until, limit)
+        now = time.time()
+        with self.tx() as conn:
+            succeeded, ended = self._finish_in(conn, outcomes, owner, now)
+            claimed: list[tuple[str, str, int]] = []
+            if limit > 0:
+                claimed = self._claim_in(
+                    conn, self._claim_query(limit, now), owner, lease_until, now
                 )
-        return claimed
+            for wf_id, events in self._claim_events(claimed).items():
+                self._emit_many(conn, f"workflow:{wf_id}", events)
+        return succeeded, ended, claimed
 
     def step_scope(self, wf_id: str, ids: list[str]) -> dict[str, Any]:
         """``{id: {"result": …}}`` for the given finished steps."""
@@ -496,106 +528,110 @@ class Store:
         pending descendants. A step that is no longer ``owner``'s (cancelled, or taken over
         after its lease ran out) is left alone. Returns the steps recorded as succeeded and
         the workflows that these outcomes ended, with their final status."""
-        now = time.time()
+        with self.tx() as conn:
+            return self._finish_in(conn, outcomes, owner, time.time())
+
+    def _finish_in(
+        self, conn: Connection, outcomes: list[StepOutcome], owner: str | None, now: float
+    ) -> tuple[set[tuple[str, str]], dict[str, str]]:
         s, w = t.workflow_steps, t.workflows
         by_wf: dict[str, list[StepOutcome]] = {}
         for o in outcomes:
             by_wf.setdefault(o.workflow_id, []).append(o)
         succeeded: set[tuple[str, str]] = set()
         ended: dict[str, str] = {}
-        with self.tx() as conn:
-            # Workflows in a fixed order: two servers finishing steps of the same two
-            # workflows lock them in the same order and cannot deadlock.
-            for wf_id in sorted(by_wf):
-                items = by_wf[wf_id]
-                wf = self._lock_row(conn, w, wf_id)
-                if wf is None:
+        # Workflows in a fixed order: two servers finishing steps of the same two
+        # workflows lock them in the same order and cannot deadlock.
+        for wf_id in sorted(by_wf):
+            items = by_wf[wf_id]
+            wf = self._lock_row(conn, w, wf_id)
+            if wf is None:
+                continue
+            ids = list(dict.fromkeys(o.step_id for o in items))
+            rows: dict[str, Any] = {}
+            for chunk_start in range(0, len(ids), 500):
+                chunk = ids[chunk_start : chunk_start + 500]
+                for r in conn.execute(
+                    sa.select(s.c.id, s.c.status, s.c.owner, s.c.attempts, s.c.max_attempts).where(
+                        s.c.workflow_id == wf_id, s.c.id.in_(chunk)
+                    )
+                ).all():
+                    rows[r.id] = r
+            events: list[tuple[str, dict[str, Any]]] = []
+            done_rows: list[dict[str, Any]] = []
+            unblock: dict[str, int] = {}
+            failed: list[tuple[Plan, str]] = []
+            seen: set[str] = set()
+            for o in items:
+                row = rows.get(o.step_id)
+                if o.step_id in seen or row is None or row.status != "running":
                     continue
-                ids = list(dict.fromkeys(o.step_id for o in items))
-                rows: dict[str, Any] = {}
-                for chunk_start in range(0, len(ids), 500):
-                    chunk = ids[chunk_start : chunk_start + 500]
-                    for r in conn.execute(
-                        sa.select(
-                            s.c.id, s.c.status, s.c.owner, s.c.attempts, s.c.max_attempts
-                        ).where(s.c.workflow_id == wf_id, s.c.id.in_(chunk))
-                    ).all():
-                        rows[r.id] = r
-                events: list[tuple[str, dict[str, Any]]] = []
-                done_rows: list[dict[str, Any]] = []
-                unblock: dict[str, int] = {}
-                failed: list[tuple[Plan, str]] = []
-                seen: set[str] = set()
-                for o in items:
-                    row = rows.get(o.step_id)
-                    if o.step_id in seen or row is None or row.status != "running":
-                        continue
-                    if owner is not None and row.owner != owner:
-                        continue
-                    seen.add(o.step_id)
-                    sid = o.step_id
-                    if o.ok:
-                        done_rows.append({"k_id": sid, "k_result": o.result})
-                        events.append(
-                            ("step", {"id": sid, "status": "succeeded", "attempts": row.attempts, "result": o.result})
-                        )  # fmt: skip
-                        for child in o.plan.dependents.get(sid, []):
-                            unblock[child] = unblock.get(child, 0) + 1
-                        succeeded.add((wf_id, sid))
-                    elif row.attempts < row.max_attempts and wf.status == "running":
-                        delay = min(60.0, o.backoff_s * (2 ** (row.attempts - 1)))
-                        conn.execute(
-                            sa.update(s)
-                            .where(s.c.workflow_id == wf_id, s.c.id == sid)
-                            .values(
-                                status="pending",
-                                error=o.error,
-                                not_before=now + delay,
-                                owner=None,
-                                lease_until=None,
-                            )
-                        )
-                        events.append(
-                            ("step", {"id": sid, "status": "pending", "attempts": row.attempts, "error": o.error, "retry_in_s": delay})
-                        )  # fmt: skip
-                    else:
-                        conn.execute(
-                            sa.update(s)
-                            .where(s.c.workflow_id == wf_id, s.c.id == sid)
-                            .values(status="failed", error=o.error, finished_at=now, lease_until=None)
-                        )  # fmt: skip
-                        events.append(
-                            ("step", {"id": sid, "status": "failed", "attempts": row.attempts, "error": o.error})
-                        )  # fmt: skip
-                        failed.append((o.plan, sid))
-                if not seen:
+                if owner is not None and row.owner != owner:
                     continue
-                if done_rows:
+                seen.add(o.step_id)
+                sid = o.step_id
+                if o.ok:
+                    done_rows.append({"k_id": sid, "k_result": o.result})
+                    events.append(
+                        ("step", {"id": sid, "status": "succeeded", "attempts": row.attempts, "result": o.result})
+                    )  # fmt: skip
+                    for child in o.plan.dependents.get(sid, []):
+                        unblock[child] = unblock.get(child, 0) + 1
+                    succeeded.add((wf_id, sid))
+                elif row.attempts < row.max_attempts and wf.status == "running":
+                    delay = min(60.0, o.backoff_s * (2 ** (row.attempts - 1)))
                     conn.execute(
                         sa.update(s)
-                        .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
+                        .where(s.c.workflow_id == wf_id, s.c.id == sid)
                         .values(
-                            status="succeeded",
-                            result=sa.bindparam("k_result", type_=s.c.result.type),
-                            error=None,
-                            finished_at=now,
+                            status="pending",
+                            error=o.error,
+                            not_before=now + delay,
+                            owner=None,
                             lease_until=None,
-                        ),
-                        done_rows,
+                        )
                     )
-                if unblock:
+                    events.append(
+                        ("step", {"id": sid, "status": "pending", "attempts": row.attempts, "error": o.error, "retry_in_s": delay})
+                    )  # fmt: skip
+                else:
                     conn.execute(
                         sa.update(s)
-                        .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
-                        .values(blocked=s.c.blocked - sa.bindparam("k_n", type_=sa.Integer)),
-                        [{"k_id": child, "k_n": n} for child, n in unblock.items()],
-                    )
-                self._emit_many(conn, f"workflow:{wf_id}", events)
-                for plan, sid in failed:
-                    self._skip(conn, wf_id, plan.descendants(sid), f"step {sid!r} failed")
-                status = self._maybe_finish(conn, wf_id, now)
-                if status is not None:
-                    ended[wf_id] = status
+                        .where(s.c.workflow_id == wf_id, s.c.id == sid)
+                        .values(status="failed", error=o.error, finished_at=now, lease_until=None)
+                    )  # fmt: skip
+                    events.append(
+                        ("step", {"id": sid, "status": "failed", "attempts": row.attempts, "error": o.error})
+                    )  # fmt: skip
+                    failed.append((o.plan, sid))
+            if not seen:
+                continue
+            if done_rows:
+                conn.execute(
+                    sa.update(s)
+                    .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
+                    .values(
+                        status="succeeded",
+                        result=sa.bindparam("k_result", type_=s.c.result.type),
+                        error=None,
+                        finished_at=now,
+                        lease_until=None,
+                    ),
+                    done_rows,
+                )
+            if unblock:
+                conn.execute(
+                    sa.update(s)
+                    .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
+                    .values(blocked=s.c.blocked - sa.bindparam("k_n", type_=sa.Integer)),
+                    [{"k_id": child, "k_n": n} for child, n in unblock.items()],
+                )
+            self._emit_many(conn, f"workflow:{wf_id}", events)
+            for plan, sid in failed:
+                self._skip(conn, wf_id, plan.descendants(sid), f"step {sid!r} failed")
+            status = self._maybe_finish(conn, wf_id, now)
+            if status is not None:
+                ended[wf_id] = status
         return succeeded, ended
 
     def _skip(self, conn: Connection, wf_id: str, ids: list[str], why: str) -> None:
