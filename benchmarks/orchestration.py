@@ -179,7 +179,14 @@ def peer(script: str, name: str) -> dict[str, Any] | str:
         else sys.executable
     )
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "PREFECT_HOME": home, "PREFECT_LOGGING_LEVEL": "WARNING"}
+        # Prefect's local API starts outside the timing; on a loaded machine it needs more
+        # than its default 20 s to answer.
+        env = {
+            **os.environ,
+            "PREFECT_HOME": home,
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+        }
         try:
             proc = subprocess.run(
                 [python, "-c", script % {"fan": FAN, "chain": CHAIN}],
