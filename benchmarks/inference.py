@@ -393,6 +393,19 @@ def main() -> None:
     print(f"  embeddings/s vs in-process: {ratio(conch.get('embed_per_s'), floor.get('embed_per_s'))}")
     print(f"  RSS with the model loaded: {_fmt(conch.get('rss_mb'), ' MB')} (target <= 400 MB)"
           f"; after embeddings too: {_fmt(conch.get('rss_mb_after_all'), ' MB')}")
+    apis()
+
+
+# -- every API conch serves: the same generation through each (benchmarks/inference_apis.py) ----
+def apis() -> None:
+    try:
+        import inference_apis
+    except ImportError:  # run as a module from elsewhere
+        from benchmarks import inference_apis  # type: ignore[no-redef]
+    try:
+        inference_apis.main()
+    except Exception as exc:  # one section failing must not hide the rest
+        print(f"  the API comparison failed: {exc}")
 
 
 if __name__ == "__main__":
