@@ -18,33 +18,33 @@ from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.store import ModelStore
 
 
-def settings(request: Request) -> Settings:
+async def settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def store(request: Request) -> ModelStore:
+async def store(request: Request) -> ModelStore:
     return request.app.state.store  # type: ignore[no-any-return]
 
 
-def manager(request: Request) -> ModelManager:
+async def manager(request: Request) -> ModelManager:
     return request.app.state.manager  # type: ignore[no-any-return]
 
 
-def acquirer(request: Request) -> Acquirer:
+async def acquirer(request: Request) -> Acquirer:
     return request.app.state.acquirer  # type: ignore[no-any-return]
 
 
-def chat_serving(request: Request) -> ChatServing:
+async def chat_serving(request: Request) -> ChatServing:
     return request.app.state.chat  # type: ignore[no-any-return]
 
 
-def embedding_serving(request: Request) -> EmbeddingServing:
+async def embedding_serving(request: Request) -> EmbeddingServing:
     return request.app.state.embeddings  # type: ignore[no-any-return]
 
 
-def serving_metrics(request: Request) -> ServingMetrics:
+async def serving_metrics(request: Request) -> ServingMetrics:
     return request.app.state.serving_metrics  # type: ignore[no-any-return]
 
 
-def providers(request: Request) -> ProviderRegistry:
+async def providers(request: Request) -> ProviderRegistry:
     return request.app.state.providers  # type: ignore[no-any-return]
