@@ -150,3 +150,17 @@ def test_query_syntax_is_plain_text_and_bad_paging_is_400(many: AgentServer) -> 
         assert c.get("/api/v1/marketplace/search", params={"limit": 101}).status_code == 400
         assert c.get("/api/v1/marketplace/search", params={"offset": -1}).status_code == 400
         assert c.get("/api/v1/marketplace/search", params={"category": "%%"}).status_code == 400
+
+
+def test_search_and_list_give_back_the_published_lists(many: AgentServer) -> None:
+    """tools and tags come back as the lists that were published, from search and from list."""
+    with many.client() as c:
+        hit = search(c, q="report")["results"][0]
+        assert hit["name"] == "report"
+        assert hit["tags"] == ["reports"]
+        published = agent("report")
+        assert hit["tools"] == published["tools"]
+        assert all(isinstance(t, str) and len(t) > 1 for t in hit["tools"])
+        listed = {a["name"]: a for a in c.get("/api/v1/marketplace/agents").json()}
+        assert listed["report"]["tools"] == published["tools"]
+        assert listed["report"]["tags"] == ["reports"]

@@ -12,6 +12,7 @@ verified manifest), and hands every installed agent to the sink again when one i
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -76,16 +77,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _json_list(value: Any) -> list[str]:
+    # Rows read through raw SQL (search, list) carry JSON columns as text on SQLite; rows read
+    # through the table (and every row on PostgreSQL) carry them decoded.
+    return list(json.loads(value) if isinstance(value, str) else value)
+
+
 def _record(row: RowMapping) -> dict[str, Any]:
     return {
         "name": row["name"],
         "version": row["version"],
         "description": row["description"],
         "system_prompt": row["system_prompt"],
-        "tools": list(row["tools"]),
+        "tools": _json_list(row["tools"]),
         "model": row["model"],
         "category": row["category"],
-        "tags": list(row["tags"]),
+        "tags": _json_list(row["tags"]),
         "author": row["author"],
         "digest": row["digest"],
         "published_at": row["published_at"],
@@ -103,7 +110,7 @@ def _listed(row: RowMapping) -> dict[str, Any]:
 
 
 def _manifest_of(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
-    return {f: (list(row[f]) if f in ("tools", "tags") else row[f]) for f in MANIFEST_FIELDS}
+    return {f: (_json_list(row[f]) if f in ("tools", "tags") else row[f]) for f in MANIFEST_FIELDS}
 
 
 def _fts_query(words: list[str]) -> str:
