@@ -8,7 +8,8 @@ one registered before it, doing that one's work (the bundled chat model) too.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -66,12 +67,28 @@ class _Bars:
         self.progress.update(task, completed=int(event.get("completed") or 0), total=total)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     from conch.inference.sources import ModelOpError
 
     message = exc.message if isinstance(exc, ModelOpError) else str(exc)
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
+
+
+def _with_bars(work: Callable[[_Bars], Any]) -> Any:
+    """Run ``work`` with progress bars; any failure ends the command with its message."""
+    try:
+        with _Bars() as bars:
+            return work(bars)
+    except Exception as exc:
+        _fail(exc)
+
+
+def _report(record: Any, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(record.model_dump(mode="json"), indent=2))
+    else:
+        _summary(record)
 
 
 def _summary(record: Any) -> None:
@@ -107,15 +124,7 @@ def pull(
     spec = DownloadSpec(source=source, revision=revision, files=files or None, repo=repo, url=url,
                         package=package, name=name, path=path, registry=registry, sha256=sha256)
     acq = _acquirer()
-    try:
-        with _Bars() as bars:
-            record = acq.download(model_id, spec, bars)
-    except Exception as exc:
-        _fail(exc)
-    if as_json:
-        typer.echo(json.dumps(record.model_dump(mode="json"), indent=2))
-    else:
-        _summary(record)
+    _report(_with_bars(lambda bars: acq.download(model_id, spec, bars)), as_json)
 
 
 def convert(
@@ -127,15 +136,7 @@ def convert(
 ) -> None:
     """Convert a model (safetensors -> gguf/onnx) or re-quantize a gguf model."""
     acq = _acquirer()
-    try:
-        with _Bars() as bars:
-            record = acq.convert(model_id, to, quantization, output_id, bars)
-    except Exception as exc:
-        _fail(exc)
-    if as_json:
-        typer.echo(json.dumps(record.model_dump(mode="json"), indent=2))
-    else:
-        _summary(record)
+    _report(_with_bars(lambda bars: acq.convert(model_id, to, quantization, output_id, bars)), as_json)
 
 
 def setup() -> None:
@@ -149,11 +150,7 @@ def setup() -> None:
         typer.echo(f"ready: {record.id}")
     elif store.get(BUNDLED_ID) is None:
         typer.echo("the store already has a chat model; the bundled model was not registered")
-    try:
-        with _Bars() as bars:
-            emb = ensure_default_embedding_model(acq, bars)
-    except Exception as exc:
-        _fail(exc)
+    emb = _with_bars(lambda bars: ensure_default_embedding_model(acq, bars))
     typer.echo(f"ready: {emb.id}")
 
 

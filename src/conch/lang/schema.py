@@ -14,6 +14,19 @@ from typing import Any
 from conch import __version__
 from conch.lang.builtins.registry import Builtin, Param, all_builtins, type_names
 
+
+def _error_properties() -> dict[str, Any]:
+    """The fields of a caught error, as the Error type and a run envelope's ``error`` show them
+    (a fresh dict each call: schemas are handed out and may be changed by their reader)."""
+    return {
+        "kind": {"type": "string"},
+        "message": {"type": "string"},
+        "line": {"type": ["integer", "null"]},
+        "column": {"type": ["integer", "null"]},
+        "hint": {"type": ["string", "null"]},
+    }
+
+
 FORMATS = ("json", "openapi", "openai", "anthropic", "mcp")
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -63,13 +76,7 @@ _TYPES: list[tuple[str, str, dict[str, Any], dict[str, str]]] = [
         "A caught error (`try { ... } catch e { ... }`): a Record-like value.",
         {
             "type": "object",
-            "properties": {
-                "kind": {"type": "string"},
-                "message": {"type": "string"},
-                "line": {"type": ["integer", "null"]},
-                "column": {"type": ["integer", "null"]},
-                "hint": {"type": ["string", "null"]},
-            },
+            "properties": _error_properties(),
             "required": ["kind", "message", "line", "column", "hint"],
         },
         {
@@ -388,13 +395,7 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
                 {"type": "null"},
                 {
                     "type": "object",
-                    "properties": {
-                        "kind": {"type": "string"},
-                        "message": {"type": "string"},
-                        "line": {"type": ["integer", "null"]},
-                        "column": {"type": ["integer", "null"]},
-                        "hint": {"type": ["string", "null"]},
-                    },
+                    "properties": _error_properties(),
                     "required": ["kind", "message"],
                 },
             ]

@@ -7,12 +7,14 @@ the provider's status and its own error text, never from request headers.
 
 from __future__ import annotations
 
+from conch.errors import DomainError
 
-class ProviderError(Exception):
-    """A failure of (or refusal by) a provider: ``status`` is the HTTP status conch answers."""
 
-    status = 502
-    default_code = "provider_error"
+class ProviderError(DomainError, status=502, code="provider_error"):
+    """A failure of (or refusal by) a provider: ``status`` is the HTTP status conch answers;
+    ``code`` defaults to the class's; ``param`` (also ``where``) names the request field at fault."""
+
+    code: str
 
     def __init__(
         self,
@@ -25,49 +27,31 @@ class ProviderError(Exception):
         type: str | None = None,
     ) -> None:
         text = message if message.startswith(f"{provider}: ") else f"{provider}: {message}"
-        super().__init__(text)
+        super().__init__(text, status=status, code=code or None, where=param)
         self.provider = provider
-        self.message = text
-        if status is not None:
-            self.status = status
-        self.code = code or self.default_code
         self.param = param
         self.type = type
 
 
-class ProviderUnreachable(ProviderError):
+class ProviderUnreachable(ProviderError, status=502, code="provider_unreachable"):
     """The provider could not be reached or answered garbage (502)."""
 
-    status = 502
-    default_code = "provider_unreachable"
 
-
-class ProviderUnavailable(ProviderError):
+class ProviderUnavailable(ProviderError, status=503, code="provider_unavailable"):
     """The provider is known but cannot serve now: no key configured, disabled, overloaded (503)."""
 
-    status = 503
-    default_code = "provider_unavailable"
 
-
-class ProviderTimeout(ProviderError):
+class ProviderTimeout(ProviderError, status=504, code="provider_timeout"):
     """The provider went silent for longer than ``provider_timeout_s`` (504)."""
 
-    status = 504
-    default_code = "provider_timeout"
 
-
-class ProviderRejected(ProviderError):
+class ProviderRejected(ProviderError, code="provider_rejected"):
     """The provider's own 4xx (bad key, unknown model, invalid field), passed on with its status."""
 
-    default_code = "provider_rejected"
 
-
-class UnsupportedByProvider(ProviderError):
+class UnsupportedByProvider(ProviderError, status=400, code="unsupported_by_provider"):
     """A request field the provider has no equivalent for: a 400 naming provider and field,
     never a silent drop."""
-
-    status = 400
-    default_code = "unsupported_by_provider"
 
     def __init__(self, provider: str, param: str, detail: str | None = None) -> None:
         message = f"'{param}' is not supported by provider '{provider}'"

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from conch.errors import OPENAI_ERROR_TYPES, DomainError
 from conch.inference.engines.base import (
     ChatInputError,
     ContextLengthExceeded,
@@ -28,23 +29,13 @@ from conch.inference.manager import (
     ModelNotReady,
 )
 
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    501: "not_implemented_error",
-    502: "provider_error",
-    503: "provider_error",
-}
+# Kept under its old name for the callers that read it from here.
+ERROR_TYPES = OPENAI_ERROR_TYPES
 
 
-class ServingError(Exception):
+class ServingError(DomainError):
+    """What the serving layer refuses; ``param`` (also ``where``) names the request field."""
+
     def __init__(
         self,
         status: int,
@@ -55,12 +46,9 @@ class ServingError(Exception):
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+        super().__init__(message, status=status, code=code, where=param)
         self.type = type or ERROR_TYPES.get(status, "invalid_request_error")
         self.param = param
-        self.code = code
         self.headers = headers
 
     def body(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conch.errors import DomainError
 from conch.inference.files import ProgressCallback
 
 # Files that make up a Hugging Face-style model directory (besides the weights).
@@ -32,44 +33,34 @@ TOKENIZER_FILES = (
 )
 
 
-class ModelOpError(Exception):
+class ModelOpError(DomainError, status=500, code="internal_error"):
     """A failure of a download or conversion, with the HTTP status that describes it."""
 
-    status_code = 500
-    code = "internal_error"
+    code: str
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class BadRequest(ModelOpError):
-    status_code = 400
-    code = "invalid_request"
+    @property
+    def status_code(self) -> int:
+        return self.status
 
 
-class NotFound(ModelOpError):
-    status_code = 404
-    code = "not_found"
+class BadRequest(ModelOpError, status=400, code="invalid_request"):
+    pass
 
 
-class Conflict(ModelOpError):
-    status_code = 409
-    code = "conflict"
+class NotFound(ModelOpError, status=404, code="not_found"):
+    pass
 
 
-class SourceUnreachable(ModelOpError):
+class Conflict(ModelOpError, status=409, code="conflict"):
+    pass
+
+
+class SourceUnreachable(ModelOpError, status=502, code="bad_gateway"):
     """The source could not be reached or answered with an error (the cause is in the message)."""
 
-    status_code = 502
-    code = "bad_gateway"
 
-
-class VerificationFailed(ModelOpError):
+class VerificationFailed(ModelOpError, status=502, code="verification_failed"):
     """Bytes arrived but do not match the digest they were promised to have."""
-
-    status_code = 502
-    code = "verification_failed"
 
 
 @dataclass

@@ -5,8 +5,7 @@
 parameter typed with one of the ``Annotated`` aliases below, and FastAPI hands it the object.
 A new domain object gets a getter and an alias here, next to the others::
 
-    def get_pool(request: Request) -> SandboxPool:
-        return cast(SandboxPool, request.app.state.pool)
+    get_pool = state_getter("pool", SandboxPool)
 
     PoolDep = Annotated[SandboxPool, Depends(get_pool)]
 
@@ -16,9 +15,9 @@ A new domain object gets a getter and an alias here, next to the others::
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
 
 from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
@@ -26,33 +25,16 @@ from conch.marketplace import MarketplaceService
 from conch.orchestration.service import Orchestrator
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
+from conch.web.common.deps import state_getter
 
-
-def get_settings(request: Request) -> Settings:
-    return cast(Settings, request.app.state.settings)
-
-
-def get_pool(request: Request) -> SandboxPool:
-    return cast(SandboxPool, request.app.state.pool)
-
-
-def get_metrics(request: Request) -> AgentMetrics:
-    return cast(AgentMetrics, request.app.state.metrics)
-
-
-def get_runs(request: Request) -> Runs:
-    return cast(Runs, request.app.state.runs)
-
-
-def get_started_at(request: Request) -> float:
-    """``time.monotonic()`` when the app was built (for ``uptime_seconds``)."""
-    return cast(float, request.app.state.started_at)
-
-
-def get_marketplace(request: Request) -> MarketplaceService:
-    return cast(MarketplaceService, request.app.state.marketplace)
-def get_orchestrator(request: Request) -> Orchestrator:
-    return cast(Orchestrator, request.app.state.orchestrator)
+get_settings = state_getter("settings", Settings)
+get_pool = state_getter("pool", SandboxPool)
+get_metrics = state_getter("metrics", AgentMetrics)
+get_runs = state_getter("runs", Runs)
+# ``time.monotonic()`` when the app was built (for ``uptime_seconds``).
+get_started_at = state_getter("started_at", float)
+get_marketplace = state_getter("marketplace", MarketplaceService)
+get_orchestrator = state_getter("orchestrator", Orchestrator)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -23,6 +23,7 @@ from conch.marketplace.federation import HOP_HEADER
 from conch.marketplace.records import MAX_NAME, MAX_VERSION, PublishRequest
 from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
 from conch.web.agent.deps import MarketplaceDep
+from conch.web.agent.protocol import request_body
 from conch.web.common.errors import WebError
 
 router = APIRouter(prefix="/api/v1/marketplace", tags=["marketplace"])
@@ -139,12 +140,7 @@ async def agent_versions(name: str, service: MarketplaceDep) -> Response:
     "/publish",
     status_code=201,
     responses=_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": PublishRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=request_body(PublishRequest, inline=True),
 )
 async def publish(request: Request, service: MarketplaceDep) -> Response:
     """Publish a new immutable version → `201` record. Without `version`: the next patch
@@ -158,12 +154,7 @@ async def publish(request: Request, service: MarketplaceDep) -> Response:
 @router.post(
     "/install",
     responses=_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": InstallRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=request_body(InstallRequest, inline=True),
 )
 async def install(request: Request, service: MarketplaceDep) -> Response:
     """`{name, version, digest, installed: true}`; the record's digest is verified first
@@ -176,12 +167,7 @@ async def install(request: Request, service: MarketplaceDep) -> Response:
 @router.post(
     "/uninstall",
     responses=_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": UninstallRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=request_body(UninstallRequest, inline=True),
 )
 async def uninstall(request: Request, service: MarketplaceDep) -> Response:
     """`{name, version, installed: false}`; `404` if not installed, `409` while one of its

@@ -125,10 +125,11 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
 )
 
 
-def request_body(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that parses its body itself (``openapi_extra``)."""
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+def request_body(model: type[BaseModel], *, inline: bool = False) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses its body itself (``openapi_extra``):
+    a ``$ref`` to a model of :data:`REQUEST_MODELS`, or with ``inline`` the model's own schema."""
+    schema = model.model_json_schema() if inline else {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -33,20 +33,9 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-OPENAI_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    501: "not_implemented_error",
-    502: "provider_error",
-    503: "provider_error",
-}
+from conch.errors import OPENAI_ERROR_TYPES
+
+OPENAI_TYPES = OPENAI_ERROR_TYPES
 
 AGENT_KINDS: dict[int, str] = {500: "InternalError"}
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import ipaddress
 import json
 import mimetypes
 from collections.abc import Iterable
@@ -31,6 +30,8 @@ from typing import Any
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from conch.web.common.security import host_name, is_loopback
 
 DIST = Path(__file__).parent / "dist"
 PREFIX = "/studio/"
@@ -47,7 +48,6 @@ SOURCE_INPUTS = (
     "vite.config.ts",
     "tsconfig.json",
 )
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 _IMMUTABLE = b"public, max-age=31536000, immutable"
 
 
@@ -65,22 +65,6 @@ def source_hash(ui_dir: Path) -> tuple[str, int]:
     return total.hexdigest(), len(rels)
 
 
-def _is_loopback(name: str) -> bool:
-    name = name.strip("[]").lower()
-    if name in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_name(header: str) -> str:
-    if header.startswith("["):
-        return header[1 : header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
 def _origin_host(name: str) -> str:
     return f"[{name}]" if ":" in name else name
 
@@ -90,7 +74,7 @@ def studio_origins(settings: Any) -> list[str]:
     name for them when they are bound to loopback."""
     origins: list[str] = []
     for host, port in ((settings.host, settings.port), (settings.models_host, settings.models_port)):
-        names = ["127.0.0.1", "localhost", "::1"] if _is_loopback(host) else [host]
+        names = ["127.0.0.1", "localhost", "::1"] if is_loopback(host) else [host]
         for name in names:
             origin = f"http://{_origin_host(name)}:{port}"
             if origin not in origins:
@@ -111,7 +95,7 @@ class StudioMiddleware:
     def __init__(self, app: ASGIApp, *, dist: Path, pages: Iterable[str], settings: Any) -> None:
         self.app = app
         self.settings = settings
-        self.loopback_only = _is_loopback(settings.host if _AGENT_PAGES & set(pages) else settings.models_host)
+        self.loopback_only = is_loopback(settings.host if _AGENT_PAGES & set(pages) else settings.models_host)
         self.assets: dict[str, _Asset] = {}
         for f in sorted(dist.rglob("*")):
             rel = f.relative_to(dist).as_posix()
@@ -155,8 +139,8 @@ class StudioMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        host = _host_name(headers.get(b"host", b"").decode("latin-1").strip())
-        if self.loopback_only and host and not _is_loopback(host):
+        host = host_name(headers.get(b"host", b"").decode("latin-1").strip())
+        if self.loopback_only and host and not is_loopback(host):
             await self.app(scope, receive, send)  # the app's own guard answers
             return
         if path.startswith(PREFIX) and path != PREFIX:
