@@ -21,8 +21,6 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from conch.inference.providers.kinds import RemoteProviderKind
-
 APP_NAME = "conch"
 
 
@@ -35,6 +33,12 @@ def default_config_path() -> Path:
 
 def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+# What ``[providers.NAME] kind = ...`` may say; conch.inference.providers.kinds builds on it.
+# It lives here, not there, so that reading the settings never imports conch.inference (which
+# maps llama.cpp's libraries into the process).
+RemoteProviderKind = Literal["ollama", "openai", "anthropic", "openai_compatible"]
 
 
 class ProviderConfig(BaseModel):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch import process_role
 from conch.agents.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
 from conch.config import Settings
 from conch.lang import values
@@ -140,6 +141,7 @@ def worker_main(sock: socket.socket) -> None:
     :class:`WorkerConfig`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
     _scrub_environment()
+    process_role.sandbox_worker = True  # never maps llama.cpp's libraries (conch.process_role)
     chan = Channel(sock)
     first = chan.recv()
     if not (isinstance(first, list) and first and first[0] == "config"):

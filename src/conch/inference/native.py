@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from conch import process_role
+
 log = logging.getLogger(__name__)
 
 _handle: ctypes.CDLL | None = None
@@ -50,6 +52,8 @@ def load_llama_first() -> None:
     """
     global _handle, _error
     if _handle is not None or _error is not None or not sys.platform.startswith(("linux", "darwin")):
+        return
+    if process_role.sandbox_worker:  # a sandbox worker never loads a model
         return
     if "numpy" in sys.modules and "llama_cpp" not in sys.modules:
         log.warning("numpy was imported before llama.cpp's libraries; a CUDA build may crash while "

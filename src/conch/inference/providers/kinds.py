@@ -8,10 +8,11 @@ and those well-known names are also accepted as a provider prefix on a model str
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
 # What ``[providers.NAME] kind = ...`` in conch.toml may say (ProviderConfig.kind).
-RemoteProviderKind = Literal["ollama", "openai", "anthropic", "openai_compatible"]
+from conch.config import RemoteProviderKind
+
 REMOTE_PROVIDER_KINDS: tuple[str, ...] = get_args(RemoteProviderKind)
 PROVIDER_KINDS: tuple[str, ...] = ("local", *REMOTE_PROVIDER_KINDS)
 OPENAI_COMPATIBLE_SERVERS = ("vllm", "llamacpp", "lmstudio")
