@@ -60,7 +60,9 @@ def open_model(path: str, *, n_gpu_layers: int | None = None, main_gpu: int = 0)
 
     mparams = llama_cpp.llama_model_default_params()
     mparams.use_mmap = True
-    if n_gpu_layers is not None:
+    # A CPU build keeps llama.cpp's own default: setting 0 there changes how the CPU backend
+    # lays out (repacks) the weights, and with it the last bits of the logits.
+    if n_gpu_layers is not None and llama_cpp.llama_supports_gpu_offload():
         mparams.n_gpu_layers = n_gpu_layers
         mparams.main_gpu = main_gpu
     return LlamaModel(path_model=path, params=mparams, verbose=False)
