@@ -33,14 +33,14 @@ async def chat_completions(req: ChatCompletionRequest, chat: ChatServing = Depen
     # The first chunk comes after the model is leased and generation started: anything wrong
     # with the request is raised here and answered with its status, not inside a 200 stream.
     first = await anext(chunks)  # type: ignore[call-overload]
-    return StreamingResponse(_sse(first, chunks), media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(openai_sse(first, chunks), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def _frame(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def openai_sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
     try:
         yield _frame(first)
         async for chunk in chunks:

@@ -6,7 +6,6 @@ object (``choices[].text``) ending with ``data: [DONE]``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from conch.inference.protocols.completions import CompletionRequest
 from conch.inference.serving.completions import CompletionServing
-from conch.inference.serving.errors import ServingError
+from conch.web.inference.chat import openai_sse  # the same SSE framing as chat
 from conch.web.inference.responses import errors
 
 router = APIRouter(tags=["completions"])
@@ -35,23 +34,7 @@ async def completions(req: CompletionRequest, serving: CompletionServing = Depen
     chunks = serving.stream(req)
     # Errors known before generation are raised here and answered with their status.
     first = await anext(chunks)  # type: ignore[call-overload]
-    return StreamingResponse(_sse(first, chunks), media_type="text/event-stream", headers=SSE_HEADERS)
-
-
-def _frame(data: Any) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    try:
-        yield _frame(first)
-        async for chunk in chunks:
-            yield _frame(chunk)
-        yield "data: [DONE]\n\n"
-    except ServingError as err:
-        yield _frame(err.body())
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+    return StreamingResponse(openai_sse(first, chunks), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 # -- for the Ollama routes (raw and fill-in-the-middle /api/generate) -------------------------
