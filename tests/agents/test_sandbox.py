@@ -194,3 +194,61 @@ def test_run_sent_to_a_worker_that_died_idle_is_retried_on_a_fresh_one(tmp_path:
     assert result.success is True and result.value == 42, result
     assert victim not in pids and len(pids) == 1
     assert crashes == 1
+
+
+# -- batches and variables ---------------------------------------------------------------
+
+
+def test_variables_bind_names_without_changing_the_program(tmp_path: Path) -> None:
+    async def body(pool: SandboxPool) -> list[Any]:
+        jobs = [Job("program", source="steps.a.result + n", variables={"steps": {"a": {"result": i}}, "n": 1})
+                for i in range(3)]
+        wrong = await pool.run(Job("program", source="nope + 1", variables={"n": 1}))
+        return [await pool.run(j) for j in jobs] + [wrong]
+
+    *answers, wrong = _with_pool(tmp_path, body)
+    assert [a.value for a in answers] == [1, 2, 3]
+    # Nothing is prepended to the program: positions are the step's own.
+    assert wrong.error.kind == "NameError" and (wrong.error.line, wrong.error.column) == (1, 1)
+
+
+def test_a_batch_answers_each_job_as_if_run_alone(tmp_path: Path) -> None:
+    jobs = [Job("program", source=f"{i} * 2") for i in range(5)]
+    jobs.insert(2, Job("program", source="1 / 0"))
+    jobs.append(Job("call", builtin="len", args=[[1, 2, 3]]))
+
+    async def body(pool: SandboxPool) -> tuple[list[Any], list[Any]]:
+        return await pool.run_batch(jobs), [await pool.run(j) for j in jobs]
+
+    batched, alone = _with_pool(tmp_path, body)
+    assert [b.to_wire() for b in batched] == [a.to_wire() for a in alone]
+    assert batched[2].error.kind == "ZeroDivisionError" and batched[-1].value == 3
+
+
+def test_each_job_of_a_batch_has_its_own_wall_time(tmp_path: Path) -> None:
+    # The second job is stuck in native code: the watchdog stops it after its own wall time
+    # (not the batch's total), the first keeps its answer and the third runs elsewhere.
+    jobs = [Job("program", source="1"), Job("program", source="10 ** 10 ** 9", limits={"wall_time_s": 0.5}),
+            Job("program", source="3")]
+
+    async def body(pool: SandboxPool) -> tuple[list[Any], float]:
+        started = time.monotonic()
+        answers = await pool.run_batch(jobs)
+        return answers, time.monotonic() - started
+
+    answers, elapsed = _with_pool(tmp_path, body, wall_time_s=30.0)
+    assert answers[0].value == 1 and answers[2].value == 3
+    assert answers[1].error.kind in ("TimeoutError", "LimitError")
+    assert elapsed < 10
+
+
+def test_a_job_that_spoils_its_worker_ends_the_batch_and_the_rest_run_elsewhere(tmp_path: Path) -> None:
+    jobs = [Job("program", source="1"), Job("program", source='"x" | repeat(2 * 10**9)'), Job("program", source="3")]
+
+    async def body(pool: SandboxPool) -> tuple[list[Any], int]:
+        answers = await pool.run_batch(jobs)
+        return answers, sum(pool.restarts.values())
+
+    answers, restarts = _with_pool(tmp_path, body, worker_memory_mb=400)
+    assert answers[0].value == 1 and answers[1].error.kind == "LimitError" and answers[2].value == 3
+    assert restarts >= 1

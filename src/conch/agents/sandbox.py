@@ -93,10 +93,15 @@ def allowed_effects(settings: Settings) -> frozenset[str]:
 
 @dataclass
 class Job:
-    """One run: a program (``execute``/``eval``), a builtin call or a pipeline."""
+    """One run: a program (``execute``/``eval``), a builtin call or a pipeline.
+
+    ``variables`` (a program's names bound to JSON values before it runs) keep a program's
+    text the same from run to run, so the worker's compile cache serves it; a workflow's
+    ``run`` step receives ``inputs`` and ``steps`` this way."""
 
     mode: str  # "program" | "call" | "pipeline"
     source: str | None = None
+    variables: dict[str, Any] | None = None
     builtin: str | None = None
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +116,7 @@ class Job:
             "mode": self.mode,
             "stream": self.stream,
             "source": self.source,
+            "variables": self.variables,
             "builtin": self.builtin,
             "args": self.args,
             "kwargs": self.kwargs,
@@ -542,15 +548,18 @@ class SandboxPool:
             run.unsent = None
         return worker
 
-    async def _begin(self, job: Job) -> _Started | Event:
+    async def _begin(
+        self, job: Job, payload: dict[str, Any] | None = None, first_wall: float | None = None
+    ) -> _Started | Event:
         """The job started on a worker (counted in ``active`` until :meth:`_end`), or the
-        answer when no worker could take it.
+        answer when no worker could take it. ``payload`` replaces the job's own (a batch);
+        ``first_wall`` is the wall time the watchdog allows before the first frame back.
 
         A worker found dead before the job reached it (it died while idle) never started
         the job, so the job is retried once on another worker instead of failing.
         """
         limits = self._limits(job)
-        frame = encode(job.payload(limits))
+        frame = encode(payload if payload is not None else job.payload(limits))
         for _attempt in range(2):
             run = _Run(frame)
             try:
@@ -564,7 +573,7 @@ class SandboxPool:
             if run.undelivered:
                 self._replace(worker, "crash")
                 continue
-            wall = limits.wall_time_s or 0.0
+            wall = (limits.wall_time_s if first_wall is None else first_wall) or 0.0
             deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
             self.active += 1
             return _Started(worker, run, wall, deadline)
@@ -596,6 +605,54 @@ class SandboxPool:
                     return event.result
         finally:
             self._end(begun)
+
+    async def run_batch(self, jobs: list[Job]) -> list[RunEnvelope]:
+        """Run several non-streaming jobs one after the other on one worker, in one round
+        trip: the answers are those each job would have had alone, in order.
+
+        The worker reports each job's envelope as it finishes, so the watchdog gives every
+        job its own wall time, and a worker lost in the middle costs only the job it was
+        running: the ones after it had not started and run again, on their own."""
+        if len(jobs) == 1:
+            return [await self.run(jobs[0])]
+        subs = [j.payload(self._limits(j)) for j in jobs]
+        walls = [float(p["limits"]["wall_time_s"] or 0.0) for p in subs]
+        payload = {
+            "mode": "batch",
+            "jobs": subs,
+            "stream": False,
+            "limits": {},
+            "cpu_s": sum(p["cpu_s"] for p in subs),
+        }
+        batch = Job("batch")
+        begun = await self._begin(batch, payload, first_wall=walls[0])
+        if isinstance(begun, Event):
+            assert begun.result is not None
+            return [begun.result for _ in jobs]
+        answers: list[RunEnvelope] = []
+        try:
+            while True:
+                event = await self._next(jobs[min(len(answers), len(jobs) - 1)], begun)
+                if event.kind == "data" and isinstance(event.text, dict):
+                    answers.append(RunEnvelope.from_wire(event.text))
+                    if len(answers) < len(jobs):
+                        wall = walls[len(answers)]
+                        deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+                        begun = begun._replace(wall=wall, deadline=deadline)
+                    continue
+                if event.kind == "done":
+                    assert event.result is not None
+                    if not event.result.success and len(answers) < len(jobs):
+                        # The worker was lost during a job: that job's answer is the error;
+                        # the jobs after it never started.
+                        answers.append(event.result)
+                    break
+        finally:
+            self._end(begun)
+        rest = jobs[len(answers) :]
+        if rest:
+            answers += await self.run_batch(rest)
+        return answers
 
     async def events(self, job: Job) -> AsyncGenerator[Event, None]:
         """Run ``job`` and yield its events as the worker reports them; the last is ``done``.

@@ -200,6 +200,25 @@ def main(argv: list[str] | None = None) -> None:
 # -- running a job ------------------------------------------------------------------------
 
 
+class Collect:
+    """Stands in for the channel where a run's frames are kept rather than sent (a job of a
+    batch, a job on a Dask worker); a value the channel could not send fails the same way."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, Any] | None = None
+        self.recycle = False
+
+    def send(self, message: Any) -> None:
+        encode(message)
+        if message and message[0] == "done":
+            self.done = message[1]
+            self.recycle = len(message) > 2 and message[2] is True
+
+
+# Where a run's frames go: the socket, or kept (a job of a batch, a job on a Dask worker).
+Outbox = Channel | Collect
+
+
 class _StreamLimit(Exception):
     pass
 
@@ -225,8 +244,12 @@ class Runner:
 
         self._never_cancelled = threading.Event()
 
-    def _compile(self, source: str) -> Any:
-        return _cached(self._programs, source, _compile_program)
+    def _compile(self, source: str, names: frozenset[str] = frozenset()) -> Any:
+        if not names:
+            return _cached(self._programs, source, _compile_program)
+        # The names a program is given are part of what it compiles to (known globals).
+        key = source + "\0" + ",".join(sorted(names))
+        return _cached(self._programs, key, lambda _k: _compile_program(source, names))
 
     def _context(self, emit: Callable[[str], None], limits: Limits) -> Context:
         # The workspace is given after construction: Context() would otherwise resolve its
@@ -242,7 +265,10 @@ class Runner:
         ctx.workspace = self.workspace
         return ctx
 
-    def run(self, job: dict[str, Any], chan: Channel) -> None:
+    def run(self, job: dict[str, Any], chan: Outbox) -> None:
+        if job.get("mode") == "batch":
+            self._batch(job, chan)
+            return
         stream = bool(job.get("stream"))
         limits = Limits(**job.get("limits", {}))
         output: list[str] = []
@@ -281,24 +307,40 @@ class Runner:
             failed = kind.failure(_run_error(from_python(exc)), output)
             chan.send(["done", failed.to_wire(), recycle])
 
+    def _batch(self, job: dict[str, Any], chan: Outbox) -> None:
+        """Several jobs one after the other, for a burst of small programs (a workflow's
+        fan-out): one round trip per batch instead of per job. Each job keeps its own
+        limits; its envelope goes back as a ``data`` frame as soon as it is done, so the
+        server's watchdog times each job on its own. A job after which this worker must be
+        replaced ends the batch; the server runs the rest elsewhere."""
+        for sub in job.get("jobs") or ():
+            collect = Collect()
+            self.run({**sub, "stream": False}, collect)
+            chan.send(["data", collect.done])
+            if collect.recycle:
+                chan.send(["done", RunEnvelope.ok("", "Nothing", None, []).to_wire(), True])
+                return
+        chan.send(["done", RunEnvelope.ok("", "Nothing", None, []).to_wire(), False])
+
     def _evaluate(
         self,
         job: dict[str, Any],
         ctx: Context,
-        chan: Channel,
+        chan: Outbox,
         stream: bool,
         steps: list[StepTiming],
     ) -> Any:
         mode = job.get("mode")
         if mode == "program":
-            program = self._compile(job["source"])
+            variables = job.get("variables") or None
+            program = self._compile(job["source"], frozenset(variables or ()))
             on_statement = None
             if stream:
 
                 def on_statement(index: int, total: int, text: str) -> None:
                     chan.send(["progress", index + 1, total, _shorten(text)])
 
-            return program.run(context=ctx, on_statement=on_statement)
+            return program.run(context=ctx, variables=variables, on_statement=on_statement)
         if mode == "pipeline":
             return self._pipeline(job, ctx, chan, stream, steps)
         if mode == "call":
@@ -309,7 +351,7 @@ class Runner:
         self,
         job: dict[str, Any],
         ctx: Context,
-        chan: Channel,
+        chan: Outbox,
         stream: bool,
         steps: list[StepTiming],
     ) -> Any:
@@ -360,7 +402,7 @@ class Runner:
         return self._compile(source).run(context=ctx)
 
     def _stream_array(
-        self, kind: type[RunEnvelope], value: Any, ctx: Context, chan: Channel, output: list[str]
+        self, kind: type[RunEnvelope], value: Any, ctx: Context, chan: Outbox, output: list[str]
     ) -> RunEnvelope:
         """Send each element as a ``data`` frame; the envelope's value is their count."""
         limits = ctx.limits
@@ -397,10 +439,10 @@ def _cached(cache: OrderedDict[str, Any], source: str, build: Callable[[str], An
     return item
 
 
-def _compile_program(source: str) -> Any:
+def _compile_program(source: str, names: frozenset[str] = frozenset()) -> Any:
     from conch.lang import compile_program  # type: ignore[attr-defined,unused-ignore]
 
-    return compile_program(source)
+    return compile_program(source, names)
 
 
 def _compile_stage(source: str) -> Any:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from typing import Any, Protocol
 
+from conch.agents.envelope import RunEnvelope
 from conch.agents.sandbox import Job, SandboxPool, configured_limits, effective_limits
-from conch.agents.sandbox_worker import WorkerConfig
+from conch.agents.sandbox_worker import Collect, WorkerConfig
 from conch.config import Settings
 
 _GRACE_S = 2.0
@@ -33,21 +35,84 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Jobs run in the server's sandbox pool (started and closed by whoever owns the pool)."""
+    """Jobs run in the server's sandbox pool (started and closed by whoever owns the pool).
+
+    Jobs submitted in the same turn of the event loop (the steps one scheduling round
+    claimed, a burst of agent tool calls) that outnumber the free workers go to the workers
+    in batches (:meth:`SandboxPool.run_batch`): a trivial step costs far less to run than
+    the round trip to a worker, and a batch pays that once. No more jobs than there are free
+    workers run one per worker, so independent slow steps still run side by side, and a
+    batch is at most ``MAX_BATCH`` jobs, so a slow job holds up few others.
+    """
 
     name = "local"
+    MAX_BATCH = 32
 
     def __init__(self, pool: SandboxPool) -> None:
         self.pool = pool
+        self._queue: list[tuple[Job, asyncio.Future[RunEnvelope]]] = []
+        self._chunks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        return None
+        for chunk in list(self._chunks):
+            chunk.cancel()
+        await asyncio.gather(*self._chunks, return_exceptions=True)
 
     async def run(self, job: Job) -> dict[str, Any]:
-        return (await self.pool.run(job)).to_wire()
+        if job.stream or job.mode not in ("program", "call"):
+            return (await self.pool.run(job)).to_wire()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[RunEnvelope] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(self._flush)
+        self._queue.append((job, answer))
+        return (await answer).to_wire()
+
+    def _flush(self) -> None:
+        queued, self._queue = self._queue, []
+        free = self.pool.idle
+        size = 1
+        if len(queued) > free:
+            size = min(self.MAX_BATCH, -(-len(queued) // self.pool.size))
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(queued), size):
+            chunk = queued[start : start + size]
+            task = loop.create_task(self._run_chunk(chunk))
+            self._chunks.add(task)
+            task.add_done_callback(self._chunks.discard)
+            for _job, answer in chunk:
+                answer.add_done_callback(functools.partial(_abandon, chunk, task))
+
+    async def _run_chunk(self, chunk: list[tuple[Job, asyncio.Future[RunEnvelope]]]) -> None:
+        live = [(job, answer) for job, answer in chunk if not answer.done()]
+        if not live:
+            return
+        try:
+            if len(live) == 1:
+                results = [await self.pool.run(live[0][0])]
+            else:
+                results = await self.pool.run_batch([job for job, _answer in live])
+        except Exception as exc:
+            for _job, answer in live:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for (_job, answer), result in zip(live, results, strict=True):
+            if not answer.done():
+                answer.set_result(result)
+
+
+def _abandon(
+    chunk: list[tuple[Job, asyncio.Future[RunEnvelope]]],
+    task: asyncio.Task[None],
+    _answer: asyncio.Future[RunEnvelope],
+) -> None:
+    # Every job of the chunk was given up (its steps cancelled): stop the worker running it.
+    if all(answer.cancelled() for _job, answer in chunk):
+        task.cancel()
 
 
 def _failure(kind: str, message: str) -> dict[str, Any]:
@@ -59,17 +124,6 @@ def _failure(kind: str, message: str) -> dict[str, Any]:
         "output": [],
         "error": {"kind": kind, "message": message, "line": None, "column": None, "hint": None},
     }
-
-
-class _Collect:
-    """Stands in for the worker's socket channel: keeps the frames a run sends."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, Any] | None = None
-
-    def send(self, message: Any) -> None:
-        if message and message[0] == "done":
-            self.done = message[1]
 
 
 _RUNNERS: dict[str, Any] = {}
@@ -88,8 +142,8 @@ def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[
     if runner is None:
         load_all()
         runner = _RUNNERS[key] = Runner(WorkerConfig(**config))
-    chan = _Collect()
-    runner.run(payload, chan)  # type: ignore[arg-type]
+    chan = Collect()
+    runner.run(payload, chan)
     return chan.done or _failure("LimitError", "the job produced no result")
 
 

@@ -41,7 +41,6 @@ from conch.orchestration.spec import (
     interpolate,
     parse_workflow,
     plan,
-    run_source,
 )
 from conch.orchestration.store import TASK_DONE, StepOutcome, Store
 
@@ -549,9 +548,11 @@ class Orchestrator:
         self._plans.pop(wf_id, None)
 
     def _step_done(self, key: tuple[str, str], job: asyncio.Task[Any]) -> None:
+        # A step whose outcome a round recorded gave its place back then; one that ended
+        # otherwise (cancelled, crashed) frees its place now, and the scheduler may fill it.
         if self._steps.get(key) is job:
             self._steps.pop(key, None)
-        self._wake.set()
+            self._wake.set()
 
     async def _scope(self, wf_id: str, ancestors: list[str]) -> dict[str, Any]:
         known = self._results.get(wf_id, {})
@@ -628,7 +629,7 @@ class Orchestrator:
         if step.run is not None:
             limits = {"wall_time_s": step.timeout_s} if step.timeout_s else None
             envelope = await self.executor.run(
-                Job("program", source=run_source(step.run, scope), limits=limits)
+                Job("program", source=step.run, variables=scope, limits=limits)
             )
             if envelope.get("success"):
                 return True, envelope.get("value"), None

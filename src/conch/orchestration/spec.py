@@ -221,19 +221,3 @@ def interpolate(text: str, scope: dict[str, Any]) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
     return REF_RE.sub(sub, text)
-
-
-def _raw_json(value: Any) -> str:
-    # A conch raw string holds anything but its own quote; JSON escapes it as \u0027.
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return "'" + text.replace("'", "\\u0027") + "'"
-
-
-def run_source(code: str, scope: dict[str, Any]) -> str:
-    """The program of a ``run`` step with ``inputs`` and ``steps`` bound, kept on the
-    code's first line so that error positions still point into the step's code (columns on
-    line 1 are shifted by the prefix)."""
-    return (
-        f"let inputs = from_json({_raw_json(scope['inputs'])}); "
-        f"let steps = from_json({_raw_json(scope['steps'])}); {code}"
-    )

@@ -54,6 +54,74 @@ class StepOutcome:
     backoff_s: float = 1.0
 
 
+class _Hot:
+    """The statements of a scheduling round, built once. Building a Core statement and its
+    cache key costs more than SQLite takes to run it; a statement object that is reused
+    keeps both, and its parameters come in as bind values."""
+
+    s, w, e = t.workflow_steps, t.workflows, t.events
+    last_seq = sa.select(sa.func.coalesce(sa.func.max(e.c.seq), 0)).where(
+        e.c.stream == sa.bindparam("stream")
+    )
+    insert_event = sa.insert(e)
+    lock_workflow = (
+        sa.select(w.c.id, w.c.status).where(w.c.id == sa.bindparam("id")).with_for_update()
+    )
+    step_rows = sa.select(s.c.id, s.c.status, s.c.owner, s.c.attempts, s.c.max_attempts).where(
+        s.c.workflow_id == sa.bindparam("wf"), s.c.id.in_(sa.bindparam("ids", expanding=True))
+    )
+    succeed = (
+        sa.update(s)
+        .where(s.c.workflow_id == sa.bindparam("k_wf"), s.c.id == sa.bindparam("k_id"))
+        .values(
+            status="succeeded",
+            result=sa.bindparam("k_result", type_=s.c.result.type),
+            error=None,
+            finished_at=sa.bindparam("k_now", type_=sa.Float),
+            lease_until=None,
+        )
+    )
+    unblock = (
+        sa.update(s)
+        .where(s.c.workflow_id == sa.bindparam("k_wf"), s.c.id == sa.bindparam("k_id"))
+        .values(blocked=s.c.blocked - sa.bindparam("k_n", type_=sa.Integer))
+    )
+    any_active = (
+        sa.select(s.c.id)
+        .where(s.c.workflow_id == sa.bindparam("wf"), s.c.status.in_(("pending", "running")))
+        .limit(1)
+    )
+    claimable = (
+        sa.select(s.c.workflow_id, s.c.id)
+        .join(w, w.c.id == s.c.workflow_id)
+        .where(
+            s.c.status == "pending",
+            s.c.blocked == 0,
+            s.c.not_before <= sa.bindparam("now", type_=sa.Float),
+            w.c.status == "running",
+        )
+        .order_by(w.c.created_at, s.c.position)
+        .limit(sa.bindparam("lim", type_=sa.Integer))
+        .with_for_update(of=s, skip_locked=True)
+    )
+    claim = (
+        sa.update(s)
+        .where(
+            sa.tuple_(s.c.workflow_id, s.c.id).in_(sa.bindparam("keys", expanding=True)),
+            s.c.status == "pending",
+        )
+        .values(
+            status="running",
+            owner=sa.bindparam("owner", type_=sa.String),
+            lease_until=sa.bindparam("lease", type_=sa.Float),
+            attempts=s.c.attempts + 1,
+            started_at=sa.bindparam("now", type_=sa.Float),
+            finished_at=None,
+        )
+        .returning(s.c.workflow_id, s.c.id, s.c.attempts)
+    )
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -136,14 +204,10 @@ class Store:
         """Append several events to one stream: one read of its last number, one insert."""
         if not items:
             return
-        last = conn.execute(
-            sa.select(sa.func.coalesce(sa.func.max(t.events.c.seq), 0)).where(
-                t.events.c.stream == stream
-            )
-        ).scalar_one()
+        last = conn.execute(_Hot.last_seq, {"stream": stream}).scalar_one()
         now = time.time()
         conn.execute(
-            sa.insert(t.events),
+            _Hot.insert_event,
             [
                 {"stream": stream, "seq": last + i, "event": event, "data": data, "created_at": now}
                 for i, (event, data) in enumerate(items, start=1)
@@ -394,7 +458,7 @@ class Store:
         now = time.time()
         w = t.workflows
         with self.tx() as conn:
-            claimed = self._claim_in(conn, self._claim_query(limit, now), owner, lease_until, now)
+            claimed = self._claim_in(conn, limit, owner, lease_until, now)
         # The events in a transaction of their own, under the workflow's lock (which numbers
         # its stream): a claim that held step rows while waiting for a workflow row could
         # deadlock with a cancel, which holds the workflow row and updates step rows.
@@ -404,42 +468,15 @@ class Store:
                 self._emit_many(conn, f"workflow:{wf_id}", events)
         return claimed
 
-    def _claim_query(self, limit: int, now: float) -> Any:
-        s, w = t.workflow_steps, t.workflows
-        return (
-            sa.select(s.c.workflow_id, s.c.id)
-            .join(w, w.c.id == s.c.workflow_id)
-            .where(
-                s.c.status == "pending",
-                s.c.blocked == 0,
-                s.c.not_before <= now,
-                w.c.status == "running",
-            )
-            .order_by(w.c.created_at, s.c.position)
-            .limit(limit)
-            .with_for_update(of=s, skip_locked=True)
-        )
-
     def _claim_in(
-        self, conn: Connection, q: Any, owner: str, lease_until: float, now: float
+        self, conn: Connection, limit: int, owner: str, lease_until: float, now: float
     ) -> list[tuple[str, str, int]]:
-        s = t.workflow_steps
-        rows = conn.execute(q).all()
+        rows = conn.execute(_Hot.claimable, {"now": now, "lim": limit}).all()
         if not rows:
             return []
         order = {(r.workflow_id, r.id): i for i, r in enumerate(rows)}
         got = conn.execute(
-            sa.update(s)
-            .where(sa.tuple_(s.c.workflow_id, s.c.id).in_(list(order)), s.c.status == "pending")
-            .values(
-                status="running",
-                owner=owner,
-                lease_until=lease_until,
-                attempts=s.c.attempts + 1,
-                started_at=now,
-                finished_at=None,
-            )
-            .returning(s.c.workflow_id, s.c.id, s.c.attempts)
+            _Hot.claim, {"keys": list(order), "owner": owner, "lease": lease_until, "now": now}
         ).all()
         return sorted(
             ((r.workflow_id, r.id, r.attempts) for r in got), key=lambda c: order[(c[0], c[1])]
@@ -471,9 +508,7 @@ class Store:
             succeeded, ended = self._finish_in(conn, outcomes, owner, now)
             claimed: list[tuple[str, str, int]] = []
             if limit > 0:
-                claimed = self._claim_in(
-                    conn, self._claim_query(limit, now), owner, lease_until, now
-                )
+                claimed = self._claim_in(conn, limit, owner, lease_until, now)
             for wf_id, events in self._claim_events(claimed).items():
                 self._emit_many(conn, f"workflow:{wf_id}", events)
         return succeeded, ended, claimed
@@ -534,7 +569,7 @@ class Store:
     def _finish_in(
         self, conn: Connection, outcomes: list[StepOutcome], owner: str | None, now: float
     ) -> tuple[set[tuple[str, str]], dict[str, str]]:
-        s, w = t.workflow_steps, t.workflows
+        s = t.workflow_steps
         by_wf: dict[str, list[StepOutcome]] = {}
         for o in outcomes:
             by_wf.setdefault(o.workflow_id, []).append(o)
@@ -544,18 +579,14 @@ class Store:
         # workflows lock them in the same order and cannot deadlock.
         for wf_id in sorted(by_wf):
             items = by_wf[wf_id]
-            wf = self._lock_row(conn, w, wf_id)
+            wf = conn.execute(_Hot.lock_workflow, {"id": wf_id}).first()
             if wf is None:
                 continue
             ids = list(dict.fromkeys(o.step_id for o in items))
             rows: dict[str, Any] = {}
             for chunk_start in range(0, len(ids), 500):
                 chunk = ids[chunk_start : chunk_start + 500]
-                for r in conn.execute(
-                    sa.select(s.c.id, s.c.status, s.c.owner, s.c.attempts, s.c.max_attempts).where(
-                        s.c.workflow_id == wf_id, s.c.id.in_(chunk)
-                    )
-                ).all():
+                for r in conn.execute(_Hot.step_rows, {"wf": wf_id, "ids": chunk}).all():
                     rows[r.id] = r
             events: list[tuple[str, dict[str, Any]]] = []
             done_rows: list[dict[str, Any]] = []
@@ -571,7 +602,9 @@ class Store:
                 seen.add(o.step_id)
                 sid = o.step_id
                 if o.ok:
-                    done_rows.append({"k_id": sid, "k_result": o.result})
+                    done_rows.append(
+                        {"k_wf": wf_id, "k_id": sid, "k_result": o.result, "k_now": now}
+                    )
                     events.append(
                         ("step", {"id": sid, "status": "succeeded", "attempts": row.attempts, "result": o.result})
                     )  # fmt: skip
@@ -607,24 +640,11 @@ class Store:
             if not seen:
                 continue
             if done_rows:
-                conn.execute(
-                    sa.update(s)
-                    .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
-                    .values(
-                        status="succeeded",
-                        result=sa.bindparam("k_result", type_=s.c.result.type),
-                        error=None,
-                        finished_at=now,
-                        lease_until=None,
-                    ),
-                    done_rows,
-                )
+                conn.execute(_Hot.succeed, done_rows)
             if unblock:
                 conn.execute(
-                    sa.update(s)
-                    .where(s.c.workflow_id == wf_id, s.c.id == sa.bindparam("k_id"))
-                    .values(blocked=s.c.blocked - sa.bindparam("k_n", type_=sa.Integer)),
-                    [{"k_id": child, "k_n": n} for child, n in unblock.items()],
+                    _Hot.unblock,
+                    [{"k_wf": wf_id, "k_id": child, "k_n": n} for child, n in unblock.items()],
                 )
             self._emit_many(conn, f"workflow:{wf_id}", events)
             for plan, sid in failed:
@@ -660,11 +680,7 @@ class Store:
     def _maybe_finish(self, conn: Connection, wf_id: str, now: float) -> str | None:
         s, w = t.workflow_steps, t.workflows
         # Usually some step is still to run: found at once, without counting them all.
-        active = conn.execute(
-            sa.select(s.c.id)
-            .where(s.c.workflow_id == wf_id, s.c.status.in_(("pending", "running")))
-            .limit(1)
-        ).first()
+        active = conn.execute(_Hot.any_active, {"wf": wf_id}).first()
         if active is not None:
             return None
         counts: dict[str, int] = dict(
