@@ -106,6 +106,7 @@ def conch_runs() -> dict[str, Any]:
 
 PREFECT = r"""
 import json, sys, time
+import prefect
 from prefect import flow, task
 
 @task
@@ -134,7 +135,7 @@ def chain(n):
     return f.result()
 
 fan(2)  # start Prefect's local API and database outside the timing
-out = {}
+out = {"version": prefect.__version__}
 for name, fn, n, steps in (("fan", fan, %(fan)d, %(fan)d + 2), ("chain", chain, %(chain)d, %(chain)d)):
     t = time.perf_counter(); fn(n); out[name] = {"seconds": time.perf_counter() - t, "steps": steps}
 print("RESULT " + json.dumps(out))
@@ -165,19 +166,36 @@ print("RESULT " + json.dumps(out))
 """
 
 
-# Prefect pins its own FastAPI/pydantic range, which may not match conch's: it runs from a
-# virtualenv of its own when one exists (``python -m venv .bench-cache/prefect &&
-# .bench-cache/prefect/bin/pip install "prefect>=3,<4" "fastapi<0.116"``; the FastAPI Prefect
-# 3.8 resolves by itself breaks its local API), else from this interpreter.
-PREFECT_PYTHON = ROOT / ".bench-cache" / "prefect" / "bin" / "python"
+# Prefect 3 pins a FastAPI/pydantic range of its own, and with the FastAPI conch uses its
+# local API fails on ``Body(min_items=...)``: it runs from a virtualenv of its own in
+# .bench-cache, made on first use.
+PREFECT_VENV = ROOT / ".bench-cache" / "prefect"
+PREFECT_PYTHON = PREFECT_VENV / "bin" / "python"
+PREFECT_REQUIREMENTS = ["prefect>=3,<4", "fastapi<0.116"]
+
+
+def find_prefect() -> str:
+    """The interpreter of Prefect's virtualenv, made on first use; ``RuntimeError`` saying
+    why when it cannot be had."""
+    check = [str(PREFECT_PYTHON), "-c", "import prefect"]
+    if PREFECT_PYTHON.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(PREFECT_PYTHON)
+    PREFECT_VENV.parent.mkdir(exist_ok=True)
+    for command in (
+        [sys.executable, "-m", "venv", "--clear", str(PREFECT_VENV)],
+        [str(PREFECT_PYTHON), "-m", "pip", "install", "-q", *PREFECT_REQUIREMENTS],
+    ):
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[-3:])} failed: {proc.stderr.strip()[-300:]}")
+    return str(PREFECT_PYTHON)
 
 
 def peer(script: str, name: str) -> dict[str, Any] | str:
-    python = (
-        str(PREFECT_PYTHON)
-        if name.startswith("Prefect") and PREFECT_PYTHON.exists()
-        else sys.executable
-    )
+    try:
+        python = find_prefect() if name.startswith("Prefect") else sys.executable
+    except RuntimeError as exc:
+        return f"{name} did not run: {exc}"
     with tempfile.TemporaryDirectory() as home:
         # Prefect's local API starts outside the timing; on a loaded machine it needs more
         # than its default 20 s to answer.
@@ -221,6 +239,8 @@ def main() -> dict[str, Any]:
             print(
                 f"{shape:<10}{engine:<12}{r[shape]['steps']:>7}{r[shape]['seconds']:>10.2f}{rate:>11.0f}{ratio:>9.2f}x"
             )
+    if not isinstance(results["prefect"], str):
+        print(f"(prefect = Prefect {results['prefect']['version']}, its defaults)")
     loop = results["conch"]["loop"]
     print(
         f"agent loop: {loop['steps']} steps, p50 {loop['p50_ms']:.1f} ms per step (target <= 5 ms)"

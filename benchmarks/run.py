@@ -2,7 +2,7 @@
 
 Pass names to run a subset: ``python benchmarks/run.py lang inference``.
 
-Before the suites run, every peer they compare with is checked (and Nushell installed into
+Before the suites run, every peer they compare with is checked (Nushell and Prefect installed into
 ``.bench-cache``); the first table says which peers are ready, and why any is not, so a missing
 column in a later table is never a silent dash. ``make bench`` installs the Python peers
 through the ``bench`` extra.
@@ -42,6 +42,12 @@ def _nushell() -> None:
     lang.find_nu()
 
 
+def _prefect() -> None:
+    import orchestration
+
+    orchestration.find_prefect()
+
+
 def _curl() -> None:
     if shutil.which("curl") is None:
         raise RuntimeError("curl is not on PATH")
@@ -60,7 +66,7 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),
         ("sentence-transformers", _imports("sentence_transformers")),
     ],
-    "orchestration": [("Prefect 3", _imports("prefect")), ("Dask", _imports("dask"))],
+    "orchestration": [("Prefect 3 (its own virtualenv)", _prefect), ("Dask", _imports("dask"))],
 }
 
 
