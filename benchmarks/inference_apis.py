@@ -26,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m-instruct"
 TOKENS = 128
-RUNS = 5
+RUNS = 9
 QUESTION = "Write a long story about a lighthouse keeper."
 # SmolLM2's ChatML template, rendered by hand for the legacy completions route.
 CHATML = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"

@@ -167,28 +167,15 @@ print("RESULT " + json.dumps(out))
 
 
 # Prefect 3 pins a FastAPI/pydantic range of its own, and with the FastAPI conch uses its
-# local API fails on ``Body(min_items=...)``: it runs from a virtualenv of its own in
-# .bench-cache, made on first use.
-PREFECT_VENV = ROOT / ".bench-cache" / "prefect"
-PREFECT_PYTHON = PREFECT_VENV / "bin" / "python"
+# local API fails on ``Body(min_items=...)``: it runs from a virtualenv of its own.
 PREFECT_REQUIREMENTS = ["prefect>=3,<4", "fastapi<0.116"]
 
 
 def find_prefect() -> str:
-    """The interpreter of Prefect's virtualenv, made on first use; ``RuntimeError`` saying
-    why when it cannot be had."""
-    check = [str(PREFECT_PYTHON), "-c", "import prefect"]
-    if PREFECT_PYTHON.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return str(PREFECT_PYTHON)
-    PREFECT_VENV.parent.mkdir(exist_ok=True)
-    for command in (
-        [sys.executable, "-m", "venv", "--clear", str(PREFECT_VENV)],
-        [str(PREFECT_PYTHON), "-m", "pip", "install", "-q", *PREFECT_REQUIREMENTS],
-    ):
-        proc = subprocess.run(command, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(command[-3:])} failed: {proc.stderr.strip()[-300:]}")
-    return str(PREFECT_PYTHON)
+    """The interpreter of Prefect's virtualenv (``.bench-cache/prefect``, made on first use)."""
+    from peers import peer_venv
+
+    return str(peer_venv("prefect", PREFECT_REQUIREMENTS, "prefect") / "python")
 
 
 def peer(script: str, name: str) -> dict[str, Any] | str:

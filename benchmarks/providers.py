@@ -1,6 +1,7 @@
 """The providers benchmark: conch as a proxy in front of llama-cpp-python's server, against a
 client talking to that server directly (and LiteLLM's proxy in front of the same server, when
-its ``litellm`` command is installed: on PATH, or at ``$CONCH_BENCH_LITELLM``).
+its ``litellm`` command is found: on PATH, at ``$CONCH_BENCH_LITELLM``, or installed into
+``.bench-cache/litellm`` on first use).
 
 One llama-cpp-python server (``python -m llama_cpp.server``) serves the bundled
 SmolLM2-135M-Instruct; conch's inference server (its own process) has it configured as the
@@ -132,11 +133,23 @@ def _concurrent(target: Target) -> float:
     return sum(counts) / wall
 
 
+def find_litellm() -> str:
+    """LiteLLM's proxy command from a virtualenv of its own (``.bench-cache/litellm``, made on
+    first use): it pins versions of libraries conch also uses."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from peers import peer_venv
+
+    return str(peer_venv("litellm", ["litellm[proxy]"], "litellm.proxy.proxy_server") / "litellm")
+
+
 def _start_litellm(upstream: str, tmp: Path) -> tuple[Target, subprocess.Popen[bytes]] | None:
     exe = os.environ.get("CONCH_BENCH_LITELLM") or shutil.which("litellm")
     if not exe:
-        print("LiteLLM: not installed (put `litellm` on PATH or set CONCH_BENCH_LITELLM); skipped")
-        return None
+        try:
+            exe = find_litellm()
+        except RuntimeError as exc:
+            print(f"LiteLLM: could not be installed ({exc}); skipped")
+            return None
     port = _free_port()
     config = tmp / "litellm.yaml"
     config.write_text(

@@ -48,6 +48,12 @@ def _prefect() -> None:
     orchestration.find_prefect()
 
 
+def _litellm() -> None:
+    import providers
+
+    providers.find_litellm()
+
+
 def _curl() -> None:
     if shutil.which("curl") is None:
         raise RuntimeError("curl is not on PATH")
@@ -65,6 +71,10 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("curl", _curl),
         ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),
         ("sentence-transformers", _imports("sentence_transformers")),
+    ],
+    "providers": [
+        ("llama-cpp-python server", _imports("llama_cpp.server.app")),
+        ("LiteLLM proxy (its own virtualenv)", _litellm),
     ],
     "orchestration": [("Prefect 3 (its own virtualenv)", _prefect), ("Dask", _imports("dask"))],
 }
