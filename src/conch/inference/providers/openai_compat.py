@@ -128,13 +128,17 @@ class OpenAICompatProvider(Provider):
         return self._http
 
     async def _relay(self, response: plain_httpx.Response, model: str) -> AsyncIterator[dict[str, Any]]:
+        done = False
         try:
             async for line in response.aiter_lines():
-                if not line.startswith("data:"):
+                # After [DONE] the body is read to its end: a response closed early takes its
+                # connection with it, and the next request would pay for a new one.
+                if done or not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    return
+                    done = True
+                    continue
                 chunk = json.loads(data)
                 if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
                     err = chunk["error"]
