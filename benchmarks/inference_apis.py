@@ -4,7 +4,8 @@
 hand, so the model sees the same tokens), ``/v1/responses``, ``/v1/messages`` and ``/api/chat``
 must each stay within 3 % of its tokens/s (they are translations over the same serving path),
 and ``logprobs: true, top_logprobs: 5`` must cost at most 10 % of it. Requests are interleaved
-round-robin so drift hits every API alike; the median of the runs is reported.
+in a new random order every round, so that drift and what the previous request left in the
+KV cache hit every API alike; the median of the runs is reported.
 
 Run alone with ``python benchmarks/inference_apis.py``; ``benchmarks/inference.py`` runs it too.
 """
@@ -12,6 +13,7 @@ Run alone with ``python benchmarks/inference_apis.py``; ``benchmarks/inference.p
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -28,8 +30,13 @@ MODEL = "smollm2-135m-instruct"
 TOKENS = 128
 RUNS = 9
 QUESTION = "Write a long story about a lighthouse keeper."
-# SmolLM2's ChatML template, rendered by hand for the legacy completions route.
-CHATML = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+# The prompt SmolLM2's chat template renders for QUESTION (its default system prompt
+# included), written out for the legacy completions route: every API then feeds the engine
+# the same tokens and leaves the same cached prefix for the next request.
+CHATML = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 def _free_port() -> int:
@@ -76,8 +83,16 @@ def bench(base: str, pid: int) -> tuple[dict[str, float], dict[str, float], dict
     with httpx.Client(base_url=base, timeout=300) as c:
         for path, body, _count in reqs.values():  # warm up: model load, prefix cache
             c.post(path, json=body).raise_for_status()
+        names = list(reqs)
+        order = random.Random(7)
         for _ in range(RUNS):
-            for name, (path, body, count) in reqs.items():
+            # A new order every round: a request right after one with another prompt decodes
+            # ~10 % slower, whatever its API (its KV cells land further along the shared
+            # cache, and every step attends over the longer span). A fixed cycle would always
+            # charge whatever one request leaves behind to the same neighbour.
+            order.shuffle(names)
+            for name in names:
+                path, body, count = reqs[name]
                 cpu0, t0 = _cpu_seconds(pid), time.perf_counter()
                 resp = c.post(path, json=body)
                 elapsed, cpu = time.perf_counter() - t0, _cpu_seconds(pid) - cpu0
@@ -93,7 +108,7 @@ def bench(base: str, pid: int) -> tuple[dict[str, float], dict[str, float], dict
 def start_conch() -> tuple[str, subprocess.Popen[bytes], tempfile.TemporaryDirectory[str]]:
     port = _free_port()
     data = tempfile.TemporaryDirectory()
-    env = {**os.environ, "CONCH_DATA_DIR": data.name, "CONCH_N_CTX": "2048", "CONCH_MODELS_PORT": str(port),
+    env = {"CONCH_CACHE_PROMPT": "true", **os.environ, "CONCH_DATA_DIR": data.name, "CONCH_N_CTX": "2048", "CONCH_MODELS_PORT": str(port),
            "PYTHONPATH": str(ROOT / "src")}
     code = ("import uvicorn; from conch.config import load_settings; from conch.web.inference.app import create_app; "
             "s = load_settings(); uvicorn.run(create_app(s), host='127.0.0.1', port=s.models_port, log_level='warning')")
