@@ -49,7 +49,8 @@ def serve(
     settings = load_settings(models_host=host, models_port=port)
     app_ = create_app(settings)
     typer.echo(f"conch inference server on http://{settings.models_host}:{settings.models_port}/v1")
-    uvicorn.run(app_, host=settings.models_host, port=settings.models_port, log_level="info")
+    uvicorn.run(app_, host=settings.models_host, port=settings.models_port, log_level="info",
+                access_log=settings.access_log)
 
 
 @app.command("list")

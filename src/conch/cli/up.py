@@ -49,11 +49,15 @@ def up(
     inference = create_inference_app(settings)
     servers = [
         uvicorn.Server(
-            uvicorn.Config(agent, host=settings.host, port=settings.port, log_level="info")
+            uvicorn.Config(
+                agent, host=settings.host, port=settings.port, log_level="info",
+                access_log=settings.access_log,
+            )
         ),
         uvicorn.Server(
             uvicorn.Config(
-                inference, host=settings.models_host, port=settings.models_port, log_level="info"
+                inference, host=settings.models_host, port=settings.models_port, log_level="info",
+                access_log=settings.access_log,
             )
         ),
     ]
