@@ -311,38 +311,42 @@ class MarketplaceService:
         words = _WORDS.findall(query.casefold())
         params: dict[str, Any] = {"limit": limit, "offset": offset, "category": cat}
         where_cat = " AND a.category = :category" if cat else ""
-        columns = "a.*, i.version AS installed_version"
-        installed = "LEFT JOIN marketplace_installed i ON i.name = a.name"
+        # Ranking reads only id, name and score for every match; whole rows (prompts, search
+        # text) are read for the page alone. A common word matches thousands of agents.
         if not words:
-            matches = (
-                f"SELECT {columns} FROM marketplace_agents a {installed} WHERE a.latest{where_cat}"
-            )
-            order = "name"
+            matches = f"SELECT a.id, a.name FROM marketplace_agents a WHERE a.latest{where_cat}"
+            order = "{t}name"
         elif self._sqlite:
             params["match"] = _fts_query(words)
             params["exact"] = self._exact_name(query)
             # Column weights: a word in the name counts most, then tags, then description.
             matches = (
-                f"SELECT {columns}, bm25(marketplace_fts, 10.0, 1.0, 4.0) AS score "
+                "SELECT a.id, a.name, bm25(marketplace_fts, 10.0, 1.0, 4.0) AS score "
                 "FROM marketplace_fts JOIN marketplace_agents a ON a.id = marketplace_fts.rowid "
-                f"{installed} WHERE marketplace_fts MATCH :match{where_cat}"
+                f"WHERE marketplace_fts MATCH :match{where_cat}"
             )
-            order = "(name = :exact) DESC, score, name"
+            order = "({t}name = :exact) DESC, {t}score, {t}name"
         else:
             params["tsq"] = " | ".join([*words[:-1], words[-1] + ":*"])
             params["exact"] = self._exact_name(query)
             vector = "to_tsvector('english', a.search_text)"
             matches = (
-                f"SELECT {columns}, ts_rank({vector}, to_tsquery('english', :tsq)) AS score "
-                f"FROM marketplace_agents a {installed} "
+                f"SELECT a.id, a.name, ts_rank({vector}, to_tsquery('english', :tsq)) AS score "
+                f"FROM marketplace_agents a "
                 f"WHERE a.latest AND {vector} @@ to_tsquery('english', :tsq){where_cat}"
             )
-            order = "(name = :exact) DESC, score DESC, name"
+            order = "({t}name = :exact) DESC, {t}score DESC, {t}name"
         # The count of all matches rides along with the page (one index scan, not two); the
         # window sits outside because FTS5's bm25 cannot be evaluated inside one.
-        sql = (
+        page = (
             f"SELECT m.*, count(*) OVER () AS total FROM ({matches}) AS m "
-            f"ORDER BY {order} LIMIT :limit OFFSET :offset"
+            f"ORDER BY {order.format(t='')} LIMIT :limit OFFSET :offset"
+        )
+        sql = (
+            f"SELECT a.*, i.version AS installed_version, p.total FROM ({page}) AS p "
+            "JOIN marketplace_agents a ON a.id = p.id "
+            "LEFT JOIN marketplace_installed i ON i.name = a.name "
+            f"ORDER BY {order.format(t='p.')}"
         )
         with self.engine.connect() as conn:
             rows = conn.execute(sa.text(sql), params).mappings().all()
