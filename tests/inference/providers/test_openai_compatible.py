@@ -121,3 +121,21 @@ def test_validate_and_models(registry: ProviderRegistry, run: Any) -> None:
     assert not c["valid"] and "badkey" in c["error"]
     ids = {m["id"] for m in models}
     assert "llamacpp:smollm2" in ids and "conch2:smollm2-135m-instruct" in ids
+
+
+def test_streams_reuse_one_upstream_connection(registry: ProviderRegistry, run: Any) -> None:
+    # A relayed stream is read to the end of its body: a response closed at `data: [DONE]`
+    # with bytes still unread takes its connection with it, and every request paid a new one.
+    provider, model = registry.route("llamacpp:smollm2")  # type: ignore[misc]
+    body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0}
+
+    async def streams() -> list[int]:
+        pool = provider._stream_client()._transport._pool  # type: ignore[attr-defined]
+        opened = []
+        for _ in range(3):
+            chunks = await provider.chat_stream(model, body)
+            assert [c async for c in chunks]
+            opened.append(len(pool.connections))
+        return opened
+
+    assert run(streams()) == [1, 1, 1]
