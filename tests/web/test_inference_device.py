@@ -45,15 +45,26 @@ def test_metrics_report_the_device_and_models(inference_server: RunningServer) -
     with inference_server.client() as c:
         text = c.get("/metrics").text
     info = next(line for line in text.splitlines() if line.startswith("conch_inference_device_info{"))
-    assert info.endswith(" 1")
+    assert _value(info) == 1
     layers = next(line for line in text.splitlines() if line.startswith("conch_inference_model_gpu_layers{"))
     assert f'model="{M}"' in layers
     if not GPU:
-        assert info == 'conch_inference_device_info{device="cpu",backend="cpu"} 1'
-        assert layers.endswith(" 0")
+        assert _labels(info) == {"device": "cpu", "backend": "cpu"}
+        assert _value(layers) == 0
         assert "conch_inference_gpu_memory_total_bytes{" not in text
     else:
-        assert "conch_inference_gpu_memory_total_bytes{" in text and not layers.endswith(" 0")
+        assert "conch_inference_gpu_memory_total_bytes{" in text and _value(layers) > 0
+
+
+def _value(sample: str) -> float:
+    """A Prometheus sample's value (the exposition writes 1 as ``1.0``)."""
+    return float(sample.rsplit(" ", 1)[1])
+
+
+def _labels(sample: str) -> dict[str, str]:
+    """A Prometheus sample's labels, in whatever order the exposition writes them."""
+    inside = sample[sample.index("{") + 1 : sample.rindex("}")]
+    return dict((k, v.strip('"')) for k, v in (pair.split("=", 1) for pair in inside.split(",")))
 
 
 def test_model_details_say_where_it_runs(inference_server: RunningServer) -> None:

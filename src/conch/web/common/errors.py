@@ -76,15 +76,21 @@ def agent_error_body(status: int, message: str, /, kind: str | None = None, **ex
     return _dumps({"success": False, "error": error})
 
 
-def openai_error_body(
+def openai_error(
     status: int,
     message: str,
     /,
     type: str | None = None,
     param: str | None = None,
     code: str | None = None,
-) -> bytes:
+) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}`` with all four keys present, so an
-    OpenAI client raises the exception class that matches the status."""
+    OpenAI client raises the exception class that matches the status. A dict, for the error
+    event that ends a stream; :func:`openai_error_body` is the same as a response body."""
     error_type = type or OPENAI_TYPES.get(status, "invalid_request_error")
-    return _dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def openai_error_body(status: int, message: str, /, **fields: Any) -> bytes:
+    """:func:`openai_error` as JSON bytes (``fields``: ``type``, ``param``, ``code``)."""
+    return _dumps(openai_error(status, message, **fields))

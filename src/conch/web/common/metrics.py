@@ -23,10 +23,13 @@ _MAX_CACHED_LABELS = 1024
 
 
 class HTTPMetrics:
-    def __init__(self) -> None:
+    """``requests_name``: the request counter's series (``_total`` is added), which dashboards
+    already read under each server's own name."""
+
+    def __init__(self, requests_name: str = "conch_http_requests") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "conch_http_requests",
+            requests_name,
             "HTTP requests by route template, method and status",
             ["route", "method", "status"],
             registry=self.registry,

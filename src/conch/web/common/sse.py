@@ -25,22 +25,29 @@ SSE_HEADERS = [
 ]
 
 
+# Built once: ``json.dumps`` with options other than the defaults builds an encoder per call.
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def encode_event(data: Any, *, event: str | None = None, id: int | str | None = None) -> bytes:
     """One event: optional ``event:`` and ``id:`` lines, then ``data:`` — compact JSON, or a
     string as it is (OpenAI's ``[DONE]``); a multi-line string becomes several ``data:``
-    lines, as the SSE format requires."""
-    payload = (
-        data
-        if isinstance(data, str)
-        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    )
-    head = ""
-    if event is not None:
-        head += f"event: {event}\n"
+    lines, as the SSE format requires. Every streamed token goes through here: the common
+    case (no ``id``) is one JSON encoding and one string."""
+    if isinstance(data, str):
+        payload = data.replace("\n", "\ndata: ")
+    else:
+        payload = _json(data)  # JSON escapes line breaks inside strings: always one line
     if id is not None:
-        head += f"id: {id}\n"
-    lines = "".join(f"data: {line}\n" for line in payload.split("\n"))
-    return f"{head}{lines}\n".encode()
+        event_line = f"event: {event}\n" if event is not None else ""
+        return f"{event_line}id: {id}\ndata: {payload}\n\n".encode()
+    if event is not None:
+        return f"event: {event}\ndata: {payload}\n\n".encode()
+    return f"data: {payload}\n\n".encode()
+
+
+# The end of an OpenAI stream.
+DONE = encode_event("[DONE]")
 
 
 class EventStreamResponse(Response):

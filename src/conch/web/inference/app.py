@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.middleware import Middleware
 
 import conch
 from conch.config import Settings
@@ -26,7 +27,7 @@ from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
 from conch.inference.store import ModelStore
-from conch.web.errors import install_error_handlers
+from conch.web.common.metrics import MetricsMiddleware
 from conch.web.inference import (
     chat,
     completions,
@@ -36,9 +37,11 @@ from conch.web.inference import (
     models,
     ollama,
     providers,
-    responses_api,
+    responses,
     storage,
 )
+from conch.web.inference.errors import install_error_handlers
+from conch.web.inference.metrics import InferenceMetrics
 from conch.web.studio import INFERENCE_PAGES, mount_studio
 
 
@@ -49,7 +52,8 @@ def create_app(settings: Settings) -> FastAPI:
     acquirer.recover()  # forget placeholders of jobs whose process died
     registry = ProviderRegistry(settings, local_models=lambda: _ready_ids(store))
     resolver = ModelResolver(manager, providers=list(registry.providers))
-    metrics = ServingMetrics()
+    serving_metrics = ServingMetrics()
+    metrics = InferenceMetrics(serving_metrics, manager)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,21 +74,20 @@ def create_app(settings: Settings) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
     )
     state = app.state
     state.settings, state.store, state.manager, state.acquirer = settings, store, manager, acquirer
-    state.serving_metrics = metrics
+    state.metrics = metrics
     state.providers = registry
-    state.chat = ChatServing(manager, resolver, metrics, providers=registry)
-    state.embeddings = EmbeddingServing(manager, resolver, metrics, providers=registry)
-    state.completions = CompletionServing(manager, resolver, metrics)
-    state.http_counters = health.HttpCounters()
+    state.chat = ChatServing(manager, resolver, serving_metrics, providers=registry)
+    state.embeddings = EmbeddingServing(manager, resolver, serving_metrics, providers=registry)
+    state.completions = CompletionServing(manager, resolver, serving_metrics)
     install_error_handlers(app)
-    app.add_middleware(health.RequestCounter, counters=state.http_counters)
     for module in (chat, embeddings, models, providers, storage, health):
         app.include_router(module.router)
     # The other vendors' APIs, translated onto the same serving layer (docs/apis.md).
-    for module in (completions, responses_api, messages, ollama):
+    for module in (completions, responses, messages, ollama):
         app.include_router(module.router)
     if settings.enable_openapi:
         app.include_router(health.docs_router)

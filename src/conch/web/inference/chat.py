@@ -1,23 +1,24 @@
-"""``POST /v1/chat/completions``: validate, call :class:`ChatServing`, shape JSON or SSE."""
+"""``POST /v1/chat/completions``: validate, call :class:`ChatServing`, answer JSON or SSE.
+
+:func:`openai_stream` is the SSE answer of the OpenAI generation routes (this one and
+``/v1/completions``): the serving layer's chunks, each one event, then ``data: [DONE]``.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter
 
 from conch.inference.protocol.openai import ChatCompletion, ChatCompletionRequest
-from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.errors import ServingError
-from conch.web.inference.deps import chat_serving
-from conch.web.inference.responses import errors
+from conch.web.common.sse import DONE, EventStreamResponse, encode_event
+from conch.web.inference.deps import ChatDep
+from conch.web.inference.errors import error_event
+from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["chat"])
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 @router.post(
@@ -26,28 +27,27 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     responses={**errors(), 200: {"content": {"text/event-stream": {}},
                                  "description": "A completion, or SSE chunks when stream is true"}},
 )
-async def chat_completions(req: ChatCompletionRequest, chat: ChatServing = Depends(chat_serving)) -> Any:
+async def chat_completions(req: ChatCompletionRequest, chat: ChatDep) -> Any:
     if not req.stream:
         return await chat.create(req)
-    chunks = chat.stream(req)
+    return await openai_stream(chat.stream(req))
+
+
+async def openai_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventStreamResponse:
     # The first chunk comes after the model is leased and generation started: anything wrong
     # with the request is raised here and answered with its status, not inside a 200 stream.
-    first = await anext(chunks)  # type: ignore[call-overload]
-    return StreamingResponse(openai_sse(first, chunks), media_type="text/event-stream", headers=SSE_HEADERS)
+    first = await anext(chunks)
+    return EventStreamResponse(_events(first, chunks))
 
 
-def _frame(data: Any) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-async def openai_sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def _events(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     try:
-        yield _frame(first)
+        yield encode_event(first)
         async for chunk in chunks:
-            yield _frame(chunk)
-        yield "data: [DONE]\n\n"
+            yield encode_event(chunk)
+        yield DONE
     except ServingError as err:
-        yield _frame(err.body())
+        yield encode_event(error_event(err))
     finally:
         # A client disconnect lands here too: closing the chunks cancels the generation.
         await chunks.aclose()  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
-"""What the routers of the other vendors' APIs share: the serving objects, the JSON body read
-in the vendor's error shape, and stream plumbing.
+"""What the routers of the other vendors' APIs share: the JSON body read in the vendor's error
+shape, stream plumbing, and :func:`serve_chat`, a vendor's chat API (Anthropic Messages,
+OpenAI Responses) described by a :class:`ChatDialect` and served by the chat serving layer.
 
 Each vendor API answers errors in its own shape (Anthropic ``{"type": "error", ...}``,
 Ollama ``{"error": "..."}``, OpenAI's envelope), so these routers read their bodies
@@ -9,19 +10,20 @@ themselves instead of letting FastAPI's validation answer in OpenAI's shape.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import TranslationError
 from conch.inference.serving.chat import ChatServing
-from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.errors import from_domain
-from conch.web.inference import deps
+from conch.web.common.sse import EventStreamResponse
 
 # Turns (status, message, param) into the vendor's error body.
 ErrorShape = Callable[[int, str, str | None], dict[str, Any]]
@@ -83,7 +85,7 @@ def vendor_error(exc: BaseException) -> VendorError:
         exc = served
     status = getattr(exc, "status", None)
     if isinstance(status, int) and isinstance(getattr(exc, "message", None), str):
-        # A serving error (or the OpenAI routes' APIError): keep its status and message.
+        # A serving error: keep its status and message.
         return VendorError(status, exc.message, getattr(exc, "param", None),  # type: ignore[attr-defined]
                            getattr(exc, "headers", None))
     raise exc
@@ -118,18 +120,62 @@ async def chunks(first: dict[str, Any] | None, stream: AsyncIterator[dict[str, A
         await _aclose(stream)
 
 
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+class Translator(Protocol):
+    """Turns chat chunks into a vendor's stream events."""
+
+    def start(self) -> list[Any]: ...
+
+    def feed(self, chunk: dict[str, Any]) -> list[Any]: ...
+
+    def finish(self) -> list[Any]: ...
 
 
-# -- the serving objects (``deps`` reads them off app.state) ------------------------------------
-def chat_serving(request: Request) -> ChatServing:
-    return deps.chat_serving(request)
+T = TypeVar("T", bound=Translator)
 
 
-def embedding_serving(request: Request) -> EmbeddingServing:
-    return deps.embedding_serving(request)
+@dataclass(frozen=True)
+class ChatDialect(Generic[T]):
+    """A vendor's chat API in terms of the chat serving layer."""
+
+    # The vendor's request body -> an OpenAI chat request body.
+    to_chat: Callable[[dict[str, Any]], dict[str, Any]]
+    # (completion, the vendor's request body, when it came) -> the vendor's answer.
+    answer: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+    # (the vendor's request body, the first chat chunk) -> the stream's translator.
+    translator: Callable[[dict[str, Any], dict[str, Any] | None], T]
+    # One stream event as SSE bytes.
+    encode: Callable[[Any], bytes]
+    # The events that end a stream that failed after its 200 was sent.
+    failed: Callable[[T, VendorError], list[Any]]
+    shape: ErrorShape
 
 
-async def count_chat_tokens(request: Request, req: ChatCompletionRequest) -> int:
-    """Prompt tokens of a chat request as the model's template renders it (no generation)."""
-    return await deps.chat_serving(request).count_prompt_tokens(req)
+async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialect[T]) -> Response:
+    created = int(time.time())
+    try:
+        body = await read_json(request)
+        req = ChatCompletionRequest.model_validate(dialect.to_chat(body))
+        if not req.stream:
+            return JSONResponse(dialect.answer(await serving.create(req), body, created))
+        # Errors known before any output (unknown model, prompt too long) still get a status.
+        first, stream = await primed(serving.stream(req))
+    except Exception as exc:
+        return respond_error(vendor_error(exc), dialect.shape)
+    translator = dialect.translator(body, first)
+    encode = dialect.encode
+
+    async def events() -> AsyncIterator[bytes]:
+        for event in translator.start():
+            yield encode(event)
+        try:
+            async for chunk in chunks(first, stream):
+                for event in translator.feed(chunk):
+                    yield encode(event)
+        except Exception as exc:
+            for event in dialect.failed(translator, vendor_error(exc)):
+                yield encode(event)
+            return
+        for event in translator.finish():
+            yield encode(event)
+
+    return EventStreamResponse(events())

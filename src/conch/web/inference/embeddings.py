@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
 from conch.inference.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
-from conch.inference.serving.embeddings import EmbeddingServing
-from conch.web.inference.deps import embedding_serving
-from conch.web.inference.responses import errors
+from conch.web.inference.deps import EmbeddingDep
+from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["embeddings"])
 
@@ -19,5 +18,5 @@ router = APIRouter(tags=["embeddings"])
     response_model=EmbeddingResponse,
     responses={**errors(), 501: {"model": ErrorResponse, "description": "The model's runtime is not installed"}},
 )
-async def embeddings(req: EmbeddingRequest, serving: EmbeddingServing = Depends(embedding_serving)) -> Any:
+async def embeddings(req: EmbeddingRequest, serving: EmbeddingDep) -> Any:
     return await serving.create(req)

@@ -1,72 +1,29 @@
 """``/v1/health``, ``/v1/status``, ``/metrics``, ``/swagger-ui`` and ``/``: the server about itself.
 
-:class:`RequestCounter` (ASGI middleware) counts every finished request for ``/metrics`` and
-``/v1/status``; streams count when they end.
+Requests are counted for ``/metrics`` and ``/v1/status`` by the shared middleware
+(:mod:`conch.web.common.metrics`) into :class:`~conch.web.inference.metrics.InferenceMetrics`;
+streams count when they end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
 import conch
-from conch.inference.device import DeviceInfo, device_info
-from conch.inference.manager import ModelManager
+from conch.inference.device import device_info
 from conch.inference.protocol.openai import DeviceStatus, Health, Status
-from conch.inference.providers.registry import ProviderRegistry
-from conch.inference.serving.metrics import ServingMetrics
-from conch.web.errors import APIError
-from conch.web.inference.deps import manager, providers, serving_metrics
+from conch.inference.serving.errors import NotFound
+from conch.web.inference.deps import ManagerDep, MetricsDep, ProvidersDep
 
 router = APIRouter(tags=["health"])
 docs_router = APIRouter(include_in_schema=False)
-
-
-@dataclass
-class HttpCounters:
-    started: float = field(default_factory=time.time)
-    requests: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    served: int = 0  # API requests (under /v1/)
-
-
-class RequestCounter:
-    def __init__(self, app: Any, counters: HttpCounters) -> None:
-        self.app = app
-        self.counters = counters
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def wrapped(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send=wrapped)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            key = (scope.get("method", ""), path, status)
-            c = self.counters
-            c.requests[key] = c.requests.get(key, 0) + 1
-            if path.startswith("/v1/"):
-                c.served += 1
-
-
-def counters(request: Request) -> HttpCounters:
-    return request.app.state.http_counters  # type: ignore[no-any-return]
 
 
 @router.get("/v1/health", response_model=Health)
@@ -75,28 +32,22 @@ async def health() -> Any:
 
 
 @router.get("/v1/status", response_model=Status)
-async def status(mgr: ModelManager = Depends(manager), http: HttpCounters = Depends(counters),
-                 registry: ProviderRegistry = Depends(providers)) -> Any:
+async def status(mgr: ManagerDep, metrics: MetricsDep, registry: ProvidersDep) -> Any:
     where = await asyncio.to_thread(device_info)  # nvidia-smi may take tens of milliseconds
     return Status(
         version=conch.__version__,
-        uptime_seconds=int(time.time() - http.started),
+        uptime_seconds=int(time.time() - metrics.started),
         providers=registry.status_map(),
         models_loaded=len(mgr.loaded_ids()),
-        requests_served=http.served,
+        requests_served=metrics.served,
         device=DeviceStatus.model_validate(where.as_dict()),
     )
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(
-    mgr: ModelManager = Depends(manager),
-    serving: ServingMetrics = Depends(serving_metrics),
-    http: HttpCounters = Depends(counters),
-) -> Any:
+async def metrics(series: MetricsDep) -> Any:
     where = await asyncio.to_thread(device_info)
-    text = render_metrics(http, serving, mgr) + render_device_metrics(where, mgr)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    return series.response_for(where)
 
 
 @router.get("/", include_in_schema=False)
@@ -122,68 +73,5 @@ async def swagger_asset(name: str) -> FileResponse:
     # ``name`` is one path segment (no "/"), so it cannot leave the bundle's directory.
     path = Path(swagger_ui_path) / name
     if name.startswith(".") or not path.is_file():
-        raise APIError(404, f"No such asset '{name}'", code="not_found")
+        raise NotFound(f"No such asset '{name}'")
     return FileResponse(path)
-
-
-def render_metrics(http: HttpCounters, m: ServingMetrics, mgr: ModelManager) -> str:
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lines.append(f"{name}{labels} {value}")
-
-    metric(
-        "conch_inference_requests_total", "counter", "HTTP requests served, by method, route and status.",
-        [(f'{{method="{k[0]}",route="{k[1]}",status="{k[2]}"}}', v) for k, v in sorted(http.requests.items())],
-    )
-    metric("conch_inference_prompt_tokens_total", "counter", "Tokens read (prompts and embedding inputs).", [("", m.prompt_tokens)])
-    metric("conch_inference_completion_tokens_total", "counter", "Tokens generated.", [("", m.completion_tokens)])
-    engines = mgr.engines()
-    metric(
-        "conch_inference_generated_tokens_total", "counter", "Tokens sampled by the engines (including cancelled streams).",
-        [("", sum(e.stats.completion_tokens for e in engines) + mgr.unloaded_completion_tokens)],
-    )
-    metric("conch_inference_time_to_first_token_seconds", "summary", "Time from request to first generated output.",
-           [("_sum", m.ttft_sum), ("_count", m.ttft_count)])
-    metric("conch_inference_generation_seconds_total", "counter", "Wall time of completed generations.", [("", m.gen_seconds)])
-    metric("conch_inference_tokens_per_second", "gauge", "Decode rate of the last completed generation.", [("", m.last_tokens_per_second)])
-    metric("conch_inference_queue_depth", "gauge", "Requests waiting for a free sequence.", [("", sum(e.queued for e in engines))])
-    metric("conch_inference_active_sequences", "gauge", "Sequences being generated now.", [("", sum(e.active_sequences for e in engines))])
-    metric("conch_inference_models_loaded", "gauge", "Models in memory.", [("", len(engines))])
-    metric("conch_inference_embedded_inputs_total", "counter", "Inputs embedded.", [("", m.embedded_inputs)])
-    return "\n".join(lines) + "\n"
-
-
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
-def render_device_metrics(where: DeviceInfo, mgr: ModelManager) -> str:
-    """The device models run on, GPU memory, and each loaded model's GPU layers and memory."""
-    lines = [
-        "# HELP conch_inference_device_info Where models run: cpu, or the GPU backend and GPUs (always 1).",
-        "# TYPE conch_inference_device_info gauge",
-        f'conch_inference_device_info{{device="{_label(where.device)}",backend="{_label(where.backend)}"}} 1',
-    ]
-    for name, help_, attr in (
-        ("conch_inference_gpu_memory_used_bytes", "GPU memory in use (all processes).", "memory_used_bytes"),
-        ("conch_inference_gpu_memory_total_bytes", "GPU memory in all.", "memory_total_bytes"),
-    ):
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
-        for g in where.gpus:
-            value = getattr(g, attr)
-            if value is not None:
-                lines.append(f'{name}{{gpu="{g.index}",name="{_label(g.name)}"}} {value}')
-    placed = [(mid, mgr.placement(mid)) for mid in mgr.loaded_ids()]
-    for name, help_, key in (
-        ("conch_inference_model_gpu_layers", "Layers of a loaded model on the GPU.", "n_gpu_layers"),
-        ("conch_inference_model_vram_bytes", "GPU memory a loaded model took when it loaded.", "vram_bytes"),
-    ):
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
-        for mid, where_m in placed:
-            if where_m is not None and where_m.get(key) is not None:
-                lines.append(f'{name}{{model="{_label(mid)}"}} {where_m[key]}')
-    return "\n".join(lines) + "\n"

@@ -7,32 +7,38 @@ server needs no key); errors use Anthropic's ``{"type": "error", "error": {...}}
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 
 from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import anthropic as a
+from conch.web.common.sse import encode_event
 from conch.web.inference.compat import (
-    STREAM_HEADERS,
-    VendorError,
-    chat_serving,
-    chunks,
-    count_chat_tokens,
-    primed,
+    ChatDialect,
     read_json,
     respond_error,
+    serve_chat,
     vendor_error,
 )
+from conch.web.inference.deps import ChatDep
 
 router = APIRouter(tags=["anthropic"])
 
 
-def _shape(status: int, message: str, param: str | None) -> dict[str, Any]:
-    return a.error_body(status, message)
+def _encode(event: a.Event) -> bytes:
+    name, data = event
+    return encode_event(data, event=name)
 
+
+ANTHROPIC = ChatDialect(
+    to_chat=a.messages_to_chat,
+    answer=lambda completion, body, _created: a.chat_to_message(completion, body["model"]),
+    translator=lambda body, first: a.MessageStream(body["model"], msg_id=a.message_id((first or {}).get("id"))),
+    encode=_encode,
+    failed=lambda _translator, err: [("error", a.error_body(err.status, err.message))],
+    shape=lambda status, message, _param: a.error_body(status, message),
+)
 
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["model", "messages", "max_tokens"],
@@ -41,47 +47,17 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {"sch
 
 @router.post("/v1/messages", openapi_extra=_BODY, summary="Anthropic Messages API",
              responses={200: {"content": {"text/event-stream": {}}, "description": "A message, or stream events"}})
-async def create_message(request: Request) -> Any:
-    serving = chat_serving(request)
-    try:
-        body = await read_json(request)
-        req = ChatCompletionRequest.model_validate(a.messages_to_chat(body))
-        if not req.stream:
-            completion = await serving.create(req)
-            return JSONResponse(a.chat_to_message(completion, body["model"]))
-        first, stream = await primed(serving.stream(req))
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
-
-    translator = a.MessageStream(body["model"], msg_id=a.message_id((first or {}).get("id")))
-
-    async def events() -> AsyncIterator[str]:
-        for ev in translator.start():
-            yield a.sse(ev)
-        try:
-            async for chunk in chunks(first, stream):
-                for ev in translator.feed(chunk):
-                    yield a.sse(ev)
-        except Exception as exc:
-            err = vendor_error(exc)
-            yield a.sse(("error", a.error_body(err.status, err.message)))
-            return
-        for ev in translator.finish():
-            yield a.sse(ev)
-
-    return StreamingResponse(events(), media_type="text/event-stream", headers=STREAM_HEADERS)
+async def create_message(request: Request, serving: ChatDep) -> Any:
+    return await serve_chat(request, serving, ANTHROPIC)
 
 
 @router.post("/v1/messages/count_tokens", openapi_extra=_BODY, summary="Count the input tokens of a Messages request")
-async def count_tokens(request: Request) -> Any:
+async def count_tokens(request: Request, serving: ChatDep) -> Any:
     try:
         body = await read_json(request)
         chat = a.messages_to_chat(body, require_max_tokens=False)
         req = ChatCompletionRequest.model_validate(chat)
-        n = await count_chat_tokens(request, req)
+        n = await serving.count_prompt_tokens(req)
     except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+        return respond_error(vendor_error(exc), ANTHROPIC.shape)
     return {"input_tokens": n}
-
-
-__all__ = ["VendorError", "router"]

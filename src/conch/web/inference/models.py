@@ -10,25 +10,27 @@ running) are answered with their status code, never as a ``200`` stream.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import functools
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from conch.inference.acquire import Acquirer, DownloadSpec
+from conch.inference.acquire import DownloadSpec
 from conch.inference.manager import ModelManager
 from conch.inference.protocol import openai as p
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound, ServingError
 from conch.inference.sources import SOURCES, ModelOpError, get_source
-from conch.inference.store import ModelRecord, ModelStore
-from conch.web.errors import APIError
-from conch.web.inference.deps import acquirer, manager, providers, store
-from conch.web.inference.responses import errors
+from conch.inference.store import ModelRecord
+from conch.web.common.sse import DONE, EventStreamResponse, encode_event
+from conch.web.inference.deps import AcquirerDep, ManagerDep, ProvidersDep, StoreDep
+from conch.web.inference.errors import error_event
+from conch.web.inference.jobs import Job, JobRun
+from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["models"])
 log = logging.getLogger(__name__)
@@ -64,84 +66,63 @@ class ConvertBody(BaseModel):
     stream: bool = False
 
 
-def _api_error(exc: ModelOpError) -> APIError:
-    return APIError(exc.status_code, exc.message, code=exc.code)
+def _serving_error(exc: ModelOpError) -> ServingError:
+    return ServingError(exc.status_code, exc.message, code=exc.code)
 
 
-def _sse(data: Any) -> bytes:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+@contextlib.contextmanager
+def _model_op_errors() -> Iterator[None]:
+    """A model source's or job's refusal, answered with its status."""
+    try:
+        yield
+    except ModelOpError as exc:
+        raise _serving_error(exc) from exc
 
 
-def _stream(job: Callable[[Callable[[dict[str, Any]], None], threading.Event], ModelRecord],
-            details: Callable[[ModelRecord], p.ModelDetails]) -> StreamingResponse:
-    async def events() -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()
+async def _run(job: Job, stream: bool, mgr: ModelManager) -> Any:
+    """Answer ``201`` with the model once the job is done, or, with ``stream``, SSE progress
+    events ending with the model (or the error: the ``200`` is sent by then) and ``[DONE]``."""
+    if stream:
+        return EventStreamResponse(_progress_events(job, mgr))
+    with _model_op_errors():
+        record = await asyncio.to_thread(job, None, None)
+    return JSONResponse(details(record, mgr).model_dump(mode="json"), status_code=201)
 
-        def progress(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, dict(event))
 
-        task = asyncio.ensure_future(asyncio.to_thread(job, progress, cancel))
+async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
+    run = JobRun(job)
+    try:
+        async for event in run.progress():
+            yield encode_event(event)
         try:
-            while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield _sse(getter.result())
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    yield _sse(queue.get_nowait())
-                break
-            try:
-                record = task.result()
-            except ModelOpError as exc:
-                err = _api_error(exc)
-                yield _sse({"error": {"message": err.message, "type": err.type, "param": None,
-                                      "code": err.code, "status": err.status}})
-            except Exception as exc:
-                # The 200 is already sent: an unexpected failure can only be told in the stream.
-                log.exception("model job failed")
-                yield _sse({"error": {"message": str(exc), "type": "server_error", "param": None,
-                                      "code": "internal_error", "status": 500}})
+            record = run.result()
+        except Exception as exc:
+            if isinstance(exc, ModelOpError):
+                err = _serving_error(exc)
             else:
-                yield _sse(details(record).model_dump(mode="json"))
-            yield b"data: [DONE]\n\n"
-        finally:
-            # The client left (or we are done): a running job stops at its next progress report.
-            cancel.set()
-
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                log.exception("model job failed")
+                err = ServingError(500, str(exc), code="internal_error")
+            failure = error_event(err)
+            failure["error"]["status"] = err.status
+            yield encode_event(failure)
+        else:
+            yield encode_event(details(record, mgr).model_dump(mode="json"))
+        yield DONE
+    finally:
+        run.stop()
 
 
 def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
+    where = mgr.placement(record.id)
     return p.ModelDetails(
-        id=record.id,
-        created=record.created,
-        owned_by=record.owned_by,
-        status=record.status,
-        format=record.format,
-        path=record.path,
-        size_bytes=record.size_bytes,
-        sha256=record.sha256,
-        architecture=record.architecture,
-        context_length=record.context_length,
-        quantization=record.quantization,
-        capabilities=list(record.capabilities),
-        source=record.source,
-        revision=record.revision,
-        files=record.files,
-        converted_from=record.converted_from,
-        progress=record.progress,
+        **record.model_dump(exclude={"extra"}),
         loaded=record.id in mgr.loaded_ids(),
-        placement=None if (where := mgr.placement(record.id)) is None else p.ModelPlacement(**where),
+        placement=None if where is None else p.ModelPlacement(**where),
     )
 
 
 @router.get("/v1/models", response_model=p.ModelList)
-async def list_models(models: ModelStore = Depends(store), registry: ProviderRegistry = Depends(providers)) -> Any:
+async def list_models(models: StoreDep, registry: ProvidersDep) -> Any:
     records, remote = await asyncio.gather(asyncio.to_thread(models.list), registry.models())
     data = [
         p.Model(id=r.id, created=r.created, owned_by=r.owned_by, capabilities=list(r.capabilities))
@@ -152,97 +133,69 @@ async def list_models(models: ModelStore = Depends(store), registry: ProviderReg
     return p.ModelList(data=data)
 
 
-_OPS_RESPONSES: dict[int | str, dict[str, Any]] = {
+# Download and convert: declared before GET/DELETE /v1/models/{model_id:path}, whose path
+# would swallow theirs.
+_model_job = functools.partial(router.post, status_code=201, responses={
     400: {"description": "Unknown source, unsupported conversion, invalid request"},
     404: {"description": "Model (or file at the source) not found"},
     409: {"description": "A download or conversion of this id is running, or the output exists"},
     502: {"description": "The source is unreachable or sent bad data"},
-}
+})
 
 
-# Declared before GET/DELETE /v1/models/{model_id:path}, whose path would swallow these.
-@router.post("/v1/models/{model_id:path}/download", status_code=201, responses=_OPS_RESPONSES,
-             summary="Download a model from a source into the store")
-async def download_model(model_id: str, req: DownloadBody | None = None,
-                         acq: Acquirer = Depends(acquirer), mgr: ModelManager = Depends(manager)) -> Any:
+@_model_job("/v1/models/{model_id:path}/download", summary="Download a model from a source into the store")
+async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: DownloadBody | None = None) -> Any:
     body = req or DownloadBody()
-    try:
-        if not body.source:
-            raise APIError(400, f"`source` is required; valid sources: {', '.join(SOURCES)}",
-                           code="invalid_request", param="source")
+    if not body.source:
+        raise InvalidRequest(f"`source` is required; valid sources: {', '.join(SOURCES)}",
+                             param="source", code="invalid_request")
+    with _model_op_errors():
         get_source(body.source)
-        if acq.busy(model_id):
-            raise APIError(409, f"model '{model_id}' is already being downloaded or converted",
-                           code="conflict")
-    except ModelOpError as exc:
-        raise _api_error(exc) from exc
+    if acq.busy(model_id):
+        raise Conflict(f"model '{model_id}' is already being downloaded or converted")
     spec = DownloadSpec(
         source=body.source, revision=body.revision, files=body.files, repo=body.repo,
         url=body.url, package=body.package, name=body.name, path=body.path,
         registry=body.registry, sha256=body.sha256,
     )
-
-    def job(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> ModelRecord:
-        return acq.download(model_id, spec, progress, cancel)
-
-    if body.stream:
-        return _stream(job, lambda r: details(r, mgr))
-    try:
-        record = await asyncio.to_thread(acq.download, model_id, spec)
-    except ModelOpError as exc:
-        raise _api_error(exc) from exc
-    return _created(details(record, mgr))
+    return await _run(functools.partial(acq.download, model_id, spec), body.stream, mgr)
 
 
-@router.post("/v1/models/{model_id:path}/convert", status_code=201, responses=_OPS_RESPONSES,
-             summary="Convert or quantize a model into a new model")
-async def convert_model(model_id: str, req: ConvertBody | None = None,
-                        acq: Acquirer = Depends(acquirer), mgr: ModelManager = Depends(manager)) -> Any:
+@_model_job("/v1/models/{model_id:path}/convert", summary="Convert or quantize a model into a new model")
+async def convert_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: ConvertBody | None = None) -> Any:
     body = req or ConvertBody()
-    try:
+    with _model_op_errors():
         _src, fmt, q, out_id = await asyncio.to_thread(
             acq.plan_convert, model_id, body.target_format, body.quantization, body.output_id
         )
-        if acq.busy(out_id):
-            raise APIError(409, f"model '{out_id}' is already being converted", code="conflict")
-    except ModelOpError as exc:
-        raise _api_error(exc) from exc
-
-    def job(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> ModelRecord:
-        return acq.convert(model_id, fmt, q, out_id, progress, cancel)
-
-    if body.stream:
-        return _stream(job, lambda r: details(r, mgr))
-    try:
-        record = await asyncio.to_thread(acq.convert, model_id, fmt, q, out_id)
-    except ModelOpError as exc:
-        raise _api_error(exc) from exc
-    return _created(details(record, mgr))
+    if acq.busy(out_id):
+        raise Conflict(f"model '{out_id}' is already being converted")
+    return await _run(functools.partial(acq.convert, model_id, fmt, q, out_id), body.stream, mgr)
 
 
 @router.get("/v1/models/{model_id:path}", response_model=p.ModelDetails, responses=errors())
-async def get_model(model_id: str, models: ModelStore = Depends(store), mgr: ModelManager = Depends(manager)) -> Any:
+async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
     record = await asyncio.to_thread(models.get, mgr.local_id(model_id))
     if record is None:
-        raise APIError(404, f"The model '{model_id}' does not exist", code="model_not_found", param="model")
+        raise _no_such_model(model_id)
     return details(record, mgr)
 
 
 @router.delete("/v1/models/{model_id:path}", response_model=p.ModelDeleted,
                responses=errors((409, "Model in use")))
-async def delete_model(model_id: str, models: ModelStore = Depends(store), mgr: ModelManager = Depends(manager)) -> Any:
+async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
     mid = mgr.local_id(model_id)
     record = await asyncio.to_thread(models.get, mid)
     if record is None:
-        raise APIError(404, f"The model '{model_id}' does not exist", code="model_not_found", param="model")
+        raise _no_such_model(model_id)
     if record.status in ("downloading", "converting"):
-        raise APIError(409, f"The model '{model_id}' is {record.status}; wait for it to finish", code="model_busy")
+        raise Conflict(f"The model '{model_id}' is {record.status}; wait for it to finish", code="model_busy")
     if mgr.in_use(mid):
-        raise APIError(409, f"The model '{model_id}' is serving requests; try again when they finish", code="model_in_use")
+        raise Conflict(f"The model '{model_id}' is serving requests; try again when they finish", code="model_in_use")
     await mgr.unload(mid)
     await asyncio.to_thread(models.delete, mid)
     return p.ModelDeleted(id=model_id, deleted=True)
 
 
-def _created(body: BaseModel) -> JSONResponse:
-    return JSONResponse(body.model_dump(mode="json"), status_code=201)
+def _no_such_model(model_id: str) -> ServingError:
+    return NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")

@@ -11,8 +11,8 @@ pulled from the Ollama registry; conch's locator fields (``source`` with ``url``
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -21,24 +21,37 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import conch
+from conch.inference.acquire import DownloadSpec
 from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
 from conch.inference.protocols import TranslationError
 from conch.inference.protocols import ollama as o
+from conch.inference.protocols.completions import CompletionRequest
+from conch.inference.serving.embeddings import EmbeddingServing
+from conch.inference.sources import ModelOpError, get_source
+from conch.inference.store import ModelStore
 from conch.web.inference.compat import (
-    STREAM_HEADERS,
     VendorError,
-    chat_serving,
     chunks,
-    embedding_serving,
     primed,
     read_json,
     respond_error,
     vendor_error,
 )
+from conch.web.inference.deps import (
+    AcquirerDep,
+    ChatDep,
+    CompletionDep,
+    EmbeddingDep,
+    ManagerDep,
+    SettingsDep,
+    StoreDep,
+)
+from conch.web.inference.jobs import JobRun
 
 router = APIRouter(tags=["ollama"])
 
 NDJSON = "application/x-ndjson"
+NDJSON_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _shape(status: int, message: str, param: str | None) -> dict[str, Any]:
@@ -54,16 +67,21 @@ def _body(description: str) -> dict[str, Any]:
         "type": "object", "description": description}}}}}
 
 
-def _model_id(request: Request, name: str) -> str:
+def _model_id(store: ModelStore, name: str) -> str:
     """Ollama clients add the default tag; conch ids have none."""
-    store = request.app.state.store
     if name.endswith(":latest") and store.get(name) is None:
         return name.removesuffix(":latest")
     return name
 
 
-async def _generation(request: Request, kind: str, req_body: dict[str, Any], model: str,
-                      stream_out: bool, start: float, chunk_source: Callable[[], Any]) -> Any:
+async def _read_model_request(request: Request, store: ModelStore) -> dict[str, Any]:
+    """The JSON body, its ``model`` named as in conch's store."""
+    body = await read_json(request)
+    body["model"] = _model_id(store, str(body.get("model") or ""))
+    return body
+
+
+async def _generation(kind: str, model: str, stream_out: bool, start: float, chunk_source: Callable[[], Any]) -> Any:
     """Serve one chat/generate request from its chat or completion chunks."""
     try:
         first, stream = await primed(chunk_source())
@@ -95,64 +113,55 @@ async def _generation(request: Request, kind: str, req_body: dict[str, Any], mod
             return
         yield _line(final(False))
 
-    return StreamingResponse(lines(), media_type=NDJSON, headers=STREAM_HEADERS)
+    return StreamingResponse(lines(), media_type=NDJSON, headers=NDJSON_HEADERS)
 
 
 @router.post("/api/chat", openapi_extra=_body("An Ollama chat request"), summary="Ollama chat")
-async def chat(request: Request) -> Any:
+async def chat(request: Request, serving: ChatDep, settings: SettingsDep, store: StoreDep) -> Any:
     start = time.perf_counter()
     try:
-        body = await read_json(request)
-        body["model"] = _model_id(request, str(body.get("model") or ""))
-        n_ctx = request.app.state.settings.n_ctx
-        req = ChatCompletionRequest.model_validate(o.chat_request(body, n_ctx))
+        body = await _read_model_request(request, store)
+        req = ChatCompletionRequest.model_validate(o.chat_request(body, settings.n_ctx))
     except Exception as exc:
         return respond_error(vendor_error(exc), _shape)
-    serving = chat_serving(request)
-    return await _generation(request, "chat", body, body["model"], body.get("stream", True) is not False,
-                             start, lambda: serving.stream(req))
+    stream_out = body.get("stream", True) is not False
+    return await _generation("chat", body["model"], stream_out, start, lambda: serving.stream(req))
 
 
 @router.post("/api/generate", openapi_extra=_body("An Ollama generate request"), summary="Ollama generate")
-async def generate(request: Request) -> Any:
+async def generate(request: Request, chat: ChatDep, completions: CompletionDep, settings: SettingsDep,
+                   store: StoreDep, manager: ManagerDep) -> Any:
     start = time.perf_counter()
     try:
-        body = await read_json(request)
-        body["model"] = _model_id(request, str(body.get("model") or ""))
+        body = await _read_model_request(request, store)
         stream_out = body.get("stream", True) is not False
         if not body["model"]:
             raise TranslationError("model is required", "model")
         if not body.get("prompt") and not body.get("suffix"):
             # An empty prompt loads the model and answers at once (Ollama's preload idiom).
-            async with request.app.state.manager.use(body["model"], body.get("keep_alive")):
+            async with manager.use(body["model"], body.get("keep_alive")):
                 pass
             done = {"model": body["model"], "created_at": o.now_iso(), "response": "", "done": True,
                     "done_reason": "load"}
             return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
-        kind, translated = o.generate_request(body, request.app.state.settings.n_ctx)
+        kind, translated = o.generate_request(body, settings.n_ctx)
         if kind == "chat":
-            req = ChatCompletionRequest.model_validate(translated)
-            serving = chat_serving(request)
-            source: Callable[[], Any] = lambda: serving.stream(req)  # noqa: E731
+            source: Callable[[], Any] = functools.partial(chat.stream, ChatCompletionRequest.model_validate(translated))
         else:
-            from conch.web.inference.completions import completion_chunks, parse_completion_request
-
-            creq = parse_completion_request(translated)
-            source = lambda: completion_chunks(request, creq)  # noqa: E731
+            source = functools.partial(completions.stream, CompletionRequest.model_validate(translated))
     except Exception as exc:
         return respond_error(vendor_error(exc), _shape)
-    return await _generation(request, "generate", body, body["model"], stream_out, start, source)
+    return await _generation("generate", body["model"], stream_out, start, source)
 
 
-async def _embed(request: Request, legacy: bool) -> Any:
+async def _embed(request: Request, serving: EmbeddingServing, store: ModelStore, legacy: bool) -> Any:
     start = time.perf_counter()
     try:
-        body = await read_json(request)
-        body["model"] = _model_id(request, str(body.get("model") or ""))
+        body = await _read_model_request(request, store)
         if legacy and not isinstance(body.get("prompt"), str):
             raise TranslationError("'prompt' must be a string", "prompt")
         req = EmbeddingRequest.model_validate(o.embed_request(body))
-        result = await embedding_serving(request).create(req)
+        result = await serving.create(req)
     except Exception as exc:
         return respond_error(vendor_error(exc), _shape)
     total = int((time.perf_counter() - start) * 1e9)
@@ -163,14 +172,14 @@ async def _embed(request: Request, legacy: bool) -> Any:
 
 
 @router.post("/api/embed", openapi_extra=_body("An Ollama embed request"), summary="Ollama embed")
-async def embed(request: Request) -> Any:
-    return await _embed(request, legacy=False)
+async def embed(request: Request, serving: EmbeddingDep, store: StoreDep) -> Any:
+    return await _embed(request, serving, store, legacy=False)
 
 
 @router.post("/api/embeddings", openapi_extra=_body("A legacy Ollama embeddings request"),
              summary="Ollama embeddings (legacy)")
-async def embeddings(request: Request) -> Any:
-    return await _embed(request, legacy=True)
+async def embeddings(request: Request, serving: EmbeddingDep, store: StoreDep) -> Any:
+    return await _embed(request, serving, store, legacy=True)
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -179,25 +188,25 @@ def _usable(record: Any) -> bool:
 
 
 @router.get("/api/tags", summary="Ollama: local models")
-async def tags(request: Request) -> Any:
-    records = await asyncio.to_thread(request.app.state.store.list)
+async def tags(store: StoreDep) -> Any:
+    records = await asyncio.to_thread(store.list)
     return {"models": [o.tag_entry(r) for r in records if _usable(r)]}
 
 
-async def _record(request: Request, body: dict[str, Any]) -> Any:
+async def _record(store: ModelStore, body: dict[str, Any]) -> Any:
     name = body.get("model") or body.get("name")
     if not isinstance(name, str) or not name:
         raise VendorError(400, "model is required", "model")
-    record = await asyncio.to_thread(request.app.state.store.get, _model_id(request, name))
+    record = await asyncio.to_thread(store.get, _model_id(store, name))
     if record is None:
         raise VendorError(404, f"model '{name}' not found", "model")
     return record
 
 
 @router.post("/api/show", openapi_extra=_body("{model}"), summary="Ollama: model details")
-async def show(request: Request) -> Any:
+async def show(request: Request, store: StoreDep) -> Any:
     try:
-        record = await _record(request, await read_json(request))
+        record = await _record(store, await read_json(request))
         template = ""
         fim = False
         if record.format == "gguf" and record.path:
@@ -213,9 +222,7 @@ async def show(request: Request) -> Any:
 
 
 @router.get("/api/ps", summary="Ollama: loaded models")
-async def ps(request: Request) -> Any:
-    manager = request.app.state.manager
-    store = request.app.state.store
+async def ps(manager: ManagerDep, store: StoreDep) -> Any:
     out = []
     for model_id, expires_at in manager.loaded_expiry().items():
         record = await asyncio.to_thread(store.get, model_id)
@@ -230,16 +237,15 @@ async def version() -> Any:
 
 
 @router.delete("/api/delete", openapi_extra=_body("{model}"), summary="Ollama: delete a model")
-async def delete(request: Request) -> Any:
+async def delete(request: Request, store: StoreDep, manager: ManagerDep) -> Any:
     try:
-        record = await _record(request, await read_json(request))
-        manager = request.app.state.manager
+        record = await _record(store, await read_json(request))
         if record.status in ("downloading", "converting"):
             raise VendorError(409, f"model '{record.id}' is {record.status}; wait for it to finish")
         if manager.in_use(record.id):
             raise VendorError(409, f"model '{record.id}' is serving requests; try again when they finish")
         await manager.unload(record.id)
-        await asyncio.to_thread(request.app.state.store.delete, record.id)
+        await asyncio.to_thread(store.delete, record.id)
     except Exception as exc:
         return respond_error(vendor_error(exc), _shape)
     return Response(status_code=200)
@@ -250,10 +256,7 @@ _LOCATORS = ("source", "revision", "files", "repo", "url", "package", "name", "p
 
 @router.post("/api/pull", openapi_extra=_body("{model, stream?} plus conch's download fields (source, url, path …)"),
              summary="Ollama: pull a model through conch's download sources")
-async def pull(request: Request) -> Any:
-    from conch.inference.acquire import DownloadSpec
-    from conch.inference.sources import ModelOpError, get_source
-
+async def pull(request: Request, acquirer: AcquirerDep) -> Any:
     try:
         body = await read_json(request)
         model = body.get("model") or body.get("name")
@@ -271,7 +274,6 @@ async def pull(request: Request) -> Any:
         except ModelOpError as exc:
             raise VendorError(exc.status_code, exc.message, "source")
         spec = DownloadSpec(source=source, **fields)
-        acquirer = request.app.state.acquirer
         if acquirer.busy(model):
             raise VendorError(409, f"model '{model}' is already being downloaded")
     except Exception as exc:
@@ -285,28 +287,13 @@ async def pull(request: Request) -> Any:
         return {"status": "success"}
 
     async def lines() -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()
-
-        def progress(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, dict(event))
-
-        yield _line({"status": "pulling manifest"})
-        task = asyncio.ensure_future(asyncio.to_thread(acquirer.download, model, spec, progress, cancel))
+        run = JobRun(functools.partial(acquirer.download, model, spec))
         try:
-            while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield _line(o.pull_progress(getter.result(), model))
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    yield _line(o.pull_progress(queue.get_nowait(), model))
-                break
+            yield _line({"status": "pulling manifest"})
+            async for event in run.progress():
+                yield _line(o.pull_progress(event, model))
             try:
-                record = task.result()
+                record = run.result()
             except ModelOpError as exc:
                 yield _line(o.error_body(exc.message))
                 return
@@ -318,9 +305,9 @@ async def pull(request: Request) -> Any:
             yield _line({"status": "writing manifest"})
             yield _line({"status": "success"})
         finally:
-            cancel.set()  # a client that leaves stops the download at its next progress report
+            run.stop()  # a client that leaves stops the download at its next progress report
 
-    return StreamingResponse(lines(), media_type=NDJSON, headers=STREAM_HEADERS)
+    return StreamingResponse(lines(), media_type=NDJSON, headers=NDJSON_HEADERS)
 
 
 def _not_here(route: str, instead: str) -> Callable[[], Any]:

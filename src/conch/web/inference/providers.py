@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
 from conch.inference.protocol.openai import Provider, ProviderValidation
 from conch.inference.providers.errors import UnknownProvider
-from conch.inference.providers.registry import ProviderRegistry
-from conch.web.errors import APIError
-from conch.web.inference.deps import providers
-from conch.web.inference.responses import errors
+from conch.inference.serving.errors import NotFound
+from conch.web.inference.deps import ProvidersDep
+from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["providers"])
 
 
 @router.get("/v1/providers", response_model=list[Provider], response_model_exclude_none=True)
-async def list_providers(registry: ProviderRegistry = Depends(providers)) -> Any:
+async def list_providers(registry: ProvidersDep) -> Any:
     """Every provider: `local`, `ollama`, `openai`, `anthropic` and each `[providers.NAME]`;
     `status` from the last background probe, `url` for network providers (never a key)."""
     return registry.listing()
@@ -25,9 +24,9 @@ async def list_providers(registry: ProviderRegistry = Depends(providers)) -> Any
 
 @router.post("/v1/providers/{provider_id}/validate", response_model=ProviderValidation,
              response_model_exclude_none=True, responses=errors())
-async def validate_provider(provider_id: str, registry: ProviderRegistry = Depends(providers)) -> Any:
+async def validate_provider(provider_id: str, registry: ProvidersDep) -> Any:
     """A real round trip now (listing the provider's models)."""
     try:
         return await registry.validate(provider_id)
     except UnknownProvider as exc:
-        raise APIError(404, str(exc), code="provider_not_found", param="provider_id") from None
+        raise NotFound(str(exc), param="provider_id", code="provider_not_found") from None

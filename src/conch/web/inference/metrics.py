@@ -1,0 +1,114 @@
+"""The inference server's Prometheus series, on top of the shared request counter: tokens,
+time to first token, decode rate, queue and sequences, loaded models, and where they run.
+
+The serving layer and the engines keep plain numbers (they know nothing of Prometheus); they
+are read when scraped. The device is probed by the ``/metrics`` route off the event loop
+(``nvidia-smi`` may take tens of milliseconds) and handed to :meth:`InferenceMetrics.response`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+
+from conch.inference.device import DeviceInfo
+from conch.inference.manager import ModelManager
+from conch.inference.serving.metrics import ServingMetrics
+from conch.web.common.metrics import HTTPMetrics
+
+
+class _ServingCollector(Collector):
+    def __init__(self, metrics: InferenceMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m, mgr = self.metrics.serving, self.metrics.manager
+        engines = mgr.engines()
+        generated = sum(e.stats.completion_tokens for e in engines) + mgr.unloaded_completion_tokens
+        counters = (
+            ("prompt_tokens", "Tokens read (prompts and embedding inputs).", m.prompt_tokens),
+            ("completion_tokens", "Tokens generated.", m.completion_tokens),
+            ("generated_tokens", "Tokens sampled by the engines (including cancelled streams).", generated),
+            ("generation_seconds", "Wall time of completed generations.", m.gen_seconds),
+            ("embedded_inputs", "Inputs embedded.", m.embedded_inputs),
+        )
+        for name, help_, value in counters:
+            yield CounterMetricFamily(f"conch_inference_{name}", help_, value=value)
+        gauges = (
+            ("tokens_per_second", "Decode rate of the last completed generation.", m.last_tokens_per_second),
+            ("queue_depth", "Requests waiting for a free sequence.", sum(e.queued for e in engines)),
+            ("active_sequences", "Sequences being generated now.", sum(e.active_sequences for e in engines)),
+            ("models_loaded", "Models in memory.", len(engines)),
+        )
+        for name, help_, value in gauges:
+            yield GaugeMetricFamily(f"conch_inference_{name}", help_, value=value)
+        yield SummaryMetricFamily(
+            "conch_inference_time_to_first_token_seconds", "Time from request to first generated output.",
+            count_value=m.ttft_count, sum_value=m.ttft_sum,
+        )
+        yield from self._device(mgr)
+
+    def _device(self, mgr: ModelManager) -> Iterator[Metric]:
+        """The device models run on, GPU memory, and each loaded model's GPU layers and memory."""
+        where = self.metrics.device
+        if where is None:
+            return
+        info = GaugeMetricFamily(
+            "conch_inference_device_info", "Where models run: cpu, or the GPU backend and GPUs (always 1).",
+            labels=["device", "backend"],
+        )
+        info.add_metric([where.device, where.backend], 1)
+        yield info
+        for name, help_, attr in (
+            ("gpu_memory_used_bytes", "GPU memory in use (all processes).", "memory_used_bytes"),
+            ("gpu_memory_total_bytes", "GPU memory in all.", "memory_total_bytes"),
+        ):
+            memory = GaugeMetricFamily(f"conch_inference_{name}", help_, labels=["gpu", "name"])
+            for g in where.gpus:
+                value = getattr(g, attr)
+                if value is not None:
+                    memory.add_metric([str(g.index), g.name], value)
+            yield memory
+        placed = [(mid, mgr.placement(mid)) for mid in mgr.loaded_ids()]
+        for name, help_, key in (
+            ("model_gpu_layers", "Layers of a loaded model on the GPU.", "n_gpu_layers"),
+            ("model_vram_bytes", "GPU memory a loaded model took when it loaded.", "vram_bytes"),
+        ):
+            per_model = GaugeMetricFamily(f"conch_inference_{name}", help_, labels=["model"])
+            for mid, where_m in placed:
+                if where_m is not None and where_m.get(key) is not None:
+                    per_model.add_metric([mid], where_m[key])
+            yield per_model
+
+
+class InferenceMetrics(HTTPMetrics):
+    """Also what ``/v1/status`` reports: when the server started and how many API requests
+    (under ``/v1/``) it has answered."""
+
+    def __init__(self, serving: ServingMetrics, manager: ModelManager) -> None:
+        super().__init__("conch_inference_requests")
+        self.serving = serving
+        self.manager = manager
+        self.started = time.time()
+        self.served = 0
+        self.device: DeviceInfo | None = None
+        self.registry.register(_ServingCollector(self))
+
+    def count_request(self, route: str, method: str, status: int) -> None:
+        super().count_request(route, method, status)
+        if route.startswith("/v1/"):
+            self.served += 1
+
+    def response_for(self, device: DeviceInfo) -> Response:
+        """The exposition, with the device as just probed."""
+        self.device = device
+        return self.response()
