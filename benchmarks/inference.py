@@ -308,38 +308,64 @@ def bench_conch(path: str, cache_prompt: bool = True) -> dict[str, Any]:
     return out
 
 
-def compare_with(old_src: Path, rounds: int = 5) -> None:
-    """conch from ``old_src`` against this tree, both servers up at once, rounds alternating.
+def _measure_round(base: str, model: str, r: int) -> dict[str, float]:
+    """One comparison round on one server: a 128-token decode, then the two TTFT p50s."""
+    with httpx.Client(timeout=600) as c:
+        _, span, n = _stream_http(c, base, model, 200 + r, DECODE_TOKENS)
+    return {"decode_tps": (n - 1) / span, **_ttft(base, model)}
+
+
+def compare_with(old_src: Path, rounds: int = 5, *, sequential: bool = False) -> None:
+    """conch from ``old_src`` against this tree, rounds alternating which side goes first.
 
     Each round measures, on each server in turn (the order flips every round), the decode rate
     of one 128-token stream and the TTFT p50 of 15 distinct and 15 repeated 8-token requests;
     the medians over rounds are printed. On a shared machine load comes in bursts; alternating
     short rounds lets a burst hit both sides.
+
+    By default both servers stay up for the whole run. With ``sequential`` each side gets a
+    fresh server of its own in every round, alone on the machine: the KV cache then starts from
+    the same state on both sides (which cells earlier requests left cached changes attention
+    cost), and the idle side's memory and threads are out of the picture.
     """
     model = "smollm2-135m-instruct"
     names = ("old", "new")
-    with ConchServer(old_src) as old, ConchServer(ROOT / "src") as new:
-        servers = dict(zip(names, (old, new), strict=True))
-        for s in servers.values():
-            _ttft(s.base, model)  # load the model and warm every path once
-        got: dict[str, dict[str, list[float]]] = {n: {"decode_tps": [], "ttft_p50_ms": [], "ttft_same_p50_ms": []}
-                                                  for n in names}
+    srcs = {"old": old_src, "new": ROOT / "src"}
+    got: dict[str, dict[str, list[float]]] = {n: {"decode_tps": [], "ttft_p50_ms": [], "ttft_same_p50_ms": []}
+                                              for n in names}
+
+    def record(name: str, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            got[name][key].append(value)
+
+    if sequential:
         for r in range(rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                base = servers[name].base
-                with httpx.Client(timeout=600) as c:
-                    _, span, n = _stream_http(c, base, model, 200 + r, DECODE_TOKENS)
-                got[name]["decode_tps"].append((n - 1) / span)
-                for key, value in _ttft(base, model).items():
-                    got[name][key].append(value)
-            print(f"  round {r + 1}: " + "; ".join(
-                f"{n} {got[n]['decode_tps'][-1]:.1f} tok/s, TTFT {got[n]['ttft_p50_ms'][-1]:.1f} / "
-                f"{got[n]['ttft_same_p50_ms'][-1]:.1f} ms" for n in names), flush=True)
-    print(f"\n{'median of ' + str(rounds) + ' rounds':34}{'old':>14}{'new':>14}{'new / old':>12}")
+                with ConchServer(srcs[name]) as server:
+                    _ttft(server.base, model)  # load the model and warm every path once
+                    record(name, _measure_round(server.base, model, r))
+            _print_round(r, got, names)
+    else:
+        with ConchServer(old_src) as old, ConchServer(ROOT / "src") as new:
+            servers = dict(zip(names, (old, new), strict=True))
+            for s in servers.values():
+                _ttft(s.base, model)  # load the model and warm every path once
+            for r in range(rounds):
+                for name in names if r % 2 == 0 else names[::-1]:
+                    record(name, _measure_round(servers[name].base, model, r))
+                _print_round(r, got, names)
+    mode = "one server at a time" if sequential else "both servers up"
+    print(f"\n{'median of ' + str(rounds) + ' rounds (' + mode + ')':44}{'old':>12}{'new':>12}{'new / old':>12}")
     for label, key in (("decode tokens/s (1 stream)", "decode_tps"), ("TTFT p50, distinct prompts (ms)", "ttft_p50_ms"),
                        ("TTFT p50, same prompt (ms)", "ttft_same_p50_ms")):
         a, b = statistics.median(got["old"][key]), statistics.median(got["new"][key])
-        print(f"{label:34}{a:>14.1f}{b:>14.1f}{b / a:>11.2f}x")
+        print(f"{label:44}{a:>12.1f}{b:>12.1f}{b / a:>11.2f}x")
+
+
+def _print_round(r: int, got: dict[str, dict[str, list[float]]], names: tuple[str, ...]) -> None:
+    print(f"  round {r + 1}: " + "; ".join(
+        f"{n} {got[n]['decode_tps'][-1]:.1f} tok/s, TTFT {got[n]['ttft_p50_ms'][-1]:.1f} / "
+        f"{got[n]['ttft_same_p50_ms'][-1]:.1f} ms" for n in names), flush=True)
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -410,7 +436,8 @@ def apis() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--compare-with":
-        # python benchmarks/inference.py --compare-with /path/to/old/src [rounds]
-        compare_with(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+        # python benchmarks/inference.py --compare-with /path/to/old/src [rounds] [--sequential]
+        args = [a for a in sys.argv[2:] if a != "--sequential"]
+        compare_with(Path(args[0]), int(args[1]) if len(args) > 1 else 5, sequential="--sequential" in sys.argv)
     else:
         main()
