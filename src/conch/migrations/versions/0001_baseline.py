@@ -6,28 +6,22 @@ Revises:
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from alembic import op
+from conch import db
+from conch.migrations.snapshot import create_tables, drop_tables
 
 revision = "0001_baseline"
 down_revision = None
 branch_labels = None
 depends_on = None
 
+# ``conch.db.models`` is still the table of this revision (conch.migrations.snapshot says why
+# that is enough, and what to do when it changes).
+TABLES = [db.models]
+
 
 def upgrade() -> None:
-    op.create_table(
-        "models",
-        sa.Column("id", sa.String, primary_key=True),
-        sa.Column("created", sa.Integer, nullable=False),
-        sa.Column("status", sa.String, nullable=False),
-        sa.Column("format", sa.String, nullable=False),
-        sa.Column("path", sa.String, nullable=False),
-        sa.Column("size_bytes", sa.BigInteger, nullable=False, default=0),
-        sa.Column("sha256", sa.String, nullable=True),
-        sa.Column("details", sa.JSON, nullable=False, default=dict),
-    )
+    create_tables(revision, TABLES, "cbc4d1e06bc03592")
 
 
 def downgrade() -> None:
-    op.drop_table("models")
+    drop_tables(TABLES)
