@@ -22,7 +22,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -137,6 +137,14 @@ class Orchestrator:
         call = functools.partial(fn, *args, **kw)
         return await asyncio.get_running_loop().run_in_executor(self._db_threads, call)
 
+    async def _found(
+        self, kind: str, read: Callable[[str], dict[str, Any] | None], id: str
+    ) -> dict[str, Any]:
+        record = await self._db(read, id)
+        if record is None:
+            raise NotFound(f"no {kind} {id!r}")
+        return record  # type: ignore[no-any-return]
+
     # -- events ---------------------------------------------------------------------------
 
     def _notify(self, stream: str) -> None:
@@ -168,6 +176,24 @@ class Orchestrator:
                 listeners.discard(ev)
                 if not listeners:
                     self._listeners.pop(stream, None)
+
+    async def _finished(
+        self,
+        stream: str,
+        get: Callable[[str], Awaitable[dict[str, Any]]],
+        id: str,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        """``get(id)`` once ``stream`` has ended (``NotFound`` at once for an unknown id)."""
+
+        async def until_done() -> dict[str, Any]:
+            async for _seq, name, _data in self.events(stream):
+                if name in TERMINAL_EVENTS:
+                    break
+            return await get(id)
+
+        await get(id)
+        return await asyncio.wait_for(until_done(), timeout)
 
     # -- agents ---------------------------------------------------------------------------
 
@@ -362,10 +388,7 @@ class Orchestrator:
         )
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
-        record = await self._db(self.store.get_task, task_id)
-        if record is None:
-            raise NotFound(f"no task {task_id!r}")
-        return record  # type: ignore[no-any-return]
+        return await self._found("task", self.store.get_task, task_id)
 
     async def list_tasks(
         self, status: str | None = None, limit: int = 100, offset: int = 0
@@ -391,15 +414,7 @@ class Orchestrator:
 
     async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
         """The task record once it has finished (``TimeoutError`` after ``timeout`` s)."""
-
-        async def until_done() -> dict[str, Any]:
-            async for _seq, name, _data in self.events(f"task:{task_id}"):
-                if name in TERMINAL_EVENTS:
-                    break
-            return await self.get_task(task_id)
-
-        await self.get_task(task_id)
-        return await asyncio.wait_for(until_done(), timeout)
+        return await self._finished(f"task:{task_id}", self.get_task, task_id, timeout)
 
     # -- workflows ------------------------------------------------------------------------
 
@@ -429,10 +444,7 @@ class Orchestrator:
         return await self.get_workflow(wf_id)
 
     async def get_workflow(self, wf_id: str) -> dict[str, Any]:
-        record = await self._db(self.store.get_workflow, wf_id)
-        if record is None:
-            raise NotFound(f"no workflow {wf_id!r}")
-        return record  # type: ignore[no-any-return]
+        return await self._found("workflow", self.store.get_workflow, wf_id)
 
     async def list_workflows(
         self, status: str | None = None, limit: int = 100, offset: int = 0
@@ -454,14 +466,8 @@ class Orchestrator:
         return await self.get_workflow(wf_id)
 
     async def wait_workflow(self, wf_id: str, timeout: float | None = None) -> dict[str, Any]:
-        async def until_done() -> dict[str, Any]:
-            async for _seq, name, _data in self.events(f"workflow:{wf_id}"):
-                if name in TERMINAL_EVENTS:
-                    break
-            return await self.get_workflow(wf_id)
-
-        await self.get_workflow(wf_id)
-        return await asyncio.wait_for(until_done(), timeout)
+        """The workflow record once it has finished (``TimeoutError`` after ``timeout`` s)."""
+        return await self._finished(f"workflow:{wf_id}", self.get_workflow, wf_id, timeout)
 
     def _load_plan(self, wf_id: str) -> Plan | None:
         p = self._plans.get(wf_id)
