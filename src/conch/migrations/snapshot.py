@@ -10,9 +10,11 @@ changes, the migration refuses to run (on a fresh database, and so in every test
 one) and names what to do: write the revision's definitions into the migration by hand, and
 the change as a new migration. The restatement appears when, and only when, it says something.
 
-Everything here is part of the migrations' history: a change to what :func:`fingerprint`
-reads changes every recorded fingerprint, and is made only with all of them re-recorded from
-definitions checked against the migrations (``tests/core/test_migrations.py``).
+A recorded fingerprint is history like the rest of its migration: editing one to let changed
+tables through would change what an old revision creates. This module is history too: a change
+to what :func:`fingerprint` reads changes every recorded fingerprint, so it goes with
+re-recording each, once the live tables are checked to be still those its migration created
+(``tests/core/test_migrations.py`` compares fresh databases with the tables modules).
 """
 
 from __future__ import annotations
