@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -97,3 +97,17 @@ def drop_tables(tables: Sequence[sa.Table]) -> None:
     """Drop ``tables`` in reverse order (their indexes go with them)."""
     for table in reversed(tables):
         op.drop_table(table.name)
+
+
+def creating(
+    revision: str, tables: Sequence[sa.Table], recorded: str
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``upgrade`` and ``downgrade`` of a migration that creates ``tables`` and nothing else."""
+
+    def upgrade() -> None:
+        create_tables(revision, tables, recorded)
+
+    def downgrade() -> None:
+        drop_tables(tables)
+
+    return upgrade, downgrade

@@ -1,8 +1,4 @@
-"""Marketplace: published agent versions, the search index, installed agents.
-
-Revision ID: 0003_marketplace
-Revises: 0001_baseline
-"""
+"""Marketplace: published agent versions, the search index, installed agents."""
 
 from __future__ import annotations
 
