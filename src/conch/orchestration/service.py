@@ -24,9 +24,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-from sqlalchemy.engine import Engine
+from typing import Any, Literal
 
 from conch.agents.registry import DEFAULT_AGENT, AgentRegistry, AgentSpec, qualified_model
 from conch.agents.sandbox import Job
@@ -46,6 +44,7 @@ from conch.orchestration.store import TASK_DONE, StepOutcome, Store
 
 log = logging.getLogger("conch.orchestration")
 
+RunKind = Literal["task", "workflow"]
 TERMINAL_EVENTS = frozenset({"complete", "error"})
 POLL_S = 0.5
 
@@ -55,22 +54,15 @@ def _new_id(prefix: str) -> str:
 
 
 class Orchestrator:
-    def __init__(
-        self,
-        settings: Settings,
-        executor: Executor,
-        *,
-        engine: Engine | None = None,
-        models: ModelClient | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, executor: Executor) -> None:
         from conch import db
 
         self.settings = settings
         self.executor = executor
-        self.engine = engine or db.engine_for(settings.effective_database_url)
+        self.engine = db.engine_for(settings.effective_database_url)
         self.store = Store(self.engine)
         self.agents = AgentRegistry(self.engine, settings.default_model)
-        self.models = models or ModelClient(settings.models_url)
+        self.models = ModelClient(settings.models_url)
         self.instance = f"{uuid.uuid4().hex[:12]}"
         self.lease_s = settings.orchestration_lease_s
         self.capacity = settings.orchestration_max_concurrent_steps
@@ -136,6 +128,13 @@ class Orchestrator:
             return fn(*args, **kw)
         call = functools.partial(fn, *args, **kw)
         return await asyncio.get_running_loop().run_in_executor(self._db_threads, call)
+
+    async def list_runs(
+        self, kind: RunKind, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """Tasks or workflows, newest first; ``status`` filters."""
+        read = self.store.list_tasks if kind == "task" else self.store.list_workflows
+        return await self._db(read, status, limit, offset)  # type: ignore[no-any-return]
 
     async def _found(
         self, kind: str, read: Callable[[str], dict[str, Any] | None], id: str
@@ -390,11 +389,6 @@ class Orchestrator:
     async def get_task(self, task_id: str) -> dict[str, Any]:
         return await self._found("task", self.store.get_task, task_id)
 
-    async def list_tasks(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[dict[str, Any]]:
-        return await self._db(self.store.list_tasks, status, limit, offset)  # type: ignore[no-any-return]
-
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
         """Cancel a pending or running task (``409`` once it has finished)."""
         record = await self._db(
@@ -445,11 +439,6 @@ class Orchestrator:
 
     async def get_workflow(self, wf_id: str) -> dict[str, Any]:
         return await self._found("workflow", self.store.get_workflow, wf_id)
-
-    async def list_workflows(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[dict[str, Any]]:
-        return await self._db(self.store.list_workflows, status, limit, offset)  # type: ignore[no-any-return]
 
     async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
         previous, running = await self._db(self.store.cancel_workflow, wf_id)

@@ -21,7 +21,7 @@ from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.orchestration.errors import Invalid, OrchestrationError
 from conch.orchestration.executor import make_executor
-from conch.orchestration.service import Orchestrator
+from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
@@ -95,8 +95,7 @@ _Record = Coroutine[Any, Any, Any]
 
 
 def _runs(
-    kind: str,
-    list_: Callable[[Orchestrator, str | None, int, int], _Record],
+    kind: RunKind,
     get: Callable[[Orchestrator, str], _Record],
     cancel: Callable[[Orchestrator, str], _Record],
     *,
@@ -113,7 +112,7 @@ def _runs(
         limit: int = Query(default=100, ge=1, le=1000),
         offset: int = Query(default=0, ge=0),
     ) -> Response:
-        return await _call(list_(orch, status, limit, offset))
+        return await _call(orch.list_runs(kind, status, limit, offset))
 
     # The path parameter is named per kind (``task_id``), for the URL templates and the
     # OpenAPI document alike.
@@ -197,7 +196,6 @@ async def create_task(request: Request, orch: OrchestratorDep) -> Response:
 
 _runs(
     "task",
-    Orchestrator.list_tasks,
     Orchestrator.get_task,
     Orchestrator.cancel_task,
     cancelled="Cancel a pending or running task; `409` once it has finished.",
@@ -224,7 +222,6 @@ async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
 
 _runs(
     "workflow",
-    Orchestrator.list_workflows,
     Orchestrator.get_workflow,
     Orchestrator.cancel_workflow,
     cancelled="Stop running steps, skip pending ones; `409` on a finished workflow.",
