@@ -30,9 +30,9 @@ agents = sa.Table(
     sa.Column("author", sa.String(100), nullable=True),
     sa.Column("digest", sa.String(80), nullable=False),
     sa.Column("published_at", sa.String(40), nullable=False),
-    sa.Column("downloads", sa.Integer, nullable=False, default=0),
+    sa.Column("downloads", sa.Integer, nullable=False, default=0, server_default="0"),
     sa.Column("prerelease", sa.Boolean, nullable=False),
-    sa.Column("latest", sa.Boolean, nullable=False, default=False),
+    sa.Column("latest", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     # name, description and tags as one text, for PostgreSQL's full-text index
     sa.Column("search_text", sa.Text, nullable=False),
     sa.UniqueConstraint("name", "version", name="uq_marketplace_agents_name_version"),

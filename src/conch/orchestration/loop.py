@@ -250,48 +250,42 @@ async def run_agent_loop(
                 }
                 return out
         _add_usage(out.usage, usage)
-        step: dict[str, Any] = {"index": index}
-        if "final" in action:
-            step.update(
-                action="final",
-                args={"final": action["final"]},
-                observation=None,
-                error=None,
-                elapsed_ms=_ms(started),
-                usage=usage,
-            )
-            out.steps.append(step)
-            if on_step is not None:
-                await on_step(step)
-            out.status = "succeeded"
-            out.result = action["final"]
-            return out
-        name, args = action["tool"], action["args"]
-        problem = (
-            f"unknown tool {name!r}; the tools are: {', '.join(tools) or 'none'}"
-            if name not in allowed
-            else check_args(name, args)
-        )
-        if problem is not None:
-            error: dict[str, Any] | None = {
-                "kind": "NameError" if name not in allowed else "TypeError",
-                "message": problem,
-            }
-            observation = f"{error['kind']}: {problem}"  # type: ignore[index]
+        final = "final" in action
+        error: dict[str, Any] | None = None
+        if final:
+            name, args, observation = "final", {"final": action["final"]}, None
         else:
-            envelope = await call_tool(name, args)
-            observation, error = observation_of(envelope, observation_chars)
-        step.update(
-            action=name,
-            args=args,
-            observation=observation,
-            error=error,
-            elapsed_ms=_ms(started),
-            usage=usage,
-        )
+            name, args = action["tool"], action["args"]
+            problem = (
+                f"unknown tool {name!r}; the tools are: {', '.join(tools) or 'none'}"
+                if name not in allowed
+                else check_args(name, args)
+            )
+            if problem is not None:
+                error = {
+                    "kind": "NameError" if name not in allowed else "TypeError",
+                    "message": problem,
+                }
+                observation = f"{error['kind']}: {problem}"
+            else:
+                envelope = await call_tool(name, args)
+                observation, error = observation_of(envelope, observation_chars)
+        step: dict[str, Any] = {
+            "index": index,
+            "action": name,
+            "args": args,
+            "observation": observation,
+            "error": error,
+            "elapsed_ms": _ms(started),
+            "usage": usage,
+        }
         out.steps.append(step)
         if on_step is not None:
             await on_step(step)
+        if final:
+            out.status = "succeeded"
+            out.result = action["final"]
+            return out
         messages.append({"role": "assistant", "content": json.dumps(action, ensure_ascii=False)})
         messages.append({"role": "user", "content": f"Observation: {observation}"})
     out.status = "failed"

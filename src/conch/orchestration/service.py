@@ -22,11 +22,9 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-from sqlalchemy.engine import Engine
+from typing import Any, Literal
 
 from conch.agents.registry import DEFAULT_AGENT, AgentRegistry, AgentSpec, qualified_model
 from conch.agents.sandbox import Job
@@ -46,6 +44,7 @@ from conch.orchestration.store import TASK_DONE, StepOutcome, Store
 
 log = logging.getLogger("conch.orchestration")
 
+RunKind = Literal["task", "workflow"]
 TERMINAL_EVENTS = frozenset({"complete", "error"})
 POLL_S = 0.5
 
@@ -55,22 +54,15 @@ def _new_id(prefix: str) -> str:
 
 
 class Orchestrator:
-    def __init__(
-        self,
-        settings: Settings,
-        executor: Executor,
-        *,
-        engine: Engine | None = None,
-        models: ModelClient | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, executor: Executor) -> None:
         from conch import db
 
         self.settings = settings
         self.executor = executor
-        self.engine = engine or db.engine_for(settings.effective_database_url)
+        self.engine = db.engine_for(settings.effective_database_url)
         self.store = Store(self.engine)
         self.agents = AgentRegistry(self.engine, settings.default_model)
-        self.models = models or ModelClient(settings.models_url)
+        self.models = ModelClient(settings.models_url)
         self.instance = f"{uuid.uuid4().hex[:12]}"
         self.lease_s = settings.orchestration_lease_s
         self.capacity = settings.orchestration_max_concurrent_steps
@@ -137,6 +129,21 @@ class Orchestrator:
         call = functools.partial(fn, *args, **kw)
         return await asyncio.get_running_loop().run_in_executor(self._db_threads, call)
 
+    async def list_runs(
+        self, kind: RunKind, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """Tasks or workflows, newest first; ``status`` filters."""
+        read = self.store.list_tasks if kind == "task" else self.store.list_workflows
+        return await self._db(read, status, limit, offset)  # type: ignore[no-any-return]
+
+    async def _found(
+        self, kind: str, read: Callable[[str], dict[str, Any] | None], id: str
+    ) -> dict[str, Any]:
+        record = await self._db(read, id)
+        if record is None:
+            raise NotFound(f"no {kind} {id!r}")
+        return record  # type: ignore[no-any-return]
+
     # -- events ---------------------------------------------------------------------------
 
     def _notify(self, stream: str) -> None:
@@ -168,6 +175,24 @@ class Orchestrator:
                 listeners.discard(ev)
                 if not listeners:
                     self._listeners.pop(stream, None)
+
+    async def _finished(
+        self,
+        stream: str,
+        get: Callable[[str], Awaitable[dict[str, Any]]],
+        id: str,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        """``get(id)`` once ``stream`` has ended (``NotFound`` at once for an unknown id)."""
+
+        async def until_done() -> dict[str, Any]:
+            async for _seq, name, _data in self.events(stream):
+                if name in TERMINAL_EVENTS:
+                    break
+            return await get(id)
+
+        await get(id)
+        return await asyncio.wait_for(until_done(), timeout)
 
     # -- agents ---------------------------------------------------------------------------
 
@@ -362,15 +387,7 @@ class Orchestrator:
         )
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
-        record = await self._db(self.store.get_task, task_id)
-        if record is None:
-            raise NotFound(f"no task {task_id!r}")
-        return record  # type: ignore[no-any-return]
-
-    async def list_tasks(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[dict[str, Any]]:
-        return await self._db(self.store.list_tasks, status, limit, offset)  # type: ignore[no-any-return]
+        return await self._found("task", self.store.get_task, task_id)
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
         """Cancel a pending or running task (``409`` once it has finished)."""
@@ -391,15 +408,7 @@ class Orchestrator:
 
     async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
         """The task record once it has finished (``TimeoutError`` after ``timeout`` s)."""
-
-        async def until_done() -> dict[str, Any]:
-            async for _seq, name, _data in self.events(f"task:{task_id}"):
-                if name in TERMINAL_EVENTS:
-                    break
-            return await self.get_task(task_id)
-
-        await self.get_task(task_id)
-        return await asyncio.wait_for(until_done(), timeout)
+        return await self._finished(f"task:{task_id}", self.get_task, task_id, timeout)
 
     # -- workflows ------------------------------------------------------------------------
 
@@ -429,15 +438,7 @@ class Orchestrator:
         return await self.get_workflow(wf_id)
 
     async def get_workflow(self, wf_id: str) -> dict[str, Any]:
-        record = await self._db(self.store.get_workflow, wf_id)
-        if record is None:
-            raise NotFound(f"no workflow {wf_id!r}")
-        return record  # type: ignore[no-any-return]
-
-    async def list_workflows(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[dict[str, Any]]:
-        return await self._db(self.store.list_workflows, status, limit, offset)  # type: ignore[no-any-return]
+        return await self._found("workflow", self.store.get_workflow, wf_id)
 
     async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
         previous, running = await self._db(self.store.cancel_workflow, wf_id)
@@ -454,14 +455,8 @@ class Orchestrator:
         return await self.get_workflow(wf_id)
 
     async def wait_workflow(self, wf_id: str, timeout: float | None = None) -> dict[str, Any]:
-        async def until_done() -> dict[str, Any]:
-            async for _seq, name, _data in self.events(f"workflow:{wf_id}"):
-                if name in TERMINAL_EVENTS:
-                    break
-            return await self.get_workflow(wf_id)
-
-        await self.get_workflow(wf_id)
-        return await asyncio.wait_for(until_done(), timeout)
+        """The workflow record once it has finished (``TimeoutError`` after ``timeout`` s)."""
+        return await self._finished(f"workflow:{wf_id}", self.get_workflow, wf_id, timeout)
 
     def _load_plan(self, wf_id: str) -> Plan | None:
         p = self._plans.get(wf_id)

@@ -166,6 +166,13 @@ def step_record(row: Any) -> dict[str, Any]:
     return out
 
 
+def _page(table: sa.Table, status: str | None, limit: int, offset: int) -> sa.Select[Any]:
+    """A page of tasks or workflows: newest first (ties by id, so pages never overlap),
+    optionally only those with ``status``."""
+    q = sa.select(table).order_by(table.c.created_at.desc(), table.c.id).limit(limit).offset(offset)
+    return q.where(table.c.status == status) if status else q
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -341,16 +348,8 @@ class Store:
     def list_tasks(
         self, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
-        q = (
-            sa.select(t.tasks)
-            .order_by(t.tasks.c.created_at.desc(), t.tasks.c.id)
-            .limit(limit)
-            .offset(offset)
-        )
-        if status:
-            q = q.where(t.tasks.c.status == status)
         with self.engine.connect() as conn:
-            return [task_record(r) for r in conn.execute(q).all()]
+            return [task_record(r) for r in conn.execute(_page(t.tasks, status, limit, offset))]
 
     # -- workflows ------------------------------------------------------------------------
 
@@ -425,16 +424,8 @@ class Store:
     def list_workflows(
         self, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
-        q = (
-            sa.select(t.workflows)
-            .order_by(t.workflows.c.created_at.desc(), t.workflows.c.id)
-            .limit(limit)
-            .offset(offset)
-        )
-        if status:
-            q = q.where(t.workflows.c.status == status)
         with self.engine.connect() as conn:
-            wfs = conn.execute(q).all()
+            wfs = conn.execute(_page(t.workflows, status, limit, offset)).all()
             ids = [w.id for w in wfs]
             steps: dict[str, list[Any]] = {i: [] for i in ids}
             if ids:

@@ -11,6 +11,28 @@ import sqlalchemy as sa
 
 from conch.db import metadata
 
+
+# Column sets that tasks and workflow steps share, because the store treats them alike: it
+# records a run's outcome, times it, and leases it to one server at a time (renewing and
+# reclaiming task and step leases in the same way).
+def _outcome() -> list[sa.Column[object]]:
+    return [sa.Column("result", sa.JSON, nullable=True), sa.Column("error", sa.JSON, nullable=True)]
+
+
+def _span() -> list[sa.Column[object]]:
+    return [
+        sa.Column("started_at", sa.Float, nullable=True),
+        sa.Column("finished_at", sa.Float, nullable=True),
+    ]
+
+
+def _lease() -> list[sa.Column[object]]:
+    return [
+        sa.Column("owner", sa.String, nullable=True),  # the server instance running it
+        sa.Column("lease_until", sa.Float, nullable=True),
+    ]
+
+
 agents = sa.Table(
     "orch_agents",
     metadata,
@@ -35,15 +57,12 @@ tasks = sa.Table(
     sa.Column("model", sa.String, nullable=False),
     sa.Column("status", sa.String, nullable=False, index=True),
     sa.Column("steps", sa.JSON, nullable=False),
-    sa.Column("result", sa.JSON, nullable=True),
-    sa.Column("error", sa.JSON, nullable=True),
+    *_outcome(),
     sa.Column("usage", sa.JSON, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("started_at", sa.Float, nullable=True),
-    sa.Column("finished_at", sa.Float, nullable=True),
+    *_span(),
     sa.Column("origin", sa.String, nullable=False),  # api | workflow | builtin
-    sa.Column("owner", sa.String, nullable=True),  # the server instance running it
-    sa.Column("lease_until", sa.Float, nullable=True),
+    *_lease(),
 )
 
 workflows = sa.Table(
@@ -67,15 +86,12 @@ workflow_steps = sa.Table(
     sa.Column("status", sa.String, nullable=False),
     # Dependencies not yet succeeded: a pending step is claimable when this reaches 0.
     sa.Column("blocked", sa.Integer, nullable=False),
-    sa.Column("result", sa.JSON, nullable=True),
-    sa.Column("error", sa.JSON, nullable=True),
+    *_outcome(),
     sa.Column("attempts", sa.Integer, nullable=False, default=0),
     sa.Column("max_attempts", sa.Integer, nullable=False),
-    sa.Column("started_at", sa.Float, nullable=True),
-    sa.Column("finished_at", sa.Float, nullable=True),
+    *_span(),
     sa.Column("not_before", sa.Float, nullable=False, default=0.0),
-    sa.Column("owner", sa.String, nullable=True),
-    sa.Column("lease_until", sa.Float, nullable=True),
+    *_lease(),
     sa.Column("task_id", sa.String, nullable=True),
     sa.Index("ix_orch_steps_claim", "status", "blocked", "not_before"),
 )

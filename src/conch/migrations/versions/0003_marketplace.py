@@ -1,53 +1,25 @@
-"""Marketplace: published agent versions, the search index, installed agents.
-
-Revision ID: 0003_marketplace
-Revises: 0001_baseline
-"""
+"""Marketplace: published agent versions, the search index, installed agents."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from conch.marketplace import tables as t
+from conch.migrations.snapshot import create_tables, drop_tables
 
 revision = "0003_marketplace"
 down_revision = "0001_baseline"
 branch_labels = ("marketplace",)
 depends_on = None
 
+# The marketplace tables are still those of this revision (conch.migrations.snapshot says why
+# that is enough, and what to do when one changes). The search index is not a table of
+# ``tables.py``: it is written out below, per database.
+TABLES = [t.agents, t.installed]
+
 
 def upgrade() -> None:
-    op.create_table(
-        "marketplace_agents",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("version", sa.String(64), nullable=False),
-        sa.Column("description", sa.Text, nullable=False),
-        sa.Column("system_prompt", sa.Text, nullable=False),
-        sa.Column("tools", sa.JSON, nullable=False),
-        sa.Column("model", sa.String(200), nullable=False),
-        sa.Column("category", sa.String(40), nullable=False),
-        sa.Column("tags", sa.JSON, nullable=False),
-        sa.Column("author", sa.String(100), nullable=True),
-        sa.Column("digest", sa.String(80), nullable=False),
-        sa.Column("published_at", sa.String(40), nullable=False),
-        sa.Column("downloads", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("prerelease", sa.Boolean, nullable=False),
-        sa.Column("latest", sa.Boolean, nullable=False, server_default=sa.false()),
-        sa.Column("search_text", sa.Text, nullable=False),
-        sa.UniqueConstraint("name", "version", name="uq_marketplace_agents_name_version"),
-    )
-    op.create_index(
-        "ix_marketplace_agents_latest", "marketplace_agents", ["latest", "category", "name"]
-    )
-    op.create_table(
-        "marketplace_installed",
-        sa.Column("name", sa.String(64), primary_key=True),
-        sa.Column("version", sa.String(64), nullable=False),
-        sa.Column("digest", sa.String(80), nullable=False),
-        sa.Column("origin", sa.String(500), nullable=False),
-        sa.Column("manifest", sa.JSON, nullable=False),
-        sa.Column("installed_at", sa.String(40), nullable=False),
-    )
+    create_tables(revision, TABLES, "9b7f7973f7d9d4b8")
     dialect = op.get_bind().dialect.name
     if dialect == "sqlite":
         # One row per agent (its latest version), kept in step by the marketplace service in
@@ -67,6 +39,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         op.execute("DROP TABLE IF EXISTS marketplace_fts")
-    op.drop_table("marketplace_installed")
-    op.drop_index("ix_marketplace_agents_latest", table_name="marketplace_agents")
-    op.drop_table("marketplace_agents")
+    drop_tables(TABLES)

@@ -8,10 +8,10 @@ Routes validate, call the :class:`~conch.orchestration.service.Orchestrator` fou
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,7 +21,7 @@ from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.orchestration.errors import Invalid, OrchestrationError
 from conch.orchestration.executor import make_executor
-from conch.orchestration.service import Orchestrator
+from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
@@ -80,12 +80,8 @@ def _stream(orch: Orchestrator, stream: str, after: int) -> EventStreamResponse:
 
 
 def _schema_body(model: type[BaseModel]) -> dict[str, Any]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
-        }
-    }
+    """The request body of a route that reads it with ``parse_body`` (any Content-Type)."""
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
@@ -94,6 +90,69 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
+
+_Record = Coroutine[Any, Any, Any]
+
+
+def _runs(
+    kind: RunKind,
+    get: Callable[[Orchestrator, str], _Record],
+    cancel: Callable[[Orchestrator, str], _Record],
+    *,
+    cancelled: str,
+) -> None:
+    """The routes tasks and workflows have alike: list, get, cancel and the event stream,
+    under ``/{kind}s`` with the path parameter ``{kind}_id``."""
+    plural, param = f"/{kind}s", f"{kind}_id"
+    item = f"{plural}/{{{param}}}"
+
+    async def list_runs(
+        orch: OrchestratorDep,
+        status: str | None = Query(default=None),
+        limit: int = Query(default=100, ge=1, le=1000),
+        offset: int = Query(default=0, ge=0),
+    ) -> Response:
+        return await _call(orch.list_runs(kind, status, limit, offset))
+
+    # The path parameter is named per kind (``task_id``), for the URL templates and the
+    # OpenAPI document alike.
+    async def get_run(orch: OrchestratorDep, run_id: str = Path(alias=param)) -> Response:
+        return await _call(get(orch, run_id))
+
+    async def cancel_run(orch: OrchestratorDep, run_id: str = Path(alias=param)) -> Response:
+        return await _call(cancel(orch, run_id))
+
+    async def run_events(
+        orch: OrchestratorDep,
+        request: Request,
+        run_id: str = Path(alias=param),
+        last_event_id: int | None = Query(default=None),
+    ) -> Response:
+        after = _last_event_id(request, last_event_id)
+        await _call(get(orch, run_id))
+        return _stream(orch, f"{kind}:{run_id}", after)
+
+    router.add_api_route(
+        plural,
+        list_runs,
+        methods=["GET"],
+        name=f"list_{kind}s",
+        description=f"{kind.capitalize()}s, newest first (bare array); `?status=` filters.",
+    )
+    router.add_api_route(item, get_run, methods=["GET"], name=f"get_{kind}")
+    router.add_api_route(
+        f"{item}/cancel", cancel_run, methods=["POST"], name=f"cancel_{kind}", description=cancelled
+    )
+    router.add_api_route(
+        f"{item}/events",
+        run_events,
+        methods=["GET"],
+        name=f"{kind}_events",
+        description=f"The {kind}'s events; join at any time, resume with `Last-Event-ID`.",
+        response_class=Response,
+        responses=_SSE_DOC,
+    )
+
 
 # -- agents -------------------------------------------------------------------------------
 
@@ -104,28 +163,11 @@ async def list_agents(orch: OrchestratorDep) -> Response:
     return await _call(orch.list_agents())
 
 
-@router.post(
-    "/agents",
-    status_code=201,
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": AgentRequest.model_json_schema()}}
-        }
-    },
-)
+@router.post("/agents", status_code=201, openapi_extra=_schema_body(AgentRequest))
 async def register_agent(request: Request, orch: OrchestratorDep) -> Response:
     """Register (or replace) an agent `{id, system_prompt, tools, model}`."""
     body = await parse_body(request, AgentRequest)
-    return await _call(
-        orch.register_agent(
-            id=body.id,
-            system_prompt=body.system_prompt,
-            tools=body.tools,
-            model=body.model,
-            description=body.description,
-        ),
-        201,
-    )
+    return await _call(orch.register_agent(**body.model_dump()), 201)
 
 
 @router.get("/agents/{agent_id}")
@@ -145,63 +187,19 @@ async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
 # -- tasks --------------------------------------------------------------------------------
 
 
-@router.post(
-    "/tasks",
-    status_code=201,
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": TaskRequest.model_json_schema()}}
-        }
-    },
-)
+@router.post("/tasks", status_code=201, openapi_extra=_schema_body(TaskRequest))
 async def create_task(request: Request, orch: OrchestratorDep) -> Response:
     """Create a task `{goal, tools, max_steps, agent?, model?}`; it runs in the background."""
     body = await parse_body(request, TaskRequest)
-    return await _call(
-        orch.create_task(
-            goal=body.goal,
-            tools=body.tools,
-            max_steps=body.max_steps,
-            agent=body.agent,
-            model=body.model,
-        ),
-        201,
-    )
+    return await _call(orch.create_task(**body.model_dump()), 201)
 
 
-@router.get("/tasks")
-async def list_tasks(
-    orch: OrchestratorDep,
-    status: str | None = Query(default=None),
-    limit: int = Query(default=100, ge=1, le=1000),
-    offset: int = Query(default=0, ge=0),
-) -> Response:
-    """Tasks, newest first (bare array); `?status=` filters."""
-    return await _call(orch.list_tasks(status, limit, offset))
-
-
-@router.get("/tasks/{task_id}")
-async def get_task(task_id: str, orch: OrchestratorDep) -> Response:
-    return await _call(orch.get_task(task_id))
-
-
-@router.post("/tasks/{task_id}/cancel")
-async def cancel_task(task_id: str, orch: OrchestratorDep) -> Response:
-    """Cancel a pending or running task; `409` once it has finished."""
-    return await _call(orch.cancel_task(task_id))
-
-
-@router.get("/tasks/{task_id}/events", response_class=Response, responses=_SSE_DOC)
-async def task_events(
-    orch: OrchestratorDep,
-    task_id: str,
-    request: Request,
-    last_event_id: int | None = Query(default=None),
-) -> Response:
-    """The task's events; join at any time, resume with `Last-Event-ID`."""
-    after = _last_event_id(request, last_event_id)
-    await _call(orch.get_task(task_id))
-    return _stream(orch, f"task:{task_id}", after)
+_runs(
+    "task",
+    Orchestrator.get_task,
+    Orchestrator.cancel_task,
+    cancelled="Cancel a pending or running task; `409` once it has finished.",
+)
 
 
 # -- workflows ----------------------------------------------------------------------------
@@ -222,37 +220,12 @@ async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
     return await _call(orch.create_workflow(req), 201)
 
 
-@router.get("/workflows")
-async def list_workflows(
-    orch: OrchestratorDep,
-    status: str | None = Query(default=None),
-    limit: int = Query(default=100, ge=1, le=1000),
-    offset: int = Query(default=0, ge=0),
-) -> Response:
-    return await _call(orch.list_workflows(status, limit, offset))
-
-
-@router.get("/workflows/{workflow_id}")
-async def get_workflow(workflow_id: str, orch: OrchestratorDep) -> Response:
-    return await _call(orch.get_workflow(workflow_id))
-
-
-@router.post("/workflows/{workflow_id}/cancel")
-async def cancel_workflow(workflow_id: str, orch: OrchestratorDep) -> Response:
-    """Stop running steps, skip pending ones; `409` on a finished workflow."""
-    return await _call(orch.cancel_workflow(workflow_id))
-
-
-@router.get("/workflows/{workflow_id}/events", response_class=Response, responses=_SSE_DOC)
-async def workflow_events(
-    orch: OrchestratorDep,
-    workflow_id: str,
-    request: Request,
-    last_event_id: int | None = Query(default=None),
-) -> Response:
-    after = _last_event_id(request, last_event_id)
-    await _call(orch.get_workflow(workflow_id))
-    return _stream(orch, f"workflow:{workflow_id}", after)
+_runs(
+    "workflow",
+    Orchestrator.get_workflow,
+    Orchestrator.cancel_workflow,
+    cancelled="Stop running steps, skip pending ones; `409` on a finished workflow.",
+)
 
 
 # -- metrics ------------------------------------------------------------------------------
