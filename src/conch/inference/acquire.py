@@ -27,18 +27,16 @@ from sqlalchemy import exc as sa_exc
 
 from conch.config import Settings
 from conch.inference.files import ProgressCallback, sha256_file
-from conch.inference.sources import (
-    LOCATOR_FIELDS,
-    SOURCES,
+from conch.inference.sources import LOCATOR_FIELDS, SOURCES, get_source
+from conch.inference.sources.base import (
     BadRequest,
     Conflict,
+    DownloadSpec,
     FetchRequest,
     FetchResult,
     ModelOpError,
     NotFound,
-    get_source,
 )
-from conch.inference.sources.base import DownloadSpec
 from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
 
 log = logging.getLogger(__name__)

@@ -62,14 +62,9 @@ class DeviceInfo:
         return sum(vals) if vals else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "backend": self.backend,
-            "gpu_offload": self.gpu_offload,
-            "memory_used_bytes": self.memory_used_bytes,
-            "memory_total_bytes": self.memory_total_bytes,
-            "gpus": [asdict(g) for g in self.gpus],
-        }
+        """The fields (the GPUs as dicts too) and the figures derived from them."""
+        return {**asdict(self), "device": self.device, "memory_used_bytes": self.memory_used_bytes,
+                "memory_total_bytes": self.memory_total_bytes}
 
 
 # -- llama.cpp / ggml ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +213,7 @@ class Placement:
         return "full"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "offload": self.offload, "n_gpu_layers": self.n_gpu_layers,
-                "n_layers": self.n_layers, "vram_bytes": self.vram_bytes, "note": self.note}
+        return {**asdict(self), "offload": self.offload}
 
 
 def _gpus_free() -> tuple[int, str] | None:

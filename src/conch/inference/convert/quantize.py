@@ -32,7 +32,8 @@ QUANT_TYPES: dict[str, tuple[int, float]] = {
     "bf16": (32, 16.0),
     "f32": (0, 32.0),
 }
-REQUANT_TYPES = ("q2_k", "q3_k_m", "q4_0", "q4_1", "q4_k_m", "q5_0", "q5_1", "q5_k_m", "q6_k", "q8_0")
+# What a GGUF may be re-quantized to: the quantized types (not f16, bf16, f32).
+REQUANT_TYPES = tuple(q for q in QUANT_TYPES if q.startswith("q"))
 
 
 class QuantizeError(RuntimeError):

@@ -59,14 +59,20 @@ class ChatInputError(ValueError):
 
 
 @dataclass
-class EngineStats:
-    """Counters the server exports as metrics (written by the engine's worker thread only)."""
+class TokenCounters:
+    """Tokens in and out, and the time to first token as a sum (seconds) and a count."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    requests: int = 0
-    ttft_sum_s: float = 0.0
+    ttft_sum: float = 0.0
     ttft_count: int = 0
+
+
+@dataclass
+class EngineStats(TokenCounters):
+    """Counters the server exports as metrics (written by the engine's worker thread only)."""
+
+    requests: int = 0
     decode_time_s: float = 0.0
 
 

@@ -11,6 +11,9 @@ answers ``400`` in the vendor's error shape instead of silently dropping it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class TranslationError(ValueError):
     """A request field that cannot be translated or honoured; ``param`` names it."""
@@ -24,3 +27,22 @@ class TranslationError(ValueError):
 
 def refuse(param: str, why: str = "is not supported by conch") -> TranslationError:
     return TranslationError(f"'{param}' {why}", param)
+
+
+def joined_text(content: Any, param: str, parts: str, part_text: Callable[[Any, str], str]) -> str:
+    """``content`` as one string: a string as it is, or an array whose every part
+    ``part_text(part, "<param>[j]")`` turns into text (or refuses, in its protocol's words);
+    ``parts`` names what the array holds in the error for anything else."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise TranslationError(f"'{param}' must be a string or an array of {parts}", param)
+    return "".join(part_text(part, f"{param}[{j}]") for j, part in enumerate(content))
+
+
+def function_tools(tools: Any, function: Callable[[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat ``tools`` from a vendor's array of tools: ``function(tool, "tools[i]")`` is each
+    tool's chat ``function`` (or refuses the tool, in its protocol's words)."""
+    if not isinstance(tools, list):
+        raise TranslationError("'tools' must be an array", "tools")
+    return [{"type": "function", "function": function(tool, f"tools[{i}]")} for i, tool in enumerate(tools)]

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from conch.inference.protocols import TranslationError, refuse
+from conch.inference.protocols import TranslationError, function_tools, joined_text, refuse
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -49,19 +49,16 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 # -- request ---------------------------------------------------------------------------------
+def _text_block(block: Any, param: str) -> str:
+    kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+    if kind != "text":
+        raise refuse(param, f"is a '{kind}' block; only text blocks are supported here")
+    return str(block.get("text", ""))
+
+
 def _text_of(blocks: Any, param: str) -> str:
     """A string, or a list of text blocks (anything else refused), as one string."""
-    if isinstance(blocks, str):
-        return blocks
-    if not isinstance(blocks, list):
-        raise TranslationError(f"'{param}' must be a string or an array of content blocks", param)
-    parts = []
-    for j, block in enumerate(blocks):
-        if not isinstance(block, dict) or block.get("type") != "text":
-            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-            raise refuse(f"{param}[{j}]", f"is a '{kind}' block; only text blocks are supported here")
-        parts.append(str(block.get("text", "")))
-    return "".join(parts)
+    return joined_text(blocks, param, "content blocks", _text_block)
 
 
 def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
@@ -113,21 +110,16 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise TranslationError("'tools' must be an array", "tools")
-    out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise TranslationError(f"'tools[{i}]' must be an object", f"tools[{i}]")
-        kind = tool.get("type", "custom")
-        if kind != "custom" or "input_schema" not in tool:
-            raise refuse(f"tools[{i}]", f"is a '{kind}' server tool; only custom tools (with input_schema) are supported")
-        fn: dict[str, Any] = {"name": tool.get("name"), "parameters": tool["input_schema"]}
-        if tool.get("description") is not None:
-            fn["description"] = tool["description"]
-        out.append({"type": "function", "function": fn})
-    return out
+def _function(tool: Any, param: str) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise TranslationError(f"'{param}' must be an object", param)
+    kind = tool.get("type", "custom")
+    if kind != "custom" or "input_schema" not in tool:
+        raise refuse(param, f"is a '{kind}' server tool; only custom tools (with input_schema) are supported")
+    fn: dict[str, Any] = {"name": tool.get("name"), "parameters": tool["input_schema"]}
+    if tool.get("description") is not None:
+        fn["description"] = tool["description"]
+    return fn
 
 
 def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
@@ -181,7 +173,7 @@ def messages_to_chat(body: dict[str, Any], *, require_max_tokens: bool = True) -
     if body.get("stop_sequences"):
         chat["stop"] = list(body["stop_sequences"])
     if body.get("tools"):
-        chat["tools"] = _tools(body["tools"])
+        chat["tools"] = function_tools(body["tools"], _function)
     if body.get("tool_choice") is not None:
         choice, parallel = _tool_choice(body["tool_choice"])
         if "tools" in chat or choice == "none":

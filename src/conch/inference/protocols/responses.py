@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from conch.inference.protocols import TranslationError, refuse
+from conch.inference.protocols import TranslationError, function_tools, joined_text, refuse
 
 STATELESS = ("conch does not store responses; send the whole conversation as 'input' "
              "(earlier output items included)")
@@ -30,21 +30,17 @@ def _new_id(prefix: str) -> str:
 
 
 # -- request ---------------------------------------------------------------------------------
+def _part_text(part: Any, param: str) -> str:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text", "text"):
+        return str(part.get("text", ""))
+    if kind == "refusal":
+        return str(part.get("refusal", ""))
+    raise refuse(param, f"is a '{kind}' part; only text parts are supported")
+
+
 def _content_text(content: Any, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise TranslationError(f"'{param}' must be a string or an array of content parts", param)
-    parts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text"):
-            parts.append(str(part.get("text", "")))
-        elif kind == "refusal":
-            parts.append(str(part.get("refusal", "")))
-        else:
-            raise refuse(f"{param}[{j}]", f"is a '{kind}' part; only text parts are supported")
-    return "".join(parts)
+    return joined_text(content, param, "content parts", _part_text)
 
 
 def _input_messages(items: Any) -> list[dict[str, Any]]:
@@ -91,21 +87,15 @@ def _input_messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise TranslationError("'tools' must be an array", "tools")
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise refuse(f"tools[{i}].type", f"'{kind}' is not supported; conch runs function tools only")
-        fn: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-        if tool.get("description") is not None:
-            fn["description"] = tool["description"]
-        if tool.get("strict") is not None:
-            fn["strict"] = tool["strict"]
-        out.append({"type": "function", "function": fn})
-    return out
+def _function(tool: Any, param: str) -> dict[str, Any]:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind != "function":
+        raise refuse(f"{param}.type", f"'{kind}' is not supported; conch runs function tools only")
+    fn: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    for key in ("description", "strict"):
+        if tool.get(key) is not None:
+            fn[key] = tool[key]
+    return fn
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -176,7 +166,7 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
         if body.get(key) is not None:
             chat[key] = body[key]
     if body.get("tools"):
-        chat["tools"] = _tools(body["tools"])
+        chat["tools"] = function_tools(body["tools"], _function)
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     if body.get("text") is not None:

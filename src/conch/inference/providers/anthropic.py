@@ -35,12 +35,10 @@ from conch.inference.providers.base import (
 )
 from conch.inference.providers.errors import (
     ProviderError,
-    ProviderTimeout,
-    ProviderUnavailable,
     ProviderUnreachable,
     UnsupportedByProvider,
+    status_error,
 )
-from conch.inference.providers.openai_compat import status_error
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 # The Messages API requires max_tokens; OpenAI's default is "up to the context".
@@ -232,6 +230,7 @@ class StreamTranslator:
 
 class AnthropicProvider(Provider):
     kind = "anthropic"
+    transport_timeouts = (httpx.TimeoutException,)  # the anthropic client's httpx2
 
     def __init__(self, id: str, url: str | None, api_key: str | None, timeouts: Timeouts) -> None:
         super().__init__(id, url or ANTHROPIC_URL, timeouts)
@@ -249,12 +248,8 @@ class AnthropicProvider(Provider):
     def unavailable_reason(self) -> str:
         return f"provider '{self.id}' has no API key (set ANTHROPIC_API_KEY or anthropic_api_key in conch.toml)"
 
-    def _require_key(self) -> None:
-        if not self.configured():
-            raise ProviderUnavailable(self.id, self.unavailable_reason())
-
     async def list_models(self, timeout: float | None = None) -> list[str]:
-        self._require_key()
+        self._require_configured()
         client = self.client.with_options(timeout=timeout) if timeout else self.client
         try:
             page = await client.models.list(limit=1000)
@@ -263,7 +258,7 @@ class AnthropicProvider(Provider):
             raise self._error(exc, timeout) from None
 
     async def chat(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._require_key()
+        self._require_configured()
         params = to_messages_request(self.id, model, body)
         try:
             message = await self.client.messages.create(**params)
@@ -272,7 +267,7 @@ class AnthropicProvider(Provider):
         return from_message(message.to_dict(), f"{self.id}:{model}")
 
     async def chat_stream(self, model: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        self._require_key()
+        self._require_configured()
         params = to_messages_request(self.id, model, body)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         try:
@@ -289,9 +284,7 @@ class AnthropicProvider(Provider):
         except anthropic.AnthropicError as exc:
             raise self._error(exc) from None
         except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.TimeoutException):
-                raise ProviderTimeout(self.id, f"no answer within {self.timeouts.read_s:g} s") from None
-            raise ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})") from None
+            raise self._transport_error(exc) from None
         finally:
             await stream.close()
 
@@ -300,7 +293,7 @@ class AnthropicProvider(Provider):
 
     def _error(self, exc: anthropic.AnthropicError, timeout: float | None = None) -> ProviderError:
         if isinstance(exc, anthropic.APITimeoutError):
-            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
+            return self._timed_out(timeout)
         if isinstance(exc, anthropic.APIConnectionError):
             return ProviderUnreachable(self.id, f"cannot reach {self.url}")
         if isinstance(exc, anthropic.APIStatusError):

@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from conch.inference.providers.errors import UnsupportedByProvider
+import httpx
+
+from conch.inference.providers.errors import (
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+    ProviderUnreachable,
+    UnsupportedByProvider,
+)
 
 # Fields of conch's request models that are conch's own (or the route's) and never go upstream.
 CONCH_ONLY_FIELDS = frozenset({"model", "stream", "keep_alive"})
@@ -31,6 +39,8 @@ class Provider(ABC):
     """A configured provider. ``id`` is the prefix of model strings (``ollama:qwen2.5:7b``)."""
 
     kind: str = ""
+    # What the kind's HTTP transport raises on a timeout (httpx's, or the vendor client's fork's).
+    transport_timeouts: tuple[type[BaseException], ...] = (httpx.TimeoutException,)
 
     def __init__(self, id: str, url: str | None, timeouts: Timeouts) -> None:
         self.id = id
@@ -63,6 +73,21 @@ class Provider(ABC):
 
     async def aclose(self) -> None:
         return None
+
+    # -- errors every kind reports alike ----------------------------------------------------
+    def _require_configured(self) -> None:
+        if not self.configured():
+            raise ProviderUnavailable(self.id, self.unavailable_reason())
+
+    def _timed_out(self, timeout: float | None = None) -> ProviderTimeout:
+        """No answer within ``timeout`` (by default the configured read timeout)."""
+        return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
+
+    def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
+        """An HTTP transport error: the connection went silent, failed or broke off."""
+        if isinstance(exc, self.transport_timeouts):
+            return self._timed_out(timeout)
+        return ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})")
 
 
 def text_of(content: Any) -> str:

@@ -7,6 +7,8 @@ the provider's status and its own error text, never from request headers.
 
 from __future__ import annotations
 
+from typing import Any
+
 from conch.errors import DomainError
 
 
@@ -24,13 +26,11 @@ class ProviderError(DomainError, status=502, code="provider_error"):
         status: int | None = None,
         code: str | None = None,
         param: str | None = None,
-        type: str | None = None,
     ) -> None:
         text = message if message.startswith(f"{provider}: ") else f"{provider}: {message}"
         super().__init__(text, status=status, code=code or None, where=param)
         self.provider = provider
         self.param = param
-        self.type = type
 
 
 class ProviderUnreachable(ProviderError, status=502, code="provider_unreachable"):
@@ -58,6 +58,26 @@ class UnsupportedByProvider(ProviderError, status=400, code="unsupported_by_prov
         if detail:
             message += f": {detail}"
         super().__init__(provider, message, param=param)
+
+
+def status_error(provider: str, status: int, body: Any, fallback: str) -> ProviderError:
+    """The provider's error status and message, in conch's terms: its 4xx passed on (bad
+    key, unknown model), its 5xx as 502 (503 stays 503: overloaded, try later)."""
+    detail = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(detail, dict):
+        message = str(detail.get("message") or fallback)
+        code = detail.get("code") or detail.get("type")
+        param = detail.get("param")
+    else:
+        message = str(detail or fallback)
+        code = param = None
+    if 400 <= status < 500:
+        return ProviderRejected(provider, message, status=status,
+                                code=str(code) if code else None,
+                                param=str(param) if param else None)
+    if status == 503:
+        return ProviderUnavailable(provider, f"unavailable (503): {message}")
+    return ProviderUnreachable(provider, f"failed with status {status}: {message}")
 
 
 class UnknownProvider(LookupError):

@@ -28,11 +28,10 @@ from conch.inference.providers.base import (
 )
 from conch.inference.providers.errors import (
     ProviderError,
-    ProviderTimeout,
     ProviderUnreachable,
     UnsupportedByProvider,
+    status_error,
 )
-from conch.inference.providers.openai_compat import status_error
 
 OLLAMA_URL = "http://127.0.0.1:11434"
 
@@ -237,11 +236,6 @@ class OllamaProvider(Provider):
         await self.client.close()
 
     # -- errors --------------------------------------------------------------------------------
-    def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
-        if isinstance(exc, httpx.TimeoutException):
-            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
-        return ProviderUnreachable(self.id, f"cannot reach {self.url} ({type(exc).__name__})")
-
     def _error(self, exc: BaseException) -> ProviderError:
         if isinstance(exc, ProviderError):
             return exc

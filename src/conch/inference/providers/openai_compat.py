@@ -20,10 +20,8 @@ import openai
 from conch.inference.providers.base import CONCH_ONLY_FIELDS, Provider, Timeouts
 from conch.inference.providers.errors import (
     ProviderError,
-    ProviderRejected,
-    ProviderTimeout,
-    ProviderUnavailable,
     ProviderUnreachable,
+    status_error,
 )
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -36,6 +34,8 @@ def _create_params(method: Any) -> frozenset[str]:
 
 class OpenAICompatProvider(Provider):
     kind = "openai_compatible"
+    # The ``openai`` client runs on httpx2; streams go over plain httpx.
+    transport_timeouts = (httpx.TimeoutException, plain_httpx.TimeoutException)
 
     def __init__(self, id: str, url: str, api_key: str | None, timeouts: Timeouts,
                  kind: str = "openai_compatible", key_required: bool = False) -> None:
@@ -73,7 +73,7 @@ class OpenAICompatProvider(Provider):
         return args
 
     async def list_models(self, timeout: float | None = None) -> list[str]:
-        self._require_key()
+        self._require_configured()
         client = self.client.with_options(timeout=timeout) if timeout else self.client
         try:
             page = await client.models.list()
@@ -82,7 +82,7 @@ class OpenAICompatProvider(Provider):
             raise self._error(exc, timeout) from None
 
     async def chat(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._require_key()
+        self._require_configured()
         args = self._split(body, self._chat_params)
         try:
             completion = await self.client.chat.completions.create(model=model, **args)
@@ -97,7 +97,7 @@ class OpenAICompatProvider(Provider):
         protocol conch speaks, so its chunks are relayed as they are (only ``model`` changes),
         without the client's per-request parameter transform and per-chunk model parsing,
         which cost time to first token and tokens/s (docs/benchmarks.md, Providers)."""
-        self._require_key()
+        self._require_configured()
         payload = {k: v for k, v in body.items() if k not in CONCH_ONLY_FIELDS and v is not None}
         payload.update(model=model, stream=True)
         http = self._stream_client()
@@ -154,7 +154,7 @@ class OpenAICompatProvider(Provider):
             await response.aclose()
 
     async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._require_key()
+        self._require_configured()
         args = self._split(body, self._embed_params)
         # Unless asked for base64, ask for floats: the client otherwise requests base64 and
         # decodes it, which an upstream without base64 support (some servers) refuses.
@@ -173,18 +173,9 @@ class OpenAICompatProvider(Provider):
             await self._http.aclose()
 
     # -- errors ------------------------------------------------------------------------------
-    def _require_key(self) -> None:
-        if not self.configured():
-            raise ProviderUnavailable(self.id, self.unavailable_reason())
-
-    def _transport_error(self, exc: BaseException, timeout: float | None = None) -> ProviderError:
-        if isinstance(exc, httpx.TimeoutException | plain_httpx.TimeoutException):
-            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
-        return ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})")
-
     def _error(self, exc: openai.OpenAIError, timeout: float | None = None) -> ProviderError:
         if isinstance(exc, openai.APITimeoutError):
-            return ProviderTimeout(self.id, f"no answer within {timeout or self.timeouts.read_s:g} s")
+            return self._timed_out(timeout)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__
             detail = f" ({type(cause).__name__})" if cause is not None else ""
@@ -195,22 +186,3 @@ class OpenAICompatProvider(Provider):
             return ProviderUnreachable(self.id, exc.message)
         return ProviderUnreachable(self.id, str(exc))
 
-
-def status_error(provider: str, status: int, body: Any, fallback: str) -> ProviderError:
-    """The provider's error status and message, in conch's terms: its 4xx passed on (bad
-    key, unknown model), its 5xx as 502 (503 stays 503: overloaded, try later)."""
-    detail = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(detail, dict):
-        message = str(detail.get("message") or fallback)
-        code = detail.get("code") or detail.get("type")
-        param = detail.get("param")
-    else:
-        message = str(detail or fallback)
-        code = param = None
-    if 400 <= status < 500:
-        return ProviderRejected(provider, message, status=status,
-                                code=str(code) if code else None,
-                                param=str(param) if param else None)
-    if status == 503:
-        return ProviderUnavailable(provider, f"unavailable (503): {message}")
-    return ProviderUnreachable(provider, f"failed with status {status}: {message}")

@@ -9,7 +9,7 @@ type whichever side answered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from conch.inference.providers.base import Provider
@@ -20,7 +20,7 @@ from conch.inference.serving.errors import ServingError
 
 def serving_error(exc: ProviderError) -> ServingError:
     return ServingError(exc.status, exc.message, param=exc.param, code=exc.code,
-                        type=exc.type or ("provider_error" if exc.status >= 500 else None))
+                        type="provider_error" if exc.status >= 500 else None)
 
 
 def route(registry: ProviderRegistry | None, model: str | None) -> tuple[Provider, str] | None:
@@ -100,36 +100,29 @@ class InProcessBackend:
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         from conch.inference.protocol.openai import ChatCompletionRequest
 
-        req = _validate(ChatCompletionRequest, body)
-        try:
-            return await self.chat_serving.create(req)
-        except ServingError as exc:
-            raise _call_error(exc) from None
+        return await _call(self.chat_serving.create, ChatCompletionRequest, body)
 
     async def embed(self, body: dict[str, Any]) -> dict[str, Any]:
         from conch.inference.protocol.openai import EmbeddingRequest
 
-        req = _validate(EmbeddingRequest, body)
-        try:
-            return await self.embedding_serving.create(req)
-        except ServingError as exc:
-            raise _call_error(exc) from None
+        return await _call(self.embedding_serving.create, EmbeddingRequest, body)
 
 
-def _validate(model: Any, body: dict[str, Any]) -> Any:
+async def _call(create: Callable[[Any], Awaitable[dict[str, Any]]], model: Any,
+                body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` validated into the request ``model`` and answered by ``create``; any failure
+    is the :class:`ModelCallError` a caller of the HTTP server would get."""
     from pydantic import ValidationError
 
     from conch.inference.providers.client import ModelCallError
 
     try:
-        return model.model_validate(body)
+        req = model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise ModelCallError(400, f"invalid request: {where}: {first.get('msg')}") from None
-
-
-def _call_error(exc: ServingError) -> Exception:
-    from conch.inference.providers.client import ModelCallError
-
-    return ModelCallError(exc.status, exc.message, exc.code)
+    try:
+        return await create(req)
+    except ServingError as exc:
+        raise ModelCallError(exc.status, exc.message, exc.code) from None

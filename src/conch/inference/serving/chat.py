@@ -19,30 +19,20 @@ from typing import Any
 
 from conch.inference.chat import ChatEvent, ChatSpec, start_chat
 from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
-from conch.inference.manager import ModelManager
 from conch.inference.protocol.openai import (
     UNSUPPORTED_CHAT_FIELDS,
     ChatCompletionRequest,
     NamedToolChoice,
 )
 from conch.inference.providers import serving_hook as remote_hook
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.serving.base import Serving
 from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.serving.metrics import ServingMetrics
-from conch.inference.serving.resolve import ModelResolver
 from conch.inference.tool_calls import ToolSpec
 
 MAX_STOP_SEQUENCES = 4
 
 
-class ChatServing:
-    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None,
-                 providers: ProviderRegistry | None = None) -> None:
-        self.manager = manager
-        self.resolver = resolver
-        self.metrics = metrics or ServingMetrics()
-        self.providers = providers  # remote models: "<provider>:<model>"
-
+class ChatServing(Serving):
     # -- the two entry points ------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any]:
         """A whole ``chat.completion`` object."""

@@ -21,13 +21,11 @@ from conch.inference.engines.base import (
     SamplingParams,
     Unsupported,
 )
-from conch.inference.manager import ModelManager
 from conch.inference.protocols import TranslationError
 from conch.inference.protocols import completions as c
+from conch.inference.serving.base import Serving
 from conch.inference.serving.chat import logit_bias, logprob_entries
 from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.serving.metrics import ServingMetrics
-from conch.inference.serving.resolve import ModelResolver
 
 
 @dataclass
@@ -48,12 +46,7 @@ def _checked(req: c.CompletionRequest) -> list[str | list[int]]:
         raise InvalidRequest(exc.message, param=exc.param)
 
 
-class CompletionServing:
-    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None) -> None:
-        self.manager = manager
-        self.resolver = resolver
-        self.metrics = metrics or ServingMetrics()
-
+class CompletionServing(Serving):
     def _sampling(self, req: c.CompletionRequest, engine: Engine) -> SamplingParams:
         return SamplingParams(
             max_tokens=req.max_tokens,

@@ -9,24 +9,14 @@ from typing import Any
 
 from conch.inference.acquire import default_embedding_record
 from conch.inference.engines.base import Engine
-from conch.inference.manager import ModelManager
 from conch.inference.protocol.openai import EmbeddingRequest
 from conch.inference.providers import serving_hook as remote_hook
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.serving.base import Serving
 from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.serving.metrics import ServingMetrics
-from conch.inference.serving.resolve import ModelResolver
 from conch.inference.store import ModelRecord
 
 
-class EmbeddingServing:
-    def __init__(self, manager: ModelManager, resolver: ModelResolver, metrics: ServingMetrics | None = None,
-                 providers: ProviderRegistry | None = None) -> None:
-        self.manager = manager
-        self.resolver = resolver
-        self.metrics = metrics or ServingMetrics()
-        self.providers = providers  # remote models: "<provider>:<model>"
-
+class EmbeddingServing(Serving):
     async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
         """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model answers."""
         remote = remote_hook.route(self.providers, req.model)

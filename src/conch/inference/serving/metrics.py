@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conch.inference.engines.base import TokenCounters
+
 
 @dataclass
-class ServingMetrics:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    ttft_sum: float = 0.0
-    ttft_count: int = 0
+class ServingMetrics(TokenCounters):
     gen_seconds: float = 0.0
     gen_tokens: int = 0
     last_tokens_per_second: float = 0.0

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conch.errors import DomainError
-from conch.inference.files import ProgressCallback
+from conch.inference.files import ProgressCallback, sha256_file
 
 # Files that make up a Hugging Face-style model directory (besides the weights).
 TOKENIZER_FILES = (
@@ -123,6 +124,16 @@ def detect_format(root: Path, files: list[str]) -> tuple[str, str]:
     raise BadRequest(
         f"no model weights found (expected *.gguf, *.safetensors or *.onnx); got {names}"
     )
+
+
+def staged_result(staging_dir: Path, revision: str | None, extra: dict[str, Any],
+                  digests: Mapping[str, str] | None = None) -> FetchResult:
+    """What is now staged, as a result: every file, the format and main file, and the main
+    file's sha256 (from ``digests`` where the source already took it)."""
+    files = list_files(staging_dir)
+    fmt, main = detect_format(staging_dir, files)
+    digest = ((digests or {}).get(main) or sha256_file(staging_dir / main)) if main else None
+    return FetchResult(files=files, revision=revision, format=fmt, path=main, sha256=digest, extra=extra)
 
 
 def report(progress: ProgressCallback | None, status: str, completed: int = 0, total: int = 0) -> None:

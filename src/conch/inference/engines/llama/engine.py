@@ -172,15 +172,11 @@ class LlamaEngine:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
-        if self._embedder is not None:
-            self._embedder.close()
-            self._embedder = None
-        if self._ctx is not None:
-            self._ctx.close()
-            self._ctx = None
-        if self._model is not None:
-            self._model.close()
-            self._model = None
+        # The contexts before the model they were made from.
+        for part in (self._embedder, self._ctx, self._model):
+            if part is not None:
+                part.close()
+        self._embedder = self._ctx = self._model = None
         self.placement = None
 
     @property

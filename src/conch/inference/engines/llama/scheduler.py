@@ -312,7 +312,7 @@ class Scheduler:
                 now = time.perf_counter()
                 if job.first_token_at is None:
                     job.first_token_at = now
-                    self.stats.ttft_sum_s += now - job.submitted_at
+                    self.stats.ttft_sum += now - job.submitted_at
                     self.stats.ttft_count += 1
                 eog = self._eog.get(tok)
                 if eog is None:
