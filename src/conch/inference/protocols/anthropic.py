@@ -317,8 +317,3 @@ class MessageStream:
         }))
         events.append(("message_stop", {"type": "message_stop"}))
         return events
-
-
-def sse(event: Event) -> str:
-    name, data = event
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"

@@ -380,10 +380,6 @@ class ResponseStream:
         return [self._event("error", code=code, message=message, param=None)]
 
 
-def sse(event: Event) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

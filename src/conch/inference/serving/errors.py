@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from conch.errors import OPENAI_ERROR_TYPES, DomainError
 from conch.inference.engines.base import (
@@ -50,10 +49,6 @@ class ServingError(DomainError):
         self.type = type or ERROR_TYPES.get(status, "invalid_request_error")
         self.param = param
         self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        """The OpenAI error envelope (all four keys always present)."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class InvalidRequest(ServingError):
