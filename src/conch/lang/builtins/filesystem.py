@@ -34,7 +34,7 @@ from conch.lang import values
 from conch.lang.builtins.registry import REGISTRY, Example, builtin
 from conch.lang.builtins.types import Array, Bool, Int, Record, String, Table
 from conch.lang.context import Context, current
-from conch.lang.errors import ConchError
+from conch.lang.errors import ConchError, check_at_least
 
 # pathlib, json, re, fnmatch, shutil, tempfile, csv, datetime and the like are imported
 # where used, and typing only by type checkers: a program naming one builtin imports this
@@ -351,11 +351,6 @@ def _open_lines(path: str) -> io.TextIOWrapper:
         raise ConchError("IOError", f"is a directory: {path}") from None
     except OSError as exc:
         raise _os_error(exc, path) from None
-
-
-def _check_n(n: int, name: str) -> None:
-    if n < 0:
-        raise ConchError("ValueError", f"{name}: n must be zero or more, got {n}")
 
 
 # -- parsing and serialising by extension ------------------------------------------------
@@ -925,7 +920,7 @@ def cd(path: String | None = None) -> String:
     ],
 )
 def head(input: String | Array, n: Int = 10) -> String | Array:
-    _check_n(n, "head")
+    check_at_least("head", "n", n, 0)
     if values.is_array(input):
         out = []
         for i, x in enumerate(input):
@@ -961,7 +956,7 @@ def head(input: String | Array, n: Int = 10) -> String | Array:
 def tail(input: String | Array, n: Int = 10) -> String | Array:
     from collections import deque
 
-    _check_n(n, "tail")
+    check_at_least("tail", "n", n, 0)
     if values.is_array(input):
         if n == 0:
             return []
