@@ -42,9 +42,7 @@ def node(cls: _T) -> _T:
             elif name not in names and name not in keyword and name not in _SPAN:
                 (keyword if after_marker else names).append(name)
     names += keyword
-    defaults = {
-        n: v for klass in reversed(cls.__mro__) for n, v in klass.__dict__.items() if n in names
-    }
+    defaults = {n: getattr(cls, n) for n in names if hasattr(cls, n)}  # inherited ones too
     required = [n for n in names if n not in defaults]
 
     def __init__(self: Any, *args: Any, line: int = 0, col: int = 0, end_line: int = 0, end_col: int = 0, **kwargs: Any) -> None:
