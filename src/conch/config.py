@@ -190,16 +190,12 @@ class Settings(BaseSettings):
         return self.data_dir / "tmp"
 
     @property
-    def db_path(self) -> Path:
-        return self.data_dir / "conch.db"
-
-    @property
     def workspace_dir(self) -> Path:
         return self.workspace or (self.data_dir / "workspace")
 
     @property
     def effective_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.db_path}"
+        return self.database_url or f"sqlite:///{self.data_dir / 'conch.db'}"
 
     def ensure_dirs(self) -> None:
         for d in (self.data_dir, self.models_dir, self.cache_dir, self.tmp_dir):

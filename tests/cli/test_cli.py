@@ -186,3 +186,21 @@ def test_a_program_naming_builtins_imports_only_their_module(env: dict[str, str]
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
     assert r.stdout.splitlines() == ['[1,6,{"a":1.5}]', "[]"], r.stderr
+
+
+def test_up_refuses_a_non_loopback_bind_without_a_key(env: dict[str, str]) -> None:
+    r = conch("up", "--host", "0.0.0.0", "--port", "0", "--models-port", "0", env=env)
+    assert r.returncode == 2, r.stderr
+    assert "API key" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [("tasks", "list"), ("workflows", "list"), ("marketplace", "list")]
+)
+def test_agent_server_commands_say_when_the_server_is_not_running(
+    env: dict[str, str], command: tuple[str, ...]
+) -> None:
+    r = conch(*command, "--url", "http://127.0.0.1:9", env=env)
+    assert r.returncode == 2, r.stderr
+    assert "cannot reach the agent server at http://127.0.0.1:9" in r.stderr
+    assert "conch serve" in r.stderr

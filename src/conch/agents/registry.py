@@ -75,15 +75,11 @@ class AgentRegistry:
 
     @staticmethod
     def _spec(row: Any) -> AgentSpec:
-        return AgentSpec(
-            id=row.id,
-            description=row.description,
-            system_prompt=row.system_prompt,
-            tools=list(row.tools),
-            model=row.model,
-            source=row.source,
-            version=row.version,
-        )
+        """The agent of an ``orch_agents`` row (its columns are AgentSpec's fields, and
+        ``created_at``)."""
+        fields = row._asdict()
+        del fields["created_at"]
+        return AgentSpec(**fields)
 
     def list(self) -> list[AgentSpec]:
         with self.engine.connect() as conn:
@@ -107,16 +103,7 @@ class AgentRegistry:
             )
         if spec.source not in SOURCES:
             raise ValueError(f"invalid agent source {spec.source!r}")
-        row = {
-            "id": spec.id,
-            "description": spec.description,
-            "system_prompt": spec.system_prompt,
-            "tools": list(spec.tools),
-            "model": qualified_model(spec.model),
-            "source": spec.source,
-            "version": spec.version,
-            "created_at": time.time(),
-        }
+        row = {**spec.to_dict(), "model": qualified_model(spec.model), "created_at": time.time()}
         with self.engine.begin() as conn:
             conn.execute(sa.delete(t.agents).where(t.agents.c.id == spec.id))
             conn.execute(sa.insert(t.agents).values(**row))

@@ -283,7 +283,7 @@ class Runner:
         _State.in_job = True
         try:
             with using(ctx):
-                value = self._evaluate(job, ctx, chan, stream, steps)
+                value = self._evaluate(job, ctx, _progress(chan) if stream else None, steps)
                 if stream and _streamable(value):
                     envelope = self._stream_array(kind, value, ctx, chan, output)
                 else:
@@ -322,45 +322,34 @@ class Runner:
                 return
         chan.send(["done", RunEnvelope.ok("", "Nothing", None, []).to_wire(), False])
 
-    def _evaluate(
-        self,
-        job: dict[str, Any],
-        ctx: Context,
-        chan: Outbox,
-        stream: bool,
-        steps: list[StepTiming],
-    ) -> Any:
+    def _evaluate(self, job: dict[str, Any], ctx: Context, progress: Progress | None,
+                  steps: list[StepTiming]) -> Any:
         mode = job.get("mode")
         if mode == "program":
             variables = job.get("variables") or None
             program = self._compile(job["source"], frozenset(variables or ()))
             on_statement = None
-            if stream:
+            if progress is not None:
+                report = progress
 
                 def on_statement(index: int, total: int, text: str) -> None:
-                    chan.send(["progress", index + 1, total, _shorten(text)])
+                    report(index + 1, total, text)
 
             return program.run(context=ctx, variables=variables, on_statement=on_statement)
         if mode == "pipeline":
-            return self._pipeline(job, ctx, chan, stream, steps)
+            return self._pipeline(job, ctx, progress, steps)
         if mode == "call":
             return self._call(job, ctx)
         raise ConchError("ValueError", f"unknown job mode {mode!r}")
 
-    def _pipeline(
-        self,
-        job: dict[str, Any],
-        ctx: Context,
-        chan: Outbox,
-        stream: bool,
-        steps: list[StepTiming],
-    ) -> Any:
+    def _pipeline(self, job: dict[str, Any], ctx: Context, progress: Progress | None,
+                  steps: list[StepTiming]) -> Any:
         value = job.get("input")
         sources: list[str] = job["steps"]
         total = len(sources)
         for i, source in enumerate(sources, start=1):
-            if stream:
-                chan.send(["progress", i, total, _shorten(source)])
+            if progress is not None:
+                progress(i, total, source)
             started = time.perf_counter()
             try:
                 stage = _cached(self._stages, source, _compile_stage)
@@ -465,6 +454,19 @@ def _shallow_type(value: Any) -> str:
     if isinstance(value, values.LazyList):
         return "Array"
     return values.type_of(value)
+
+
+# A progress report: the 1-based statement or stage, how many there are, its source text
+Progress = Callable[[int, int, str], None]
+
+
+def _progress(chan: Outbox) -> Progress:
+    """Progress reports sent as ``progress`` frames (a streamed run's)."""
+
+    def report(index: int, total: int, text: str) -> None:
+        chan.send(["progress", index, total, _shorten(text)])
+
+    return report
 
 
 def _shorten(text: str, limit: int = 200) -> str:

@@ -9,56 +9,34 @@ server does; ``--json`` prints the server's answer as it is.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from conch.cli.remote import JsonOpt, UrlOpt, echo_json, request
+
 app = typer.Typer(help="Find, install and publish agents.", no_args_is_help=True)
 
-UrlOpt = Annotated[
-    str | None, typer.Option("--url", help="Agent server URL (default: from the configuration).")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON answer.")]
 
-
-def _client(url: str | None) -> Any:
-    import httpx
-
-    from conch.config import load_settings
-
-    settings = load_settings()
-    base = url or f"http://{settings.host}:{settings.port}"
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    return httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=30)
-
-
-def _request(url: str | None, method: str, path: str, **kw: Any) -> tuple[Any, dict[str, str]]:
-    import httpx
-
-    with _client(url) as c:
-        try:
-            r = c.request(method, "/api/v1/marketplace" + path, **kw)
-        except httpx.HTTPError as exc:
-            typer.echo(f"error: cannot reach the agent server at {c.base_url}: {exc}", err=True)
-            typer.echo("hint: start it with `conch serve`, or pass --url", err=True)
-            raise typer.Exit(2) from None
-    try:
-        data = r.json()
-    except ValueError:
-        data = {"success": False, "error": {"kind": "Error", "message": r.text}}
-    if r.status_code >= 400:
-        err = data.get("error", {}) if isinstance(data, dict) else {}
-        where = f" ({err['field']})" if err.get("field") else ""
-        typer.echo(
-            f"error {r.status_code}: {err.get('kind', 'Error')}: {err.get('message', r.text)}{where}",
-            err=True,
-        )
-        raise typer.Exit(1)
-    return data, dict(r.headers)
+def _call(
+    url: str | None,
+    as_json: bool,
+    show: Callable[[Any, dict[str, str]], None],
+    method: str,
+    path: str,
+    **kw: Any,
+) -> None:
+    """``method path`` on the marketplace API; the answer printed as it is with ``--json``,
+    else by ``show`` (given the answer and the response headers)."""
+    data, headers = request(url, method, "/api/v1/marketplace" + path, **kw)
+    if as_json:
+        echo_json(data)
+    else:
+        show(data, headers)
 
 
 def _table(rows: list[dict[str, Any]], notes: list[str]) -> None:
@@ -95,23 +73,23 @@ def search(
     params: dict[str, Any] = {"q": query, "limit": limit, "offset": offset}
     if category:
         params["category"] = category
-    data, _ = _request(url, "GET", "/search", params=params)
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
-        return
-    _table(data["results"], data.get("notes", []))
-    typer.echo(f"{len(data['results'])} of {data['total']}")
+
+    def show(data: Any, _headers: dict[str, str]) -> None:
+        _table(data["results"], data.get("notes", []))
+        typer.echo(f"{len(data['results'])} of {data['total']}")
+
+    _call(url, as_json, show, "GET", "/search", params=params)
 
 
 @app.command("list")
 def list_(url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """Every agent (latest version), and which are installed."""
-    data, headers = _request(url, "GET", "/agents")
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
-        return
-    note = headers.get("x-conch-upstream-note")
-    _table(data, [note] if note else [])
+
+    def show(data: Any, headers: dict[str, str]) -> None:
+        note = headers.get("x-conch-upstream-note")
+        _table(data, [note] if note else [])
+
+    _call(url, as_json, show, "GET", "/agents")
 
 
 @app.command()
@@ -125,12 +103,12 @@ def install(
     body: dict[str, Any] = {"name": name}
     if version:
         body["version"] = version
-    data, _ = _request(url, "POST", "/install", json=body)
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
-    verb = "installed" if data.get("changed", True) else "already installed:"
-    typer.echo(f"{verb} {data['name']}@{data['version']} ({data['digest']})")
+
+    def show(data: Any, _headers: dict[str, str]) -> None:
+        verb = "installed" if data.get("changed", True) else "already installed:"
+        typer.echo(f"{verb} {data['name']}@{data['version']} ({data['digest']})")
+
+    _call(url, as_json, show, "POST", "/install", json=body)
 
 
 @app.command()
@@ -140,11 +118,8 @@ def uninstall(
     as_json: JsonOpt = False,
 ) -> None:
     """Uninstall an agent."""
-    data, _ = _request(url, "POST", "/uninstall", json={"name": name})
-    if as_json:
-        typer.echo(json.dumps(data, indent=2))
-        return
-    typer.echo(f"uninstalled {data['name']}@{data['version']}")
+    _call(url, as_json, lambda data, _: typer.echo(f"uninstalled {data['name']}@{data['version']}"),
+          "POST", "/uninstall", json={"name": name})
 
 
 @app.command()
@@ -160,11 +135,9 @@ def publish(
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         typer.echo(f"error: {file}: {exc}", err=True)
         raise typer.Exit(1) from None
-    data, _ = _request(url, "POST", "/publish", json=body)
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
-        return
-    typer.echo(f"published {data['name']}@{data['version']} ({data['digest']})")
+    _call(url, as_json,
+          lambda data, _: typer.echo(f"published {data['name']}@{data['version']} ({data['digest']})"),
+          "POST", "/publish", json=body)
 
 
 mcp_app = typer.Typer(help="Serve conch's tools and agents to an MCP client over stdio.")

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from conch.cli.serving import ModelsPortOpt, uvicorn_options
+
 app = typer.Typer(help="The model inference server and the local model store.", no_args_is_help=True)
 
 
@@ -38,7 +40,7 @@ def _human(n: int) -> str:
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to listen on (default 8080).")] = None,
+    port: ModelsPortOpt = None,
 ) -> None:
     """Run the OpenAI-compatible inference server."""
     import uvicorn
@@ -49,8 +51,7 @@ def serve(
     settings = load_settings(models_host=host, models_port=port)
     app_ = create_app(settings)
     typer.echo(f"conch inference server on http://{settings.models_host}:{settings.models_port}/v1")
-    uvicorn.run(app_, host=settings.models_host, port=settings.models_port, log_level="info",
-                access_log=settings.access_log)
+    uvicorn.run(app_, **uvicorn_options(settings, settings.models_host, settings.models_port))
 
 
 @app.command("list")

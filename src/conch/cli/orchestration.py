@@ -13,13 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
+from conch.cli.remote import JsonOpt, UrlOpt, echo_json, request
+
 API = "/api/v1/orchestration"
 
 tasks_app = typer.Typer(help="Agent tasks on the agent server.", no_args_is_help=True)
 workflows_app = typer.Typer(help="Workflows on the agent server.", no_args_is_help=True)
-
-UrlOpt = Annotated[str | None, typer.Option("--url", help="Agent server (default from config).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -27,40 +26,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(workflows_app, name="workflows")
 
 
-def _client(url: str | None) -> Any:
-    import httpx
-
-    from conch.config import load_settings
-
-    settings = load_settings()
-    base = url or f"http://{settings.host}:{settings.port}"
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    return httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=60)
-
-
 def _call(url: str | None, method: str, path: str, body: Any = None) -> Any:
-    import httpx
-
-    try:
-        with _client(url) as c:
-            r = c.request(method, path, json=body)
-    except httpx.HTTPError as exc:
-        typer.echo(f"error: cannot reach the agent server: {exc}", err=True)
-        raise typer.Exit(1)
-    if r.status_code >= 400:
-        try:
-            err = r.json().get("error", {})
-            message = f"{err.get('kind', 'Error')}: {err.get('message', r.text)}"
-        except ValueError:
-            message = r.text
-        typer.echo(f"error ({r.status_code}): {message}", err=True)
-        raise typer.Exit(1)
-    return r.json()
+    return request(url, method, path, timeout=60, json=body)[0]
 
 
 def _print(data: Any, as_json: bool, columns: list[str]) -> None:
     if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        echo_json(data)
         return
     from rich.console import Console
     from rich.table import Table
@@ -82,14 +54,19 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _show_steps(steps: list[dict[str, Any]], columns: list[str]) -> None:
-    if steps:
-        _print(steps, False, columns)
+def _print_with_steps(
+    data: dict[str, Any], as_json: bool, columns: list[str], step_columns: list[str]
+) -> None:
+    """A task or a workflow, then (unless ``--json``, where they are in the JSON) its steps."""
+    _print(data, as_json, columns)
+    if not as_json and data["steps"]:
+        _print(data["steps"], False, step_columns)
 
 
 # -- tasks --------------------------------------------------------------------------------
 
 TASK_COLUMNS = ["id", "status", "agent", "goal", "result", "duration_ms", "created_at"]
+TASK_STEP_COLUMNS = ["index", "action", "args", "observation", "elapsed_ms"]
 
 
 @tasks_app.command("list")
@@ -108,11 +85,9 @@ def tasks_list(
 def tasks_show(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """One task with its steps."""
     task = _call(url, "GET", f"{API}/tasks/{task_id}")
-    _print(task, as_json, TASK_COLUMNS)
-    if not as_json:
-        _show_steps(task["steps"], ["index", "action", "args", "observation", "elapsed_ms"])
-        if task.get("error"):
-            typer.echo(f"error: {task['error'].get('kind')}: {task['error'].get('message')}")
+    _print_with_steps(task, as_json, TASK_COLUMNS, TASK_STEP_COLUMNS)
+    if not as_json and task.get("error"):
+        typer.echo(f"error: {task['error'].get('kind')}: {task['error'].get('message')}")
 
 
 @tasks_app.command("cancel")
@@ -156,9 +131,7 @@ def workflows_run(
         while wf["status"] in ("pending", "running"):
             time.sleep(0.3)
             wf = _call(url, "GET", f"{API}/workflows/{wf['id']}")
-    _print(wf, as_json, WF_COLUMNS)
-    if not as_json:
-        _show_steps(wf["steps"], STEP_COLUMNS)
+    _print_with_steps(wf, as_json, WF_COLUMNS, STEP_COLUMNS)
     if wait and wf["status"] != "succeeded":
         raise typer.Exit(1)
 
@@ -178,9 +151,7 @@ def workflows_list(
 def workflows_show(workflow_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """One workflow with every step."""
     wf = _call(url, "GET", f"{API}/workflows/{workflow_id}")
-    _print(wf, as_json, WF_COLUMNS)
-    if not as_json:
-        _show_steps(wf["steps"], STEP_COLUMNS)
+    _print_with_steps(wf, as_json, WF_COLUMNS, STEP_COLUMNS)
 
 
 @workflows_app.command("cancel")

@@ -55,12 +55,13 @@ def is_complete(text: str) -> bool:
             while i < n and text[i] != "\n":
                 i += 1
             continue
-        if text.startswith('"""', i):
-            end = text.find('"""', i + 3)
+        # a triple-quoted string or a raw one ('...') ends at the first closing quote(s)
+        closer = '"""' if text.startswith('"""', i) else "'" if ch == "'" else None
+        if closer is not None:
+            end = text.find(closer, i + len(closer))
             if end < 0:
                 return False
-            i = end + 3
-            code_end = i
+            i = code_end = end + len(closer)
             continue
         if ch == '"':
             i += 1
@@ -73,13 +74,6 @@ def is_complete(text: str) -> bool:
             if i >= n:
                 return False
             i += 1
-            code_end = i
-            continue
-        if ch == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                return False
-            i = end + 1
             code_end = i
             continue
         if ch in "([{":

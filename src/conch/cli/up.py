@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated, Any
+from typing import Any
 
 import typer
+
+from conch.cli.serving import AgentPortOpt, HostOpt, ModelsPortOpt, agent_app, uvicorn_options
 
 
 async def _serve_both(servers: list[Any]) -> None:
@@ -24,20 +26,11 @@ async def _serve_both(servers: list[Any]) -> None:
             raise t.exception()  # type: ignore[misc]
 
 
-def up(
-    host: Annotated[
-        str | None, typer.Option(help="Address both servers bind (default 127.0.0.1).")
-    ] = None,
-    port: Annotated[int | None, typer.Option(help="Agent server port (default 3000).")] = None,
-    models_port: Annotated[
-        int | None, typer.Option(help="Inference server port (default 8080).")
-    ] = None,
-) -> None:
+def up(host: HostOpt = None, port: AgentPortOpt = None, models_port: ModelsPortOpt = None) -> None:
     """Run the agent server and the inference server together."""
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.agent.app import create_app as create_agent_app
     from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
@@ -45,19 +38,13 @@ def up(
         # The agent server's programs reach models through this inference server.
         reach = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::", "") else settings.models_host
         settings = settings.model_copy(update={"models_url": f"http://{reach}:{settings.models_port}/v1"})
-    agent = create_agent_app(settings)
+    agent = agent_app(settings)
     inference = create_inference_app(settings)
     servers = [
+        uvicorn.Server(uvicorn.Config(agent, **uvicorn_options(settings, settings.host, settings.port))),
         uvicorn.Server(
             uvicorn.Config(
-                agent, host=settings.host, port=settings.port, log_level="info",
-                access_log=settings.access_log,
-            )
-        ),
-        uvicorn.Server(
-            uvicorn.Config(
-                inference, host=settings.models_host, port=settings.models_port, log_level="info",
-                access_log=settings.access_log,
+                inference, **uvicorn_options(settings, settings.models_host, settings.models_port)
             )
         ),
     ]

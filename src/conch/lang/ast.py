@@ -20,6 +20,9 @@ else:
         return lambda f: f
 
 
+_SPAN = ("line", "col", "end_line", "end_col")  # every node's, keyword-only
+
+
 @dataclass_transform()
 def node(cls: _T) -> _T:
     """Give a node class an ``__init__`` taking its annotated fields in order.
@@ -28,12 +31,18 @@ def node(cls: _T) -> _T:
     milliseconds at import, which every ``conch -c`` would pay.
     """
     names: list[str] = []
+    # Fields after a ``_: KW_ONLY`` marker come after every other, as in a dataclass
+    keyword: list[str] = []
     for klass in reversed(cls.__mro__):
+        after_marker = False
         # not inspect.get_annotations: importing inspect costs milliseconds at start-up
         for name in klass.__dict__.get("__annotations__", {}):  # noqa: RUF063
-            if name not in names and name not in ("_", "line", "col", "end_line", "end_col"):
-                names.append(name)
-    defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+            if name == "_":
+                after_marker = True
+            elif name not in names and name not in keyword and name not in _SPAN:
+                (keyword if after_marker else names).append(name)
+    names += keyword
+    defaults = {n: getattr(cls, n) for n in names if hasattr(cls, n)}  # inherited ones too
     required = [n for n in names if n not in defaults]
 
     def __init__(self: Any, *args: Any, line: int = 0, col: int = 0, end_line: int = 0, end_col: int = 0, **kwargs: Any) -> None:
@@ -68,6 +77,15 @@ class Node:
     col: int = 0
     end_line: int = 0
     end_col: int = 0
+
+
+@node
+class OpNode(Node):
+    """A node whose failure is reported at its operator (``a / b``, ``a.b``, ``a[i]``)."""
+
+    _: KW_ONLY
+    op_line: int = 0
+    op_col: int = 0
 
 
 # -- expressions -------------------------------------------------------------------------
@@ -112,42 +130,34 @@ class Unary(Node):
 
 
 @node
-class Binary(Node):
+class Binary(OpNode):
     op: str
     left: Node
     right: Node
-    op_line: int = 0
-    op_col: int = 0
 
 
 @node
-class RangeLit(Node):
+class RangeLit(OpNode):
     start: Node
     end: Node
     inclusive: bool
-    op_line: int = 0
-    op_col: int = 0
 
 
 @node
-class Field(Node):
+class Field(OpNode):
     obj: Node
     name: str
     optional: bool
-    op_line: int = 0
-    op_col: int = 0
 
 
 @node
-class Index(Node):
+class Index(OpNode):
     obj: Node
     index: Node | None
     # ``x[a..]`` and ``x[..b]``: an open slice (``index`` is then None)
     start: Node | None = None
     stop: Node | None = None
     inclusive: bool = False
-    op_line: int = 0
-    op_col: int = 0
 
 
 @node

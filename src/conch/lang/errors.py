@@ -52,6 +52,9 @@ class Span:
         return f"Span({self.line}, {self.column}, {self.end_line}, {self.end_column})"
 
 
+_DICT_FIELDS = ("kind", "message", "line", "column", "hint")
+
+
 class ConchError(Exception):
     """A conch error. ``kind`` is one of :data:`KINDS`."""
 
@@ -83,13 +86,8 @@ class ConchError(Exception):
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "line": self.line,
-            "column": self.column,
-            "hint": self.hint,
-        }
+        """The error as data: what a run's envelope reports and a ``catch`` binds."""
+        return {name: getattr(self, name) for name in _DICT_FIELDS}
 
     def render(self, source: str | None = None) -> str:
         """The text rendering with a caret under the offending column (SPEC §1.4)."""
@@ -132,21 +130,29 @@ def value_error(message: str, hint: str | None = None) -> ConchError:
     return ConchError("ValueError", message, hint=hint)
 
 
-_PY_KINDS: tuple[tuple[type[BaseException], str], ...] = (
-    (ZeroDivisionError, "ZeroDivisionError"),
-    (RecursionError, "LimitError"),
-    (MemoryError, "LimitError"),
-    (KeyError, "KeyError"),
-    (IndexError, "IndexError"),
-    (TypeError, "TypeError"),
-    (OverflowError, "ValueError"),
-    (ValueError, "ValueError"),
-    (FileNotFoundError, "FileNotFoundError"),
-    (NotADirectoryError, "FileNotFoundError"),
-    (IsADirectoryError, "IOError"),
-    (PermissionError, "PermissionError"),
-    (TimeoutError, "TimeoutError"),
-    (OSError, "IOError"),
+def check_at_least(who: str, name: str, n: int, least: int) -> None:
+    """A ValueError unless the count parameter ``name`` of ``who`` is ``least`` or more."""
+    if n < least:
+        raise ConchError("ValueError", f"{who}: '{name}' must be {least} or more, got {n}")
+
+
+# Python exception types, the conch kind each becomes and, for a few, the message it gets
+# (None: the exception's own, see _python_message); the first match wins.
+_PY_KINDS: tuple[tuple[type[BaseException], str, str | None], ...] = (
+    (ZeroDivisionError, "ZeroDivisionError", "division by zero"),
+    (RecursionError, "LimitError", "maximum recursion depth exceeded"),
+    (MemoryError, "LimitError", "out of memory"),
+    (KeyError, "KeyError", None),
+    (IndexError, "IndexError", None),
+    (TypeError, "TypeError", None),
+    (OverflowError, "ValueError", None),
+    (ValueError, "ValueError", None),
+    (FileNotFoundError, "FileNotFoundError", None),
+    (NotADirectoryError, "FileNotFoundError", None),
+    (IsADirectoryError, "IOError", None),
+    (PermissionError, "PermissionError", None),
+    (TimeoutError, "TimeoutError", None),
+    (OSError, "IOError", None),
 )
 
 
@@ -154,19 +160,13 @@ def from_python(exc: BaseException) -> ConchError:
     """Translate a Python exception raised by compiled code or a builtin into a ConchError."""
     if isinstance(exc, ConchError):
         return exc
-    for py_type, kind in _PY_KINDS:
+    for py_type, kind, message in _PY_KINDS:
         if isinstance(exc, py_type):
-            return ConchError(kind, _python_message(exc, kind))
+            return ConchError(kind, message or _python_message(exc))
     return ConchError("ValueError", f"{type(exc).__name__}: {exc}")
 
 
-def _python_message(exc: BaseException, kind: str) -> str:
-    if kind == "ZeroDivisionError":
-        return "division by zero"
-    if isinstance(exc, RecursionError):
-        return "maximum recursion depth exceeded"
-    if isinstance(exc, MemoryError):
-        return "out of memory"
+def _python_message(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         key = exc.args[0] if exc.args else ""
         return f"no field {key!r}" if isinstance(key, str) else f"no key {key!r}"

@@ -305,42 +305,32 @@ def _execute(
         # a run started by a builtin of a run in progress ends no later than that run
         ctx.deadline = deadline if outer_deadline is None else min(deadline, outer_deadline)
     try:
-        return _run_main(compiled, namespace, ctx, on_statement, texts)
+        if _has_limits(ctx):
+            namespace.update(_checks(ctx))
+        if on_statement is not None and texts is not None:
+            all_texts = texts()
+            total = len(all_texts)
+            hook = on_statement
+
+            def onst(i: int) -> None:
+                hook(i, total, all_texts[i])
+
+            namespace["$onst"] = onst
+        else:
+            namespace["$onst"] = _noop
+        with ctxmod.using(ctx):
+            try:
+                exec(compiled.code, namespace)
+                value = namespace[MAIN]()
+            except ConchError as err:
+                raise translate(err) from None
+            except Exception as exc:
+                raise translate(exc) from None
+            if type(value) is LazyList:
+                value = _guard_lazy(value, ctx)
+        return value
     finally:
         ctx.deadline = outer_deadline
-
-
-def _run_main(
-    compiled: Compiled,
-    namespace: dict[str, Any],
-    ctx: Context,
-    on_statement: StatementHook | None,
-    texts: Callable[[], list[str]] | None,
-) -> Any:
-    if _has_limits(ctx):
-        namespace.update(_checks(ctx))
-    if on_statement is not None and texts is not None:
-        all_texts = texts()
-        total = len(all_texts)
-        hook = on_statement
-
-        def onst(i: int) -> None:
-            hook(i, total, all_texts[i])
-
-        namespace["$onst"] = onst
-    else:
-        namespace["$onst"] = _noop
-    with ctxmod.using(ctx):
-        try:
-            exec(compiled.code, namespace)
-            value = namespace[MAIN]()
-        except ConchError as err:
-            raise translate(err) from None
-        except Exception as exc:
-            raise translate(exc) from None
-        if type(value) is LazyList:
-            value = _guard_lazy(value, ctx)
-    return value
 
 
 def _check_names(compiled: Compiled, namespace: dict[str, Any], session: bool = False) -> None:

@@ -99,6 +99,11 @@ class GuardedBackend(httpcore.SyncBackend):
         raise last
 
 
+# What httpx's own pool was built with (each kept as ``_<name>`` by httpcore.ConnectionPool)
+_POOL_SETTINGS = ("ssl_context", "max_connections", "max_keepalive_connections",
+                  "keepalive_expiry", "http1", "http2")
+
+
 def client(policy: NetworkPolicy, timeout: float) -> Any:
     """An ``httpx.Client`` whose every connection (redirects included) goes through the
     policy; proxies from the environment are ignored (they would bypass it)."""
@@ -108,16 +113,8 @@ def client(policy: NetworkPolicy, timeout: float) -> Any:
     # httpx takes no network backend of its own: give its pool one (the pool is the
     # documented httpcore.ConnectionPool, built with the same defaults).
     pool = transport._pool
-    transport._pool = httpcore.ConnectionPool(
-        ssl_context=pool._ssl_context,
-        max_connections=pool._max_connections,
-        max_keepalive_connections=pool._max_keepalive_connections,
-        keepalive_expiry=pool._keepalive_expiry,
-        http1=pool._http1,
-        http2=pool._http2,
-        retries=0,
-        network_backend=GuardedBackend(policy),
-    )
+    kept = {name: getattr(pool, f"_{name}") for name in _POOL_SETTINGS}
+    transport._pool = httpcore.ConnectionPool(**kept, retries=0, network_backend=GuardedBackend(policy))
     return httpx.Client(transport=transport, timeout=timeout, follow_redirects=True,
                         max_redirects=5, trust_env=False)
 

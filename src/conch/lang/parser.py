@@ -20,7 +20,10 @@ from conch.lang.lexer import Token, tokenize
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
 PIPE, OR, AND, CMP, RANGE, ADD, MUL, POW, UNARY = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
@@ -96,6 +99,12 @@ class Parser:
         t = self.tok
         if t.kind != "ident":
             raise _err(f"expected {what} but found {t.describe()}", t)
+        return self.next()
+
+    def expect_kw(self, word: str, hint: str) -> Token:
+        t = self.tok
+        if not t.is_kw(word):
+            raise _err(f"expected '{word}' but found {t.describe()}", t, hint)
         return self.next()
 
     @property
@@ -272,10 +281,7 @@ class Parser:
     def for_stmt(self) -> A.Node:
         start = self.next()
         var = self.pattern()
-        if not self.tok.is_kw("in"):
-            raise _err(f"expected 'in' but found {self.tok.describe()}", self.tok,
-                       "a loop is written for x in items { ... }")
-        self.next()
+        self.expect_kw("in", "a loop is written for x in items { ... }")
         iterable = self.cond_expr()
         self.loop_depth += 1
         body = self.block()
@@ -583,22 +589,25 @@ class Parser:
 
     def array(self) -> A.Node:
         open_tok = self.next()
+        items = self.comma_list(open_tok, "]", "array items", self.expr)
+        return self.span(A.ArrayLit(items), open_tok)
+
+    def comma_list(self, open_tok: Token, close: str, what: str, item: Callable[[], _T]) -> list[_T]:
+        """The items of a literal up to its closing bracket, separated by commas (a trailing
+        one allowed); ``item`` reads one."""
         self.modes.append((False, False))
-        items: list[A.Node] = []
-        while not self.tok.is_op("]"):
-            if self.tok.kind == "eof":
-                break
-            items.append(self.expr())
+        items: list[_T] = []
+        while not self.tok.is_op(close) and self.tok.kind != "eof":
+            items.append(item())
             if not self.tok.is_op(","):
-                if not self.tok.is_op("]") and self.tok.kind != "eof":
-                    self.modes.pop()
-                    raise _err(f"expected ',' or ']' but found {self.tok.describe()}", self.tok,
-                               "array items are separated by commas")
+                if not self.tok.is_op(close) and self.tok.kind != "eof":
+                    raise _err(f"expected ',' or '{close}' but found {self.tok.describe()}",
+                               self.tok, f"{what} are separated by commas")
                 break
             self.next()
         self.modes.pop()
-        self.expect("]", open_tok)
-        return self.span(A.ArrayLit(items), open_tok)
+        self.expect(close, open_tok)
+        return items
 
     def looks_like_record(self) -> bool:
         a, b = self.peek(1), self.peek(2)
@@ -610,20 +619,16 @@ class Parser:
 
     def record(self) -> A.Node:
         open_tok = self.next()
-        self.modes.append((False, False))
-        entries: list[tuple[str, A.Node]] = []
         seen: set[str] = set()
-        while not self.tok.is_op("}"):
+
+        def entry() -> tuple[str, A.Node]:
             k = self.tok
-            if k.kind == "eof":
-                break
             if k.kind in ("ident", "kw", "num") or (k.kind == "str" and k.value is not None):
                 self.next()
                 key = str(k.value)
             elif k.kind == "str":
                 raise _err("record keys cannot be interpolated", k)
             else:
-                self.modes.pop()
                 raise _err(f"expected a field name but found {k.describe()}", k,
                            "records are written {name: value, \"two words\": value}")
             if key in seen:
@@ -631,21 +636,12 @@ class Parser:
             seen.add(key)
             if self.tok.is_op(":"):
                 self.next()
-                value = self.expr()
-            elif k.kind == "ident":
-                value = self.span(A.Name(key), k)
-            else:
-                raise _err(f"expected ':' but found {self.tok.describe()}", self.tok)
-            entries.append((key, value))
-            if not self.tok.is_op(","):
-                if not self.tok.is_op("}") and self.tok.kind != "eof":
-                    self.modes.pop()
-                    raise _err(f"expected ',' or '}}' but found {self.tok.describe()}", self.tok,
-                               "record fields are separated by commas")
-                break
-            self.next()
-        self.modes.pop()
-        self.expect("}", open_tok)
+                return key, self.expr()
+            if k.kind == "ident":
+                return key, self.span(A.Name(key), k)
+            raise _err(f"expected ':' but found {self.tok.describe()}", self.tok)
+
+        entries = self.comma_list(open_tok, "}", "record fields", entry)
         return self.span(A.RecordLit(entries), open_tok)
 
     def if_expr(self) -> A.Node:
@@ -694,10 +690,7 @@ class Parser:
     def try_expr(self) -> A.Node:
         start = self.next()
         body = self.block()
-        if not self.tok.is_kw("catch"):
-            raise _err(f"expected 'catch' but found {self.tok.describe()}", self.tok,
-                       "write try { ... } catch e { ... }")
-        self.next()
+        self.expect_kw("catch", "write try { ... } catch e { ... }")
         name = None
         if self.tok.kind == "ident":
             name = self.next().value

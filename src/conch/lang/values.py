@@ -244,15 +244,13 @@ def type_of(value: Any) -> str:
         return "Table" if is_table(value) else "Array"
     if callable(value):
         return "Function"
-    if isinstance(value, int):
-        return "Int"
-    if isinstance(value, float):
-        return "Float"
-    if isinstance(value, str):
-        return "String"
-    if isinstance(value, dict):
-        return "Record"
+    for base, name in _BASE_TYPES:  # subclasses, from Python code (a str enum, ...)
+        if isinstance(value, base):
+            return name
     return "String"  # unreachable for values produced by conch itself
+
+
+_BASE_TYPES = ((int, "Int"), (float, "Float"), (str, "String"), (dict, "Record"))
 
 
 def describe(value: Any) -> str:

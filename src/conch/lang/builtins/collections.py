@@ -23,7 +23,7 @@ import itertools
 
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Bool, Function, Int, Range, Record, String
-from conch.lang.errors import ConchError, did_you_mean
+from conch.lang.errors import ConchError, check_at_least, did_you_mean
 from conch.lang.values import (
     ErrorValue,
     LazyList,
@@ -367,12 +367,7 @@ def flat_map_(items: Array, fn: Function) -> Array:
     ],
 )
 def any_(items: Array, predicate: Function | None = None) -> Bool:
-    for r in items if predicate is None else builtins.map(predicate, items):
-        if r is True:
-            return True
-        if r is not False:
-            _not_bool("any", r)
-    return False
+    return _short_circuit("any", items, predicate, True)
 
 
 @builtin(
@@ -390,20 +385,24 @@ def any_(items: Array, predicate: Function | None = None) -> Bool:
     ],
 )
 def all_(items: Array, predicate: Function | None = None) -> Bool:
+    return _short_circuit("all", items, predicate, False)
+
+
+def _short_circuit(
+    who: str, items: Any, predicate: Callable[[Any], Any] | None, stop: bool
+) -> bool:
+    """``stop`` at the first element (or predicate result) that is ``stop``, else the other
+    Bool: ``any`` stops at true, ``all`` at false."""
+    go_on = not stop
     for r in items if predicate is None else builtins.map(predicate, items):
-        if r is False:
-            return False
-        if r is not True:
-            _not_bool("all", r)
-    return True
+        if r is stop:
+            return stop
+        if r is not go_on:
+            _not_bool(who, r)
+    return go_on
 
 
 # -- slicing ---------------------------------------------------------------------------
-
-
-def _check_count(who: str, name: str, n: int) -> None:
-    if n < 0:
-        raise ConchError("ValueError", f"{who}: '{name}' must be 0 or more, got {n}")
 
 
 @builtin(
@@ -443,7 +442,7 @@ def first_(items: Array, n: Int | None = None) -> Any:
 def last_(items: Array, n: Int | None = None) -> Any:
     seq = items if type(items) is range else as_list(items)
     if n is not None:
-        _check_count("last", "n", n)
+        check_at_least("last", "n", n, 0)
         if n == 0:
             return seq[:0] if type(seq) is range else []
         tail = seq[-n:]
@@ -465,7 +464,7 @@ def last_(items: Array, n: Int | None = None) -> Any:
     ],
 )
 def take_(items: Array, n: Int) -> Array:
-    _check_count("take", "n", n)
+    check_at_least("take", "n", n, 0)
     t = type(items)
     if t is list or t is range:
         return items[:n]
@@ -485,7 +484,7 @@ def take_(items: Array, n: Int) -> Array:
     ],
 )
 def skip_(items: Array, n: Int) -> Array:
-    _check_count("skip", "n", n)
+    check_at_least("skip", "n", n, 0)
     t = type(items)
     if t is list or t is range:
         return items[n:]
@@ -504,18 +503,19 @@ def skip_(items: Array, n: Int) -> Array:
     ],
 )
 def take_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, _take_while(items, predicate))
+    return _out(items, itertools.takewhile(_bool_test("take_while", predicate), items))
 
 
-def _take_while(items: Iterable[Any], predicate: Callable[[Any], Any]) -> Iterator[Any]:
-    for x in items:
+def _bool_test(who: str, predicate: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """The predicate, with a result that is not a Bool an error (for itertools)."""
+
+    def test(x: Any) -> bool:
         r = predicate(x)
-        if r is True:
-            yield x
-        elif r is False:
-            return
-        else:
-            _not_bool("take_while", r)
+        if r is True or r is False:
+            return r
+        return _not_bool(who, r)
+
+    return test
 
 
 @builtin(
@@ -528,19 +528,7 @@ def _take_while(items: Iterable[Any], predicate: Callable[[Any], Any]) -> Iterat
     ],
 )
 def skip_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, _skip_while(items, predicate))
-
-
-def _skip_while(items: Iterable[Any], predicate: Callable[[Any], Any]) -> Iterator[Any]:
-    it = iter(items)
-    for x in it:
-        r = predicate(x)
-        if r is False:
-            yield x
-            break
-        if r is not True:
-            _not_bool("skip_while", r)
-    yield from it
+    return _out(items, itertools.dropwhile(_bool_test("skip_while", predicate), items))
 
 
 @builtin(
@@ -776,11 +764,6 @@ def partition_(items: Array, predicate: Function) -> Array:
     return [yes, no]
 
 
-def _check_size(who: str, name: str, n: int) -> None:
-    if n < 1:
-        raise ConchError("ValueError", f"{who}: '{name}' must be 1 or more, got {n}")
-
-
 @builtin(
     "chunk",
     category="collections",
@@ -795,7 +778,7 @@ def _check_size(who: str, name: str, n: int) -> None:
     ],
 )
 def chunk_(items: Array, size: Int) -> Array:
-    _check_size("chunk", "size", size)
+    check_at_least("chunk", "size", size, 1)
     if type(items) is list or type(items) is tuple:
         return [list(items[i : i + size]) for i in range(0, len(items), size)]
     it = iter(items)
@@ -828,8 +811,8 @@ def _windows(items: Iterable[Any], size: int, step: int) -> Iterator[list[Any]]:
     ],
 )
 def window_(items: Array, size: Int, step: Int = 1) -> Array:
-    _check_size("window", "size", size)
-    _check_size("window", "step", step)
+    check_at_least("window", "size", size, 1)
+    check_at_least("window", "step", step, 1)
     if type(items) is list or type(items) is tuple:
         return [list(items[i : i + size]) for i in range(0, len(items) - size + 1, step)]
     return LazyList(_windows(items, size, step))
@@ -1399,18 +1382,36 @@ def _index_in(who: str, seq: list[Any], index: int, allow_end: bool) -> int:
     ],
 )
 def insert_(target: Record | Array, key: String | Int, value: Any) -> Record | Array:
+    return _edit("insert", target, key, value, _insert_row, _insert_at)
+
+
+def _edit(
+    who: str,
+    target: Any,
+    key: Any,
+    value: Any,
+    edit_row: Callable[[dict[str, Any], str, Any], dict[str, Any]],
+    edit_at: Callable[[list[Any], int, Any], None],
+) -> Any:
+    """What ``insert`` and ``update`` share: a Record is edited by field, an Array with an
+    Int key at that index, a Table row by row (a new value each time: inputs are never
+    mutated)."""
     if isinstance(target, dict):
-        return _insert_row(target, key, value)
+        if type(key) is not str:
+            raise ConchError("TypeError", f"{who}: parameter 'key' expects String for a Record")
+        return edit_row(target, key, value)
     if type(key) is int:
         seq = list(target)
-        seq.insert(_index_in("insert", seq, key, allow_end=True), value)
+        edit_at(seq, key, value)
         return seq
-    return _out(target, (_insert_row(r, key, value) for r in _records(target, "insert")))
+    return _out(target, (edit_row(r, key, value) for r in _records(target, who)))
 
 
-def _insert_row(row: dict[str, Any], key: Any, value: Any) -> dict[str, Any]:
-    if type(key) is not str:
-        raise ConchError("TypeError", "insert: parameter 'key' expects String for a Record")
+def _insert_at(seq: list[Any], index: int, value: Any) -> None:
+    seq.insert(_index_in("insert", seq, index, allow_end=True), value)
+
+
+def _insert_row(row: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     if key in row:
         raise ConchError(
             "ValueError", f"insert: field '{key}' already exists", hint="use update to change it"
@@ -1436,19 +1437,15 @@ def _insert_row(row: dict[str, Any], key: Any, value: Any) -> dict[str, Any]:
     ],
 )
 def update_(target: Record | Array, key: String | Int, value: Any) -> Record | Array:
-    if isinstance(target, dict):
-        return _update_row(target, key, value)
-    if type(key) is int:
-        seq = list(target)
-        pos = _index_in("update", seq, key, allow_end=False)
-        seq[pos] = value(seq[pos]) if callable(value) else value
-        return seq
-    return _out(target, (_update_row(r, key, value) for r in _records(target, "update")))
+    return _edit("update", target, key, value, _update_row, _update_at)
 
 
-def _update_row(row: dict[str, Any], key: Any, value: Any) -> dict[str, Any]:
-    if type(key) is not str:
-        raise ConchError("TypeError", "update: parameter 'key' expects String for a Record")
+def _update_at(seq: list[Any], index: int, value: Any) -> None:
+    pos = _index_in("update", seq, index, allow_end=False)
+    seq[pos] = value(seq[pos]) if callable(value) else value
+
+
+def _update_row(row: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     if key not in row:
         raise ConchError(
             "KeyError",

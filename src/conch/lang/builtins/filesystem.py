@@ -26,6 +26,7 @@ Decisions where a shell leaves room:
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import posixpath
 import stat as _stat
@@ -34,7 +35,7 @@ from conch.lang import values
 from conch.lang.builtins.registry import REGISTRY, Example, builtin
 from conch.lang.builtins.types import Array, Bool, Int, Record, String, Table
 from conch.lang.context import Context, current
-from conch.lang.errors import ConchError
+from conch.lang.errors import ConchError, check_at_least
 
 # pathlib, json, re, fnmatch, shutil, tempfile, csv, datetime and the like are imported
 # where used, and typing only by type checkers: a program naming one builtin imports this
@@ -351,11 +352,6 @@ def _open_lines(path: str) -> io.TextIOWrapper:
         raise ConchError("IOError", f"is a directory: {path}") from None
     except OSError as exc:
         raise _os_error(exc, path) from None
-
-
-def _check_n(n: int, name: str) -> None:
-    if n < 0:
-        raise ConchError("ValueError", f"{name}: n must be zero or more, got {n}")
 
 
 # -- parsing and serialising by extension ------------------------------------------------
@@ -925,23 +921,27 @@ def cd(path: String | None = None) -> String:
     ],
 )
 def head(input: String | Array, n: Int = 10) -> String | Array:
-    _check_n(n, "head")
-    if values.is_array(input):
-        out = []
-        for i, x in enumerate(input):
-            if i >= n:
-                break
-            out.append(x)
-        return out
+    return _ends("head", input, n, last=False)
+
+
+def _ends(who: str, input: Any, n: int, last: bool) -> Any:
+    """The first (or ``last``) ``n`` elements of an Array, or lines of a text or a file; a
+    file is read line by line (only ``n`` lines are kept)."""
+    check_at_least(who, "n", n, 0)
+    array = values.is_array(input)
+    if last:
+        from collections import deque
+
+        if n == 0:  # (and a deque of no length would read everything)
+            return [] if array else ""
+    if array:
+        return list(deque(input, maxlen=n) if last else itertools.islice(input, n))
     if _is_text(input):
-        return "\n".join(input.splitlines()[:n])
-    lines: list[str] = []
+        lines = input.splitlines()
+        return "\n".join(lines[-n:] if last else lines[:n])
     with _open_lines(input) as fh:
-        for line in fh:
-            if len(lines) >= n:
-                break
-            lines.append(line.rstrip("\r\n"))
-    return "\n".join(lines)
+        picked = deque(fh, maxlen=n) if last else itertools.islice(fh, n)
+        return "\n".join(line.rstrip("\r\n") for line in picked)
 
 
 @builtin(
@@ -959,20 +959,7 @@ def head(input: String | Array, n: Int = 10) -> String | Array:
     ],
 )
 def tail(input: String | Array, n: Int = 10) -> String | Array:
-    from collections import deque
-
-    _check_n(n, "tail")
-    if values.is_array(input):
-        if n == 0:
-            return []
-        return list(deque(input, maxlen=n))
-    if n == 0:
-        return ""
-    if _is_text(input):
-        return "\n".join(input.splitlines()[-n:])
-    with _open_lines(input) as fh:
-        last = deque(fh, maxlen=n)
-    return "\n".join(line.rstrip("\r\n") for line in last)
+    return _ends("tail", input, n, last=True)
 
 
 @builtin(

@@ -23,6 +23,7 @@ from conch.lang.values import as_list
 # checkers: each costs up to milliseconds on every start of a program that names a builtin.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _NUMBER_TYPES = frozenset((int, float))
@@ -67,6 +68,13 @@ def _non_empty(seq: Any, who: str) -> None:
             f"{who}: the Array is empty",
             hint="check with is_empty first, or use default()",
         )
+
+
+def _some_numbers(items: Any, who: str) -> tuple[list[Any], set[type]]:
+    """:func:`_numbers`, for the statistics that have no value for an empty Array."""
+    seq, types = _numbers(items, who)
+    _non_empty(seq, who)
+    return seq, types
 
 
 def _total(seq: Any, types: set[type]) -> int | float:
@@ -126,8 +134,7 @@ def product_(items: Array) -> Number:
     ],
 )
 def avg_(items: Array) -> Float:
-    seq, types = _numbers(items, "avg")
-    _non_empty(seq, "avg")
+    seq, types = _some_numbers(items, "avg")
     return _total(seq, types) / len(seq)
 
 
@@ -144,8 +151,7 @@ def avg_(items: Array) -> Float:
     ],
 )
 def median_(items: Array) -> Number:
-    seq, _ = _numbers(items, "median")
-    _non_empty(seq, "median")
+    seq, _ = _some_numbers(items, "median")
     ordered = sorted(seq)
     n = len(ordered)
     mid = n // 2
@@ -234,8 +240,7 @@ def max_(values: Array | Number | String, *more: Number | String) -> Any:
 
 
 def _variance(items: Any, sample: bool, who: str) -> float:
-    seq, types = _numbers(items, who)
-    _non_empty(seq, who)
+    seq, types = _some_numbers(items, who)
     n = len(seq)
     if sample and n < 2:
         raise ConchError("ValueError", f"{who}: the sample variance needs at least 2 values")
@@ -337,9 +342,7 @@ def round_(x: Number, digits: Int = 0) -> Number:
     examples=[Example("floor(2.7)", 2), Example("floor(-2.1)", -3), Example("floor(5)", 5)],
 )
 def floor_(x: Number) -> Int:
-    if type(x) is float:
-        _finite("floor", x)
-    return math.floor(x)
+    return _to_int("floor", math.floor, x)
 
 
 @builtin(
@@ -349,9 +352,13 @@ def floor_(x: Number) -> Int:
     examples=[Example("ceil(2.1)", 3), Example("ceil(-2.7)", -2)],
 )
 def ceil_(x: Number) -> Int:
+    return _to_int("ceil", math.ceil, x)
+
+
+def _to_int(who: str, rounding: Callable[[Any], int], x: Any) -> int:
     if type(x) is float:
-        _finite("ceil", x)
-    return math.ceil(x)
+        _finite(who, x)
+    return rounding(x)
 
 
 @builtin(

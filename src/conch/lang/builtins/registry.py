@@ -24,8 +24,10 @@ from conch.lang.errors import ConchError
 # costs milliseconds on every start of a program that names a builtin.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
 
 CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
 # Builtin modules not named after their category: agent.py holds ``agent`` (category "ai").
@@ -306,9 +308,7 @@ class Builtin:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "description": self.description,
-            "category": self.category,
+            **self.summary(),
             "signature": self.signature,
             "examples": [e.code for e in self.examples],
             "example_results": [e.to_dict() for e in self.examples],
@@ -320,12 +320,22 @@ class Builtin:
         }
 
 
-def _module_of(key: str) -> tuple[str, ...] | None:
-    """The category modules still to import before ``REGISTRY[key]`` is complete."""
+def _import_for(key: str) -> None:
+    """Import the category modules still missing for ``REGISTRY[key]`` to be complete."""
     mods = INDEX.get(key)
-    if mods is None or _imported.issuperset(mods):
-        return None
-    return mods
+    if mods is not None and not _imported.issuperset(mods):
+        _import(mods)
+
+
+def _after_load_all(method: _F) -> _F:
+    """``dict``'s ``method``, called once every category module is imported."""
+
+    def call(self: _Registry, *args: Any) -> Any:
+        if not _loaded:
+            load_all()
+        return method(self, *args)
+
+    return call  # type: ignore[return-value]
 
 
 class _Registry(dict[str, "Builtin"]):
@@ -337,54 +347,25 @@ class _Registry(dict[str, "Builtin"]):
 
     def get(self, key: str, default: Any = None) -> Any:
         if not _loaded:
-            mods = _module_of(key)
-            if mods is not None:
-                _import(mods)
+            _import_for(key)
         return dict.get(self, key, default)
 
     def __getitem__(self, key: str) -> Builtin:
         if not _loaded:
-            mods = _module_of(key)
-            if mods is not None:
-                _import(mods)
+            _import_for(key)
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
         if not _loaded and isinstance(key, str):
-            mods = _module_of(key)
-            if mods is not None:
-                _import(mods)
+            _import_for(key)
         return dict.__contains__(self, key)
 
-    def __iter__(self) -> Iterator[str]:
-        if not _loaded:
-            load_all()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        if not _loaded:
-            load_all()
-        return dict.__len__(self)
-
-    def keys(self) -> Any:
-        if not _loaded:
-            load_all()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        if not _loaded:
-            load_all()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        if not _loaded:
-            load_all()
-        return dict.items(self)
-
-    def copy(self) -> dict[str, Builtin]:
-        if not _loaded:
-            load_all()
-        return dict(dict.items(self))
+    __iter__ = _after_load_all(dict.__iter__)
+    __len__ = _after_load_all(dict.__len__)
+    keys = _after_load_all(dict.keys)
+    values = _after_load_all(dict.values)
+    items = _after_load_all(dict.items)
+    copy = _after_load_all(dict.copy)  # a plain dict
 
 
 REGISTRY: dict[str, Builtin] = _Registry()
