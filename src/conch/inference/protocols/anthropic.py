@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from conch.inference.protocols import TranslationError, function_tools, joined_text, refuse
+from conch.inference.protocols.stream import ChatStreamTranslator
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -246,7 +247,7 @@ def chat_to_message(completion: dict[str, Any], model: str | None = None) -> dic
 Event = tuple[str, dict[str, Any]]
 
 
-class MessageStream:
+class MessageStream(ChatStreamTranslator[Event]):
     """Chat chunks in, Anthropic stream events out (a state machine; no I/O)."""
 
     def __init__(self, model: str, input_tokens: int = 0, msg_id: str | None = None) -> None:
@@ -281,32 +282,25 @@ class MessageStream:
         events.append(("content_block_start", {"type": "content_block_start", "index": self.block, "content_block": block}))
         return events
 
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        events: list[Event] = []
-        usage = chunk.get("usage")
-        if usage:
-            self.input_tokens = usage.get("prompt_tokens", self.input_tokens)
-            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if text:
-                if self.open != "text":
-                    events += self._open({"type": "text", "text": ""})
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": self.block,
-                                                       "delta": {"type": "text_delta", "text": text}}))
-            for call in delta.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                if call.get("id"):
-                    events += self._open({"type": "tool_use", "id": call["id"], "name": fn.get("name", ""), "input": {}})
-                if fn.get("arguments"):
-                    events.append(("content_block_delta", {"type": "content_block_delta", "index": self.block,
-                                                           "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]}}))
-            if choice.get("finish_reason"):
-                self.stop_reason, self.stop_sequence = _stop(choice)
+    def on_usage(self, usage: dict[str, Any]) -> None:
+        self.input_tokens = usage.get("prompt_tokens", self.input_tokens)
+        self.output_tokens = usage.get("completion_tokens", self.output_tokens)
+
+    def on_text(self, text: str, choice: dict[str, Any]) -> list[Event]:
+        events = self._open({"type": "text", "text": ""}) if self.open != "text" else []
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": self.block,
+                                               "delta": {"type": "text_delta", "text": text}}))
         return events
+
+    def on_tool_call(self, call_id: str | None, name: str, arguments: str | None) -> list[Event]:
+        events = self._open({"type": "tool_use", "id": call_id, "name": name, "input": {}}) if call_id else []
+        if arguments:
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": self.block,
+                                                   "delta": {"type": "input_json_delta", "partial_json": arguments}}))
+        return events
+
+    def on_finish(self, choice: dict[str, Any]) -> None:
+        self.stop_reason, self.stop_sequence = _stop(choice)
 
     def finish(self) -> list[Event]:
         events = self._close()

@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from conch.inference.protocols import TranslationError, function_tools, joined_text, refuse
+from conch.inference.protocols.stream import ChatStreamTranslator
 
 STATELESS = ("conch does not store responses; send the whole conversation as 'input' "
              "(earlier output items included)")
@@ -270,7 +271,7 @@ def chat_to_response(completion: dict[str, Any], body: dict[str, Any], *, respon
 Event = dict[str, Any]
 
 
-class ResponseStream:
+class ResponseStream(ChatStreamTranslator[Event]):
     """Chat chunks in, Responses stream events out (a state machine; no I/O)."""
 
     def __init__(self, body: dict[str, Any], response_id: str | None = None) -> None:
@@ -334,36 +335,32 @@ class ResponseStream:
                                       content_index=0, part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
         return events
 
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+    def on_usage(self, usage: dict[str, Any]) -> None:
+        self.usage = usage
+
+    def on_text(self, text: str, choice: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if text:
-                if self.open is None or self.open["type"] != "message":
-                    events += self._open(_message_item(_new_id("msg"), "", [], "in_progress"))
-                assert self.open is not None
-                part = self.open["content"][0]
-                part["text"] += text
-                logprobs = _logprobs(choice.get("logprobs"))
-                part["logprobs"].extend(logprobs)
-                events.append(self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
-                                          content_index=0, delta=text, logprobs=logprobs))
-            for call in delta.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                if call.get("id"):
-                    events += self._open(_call_item(_new_id("fc"), call["id"], fn.get("name", ""), "", "in_progress"))
-                if fn.get("arguments") and self.open is not None and self.open["type"] == "function_call":
-                    self.open["arguments"] += fn["arguments"]
-                    events.append(self._event("response.function_call_arguments.delta", item_id=self.open["id"],
-                                              output_index=len(self.output), delta=fn["arguments"]))
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+        if self.open is None or self.open["type"] != "message":
+            events += self._open(_message_item(_new_id("msg"), "", [], "in_progress"))
+        assert self.open is not None
+        part = self.open["content"][0]
+        part["text"] += text
+        logprobs = _logprobs(choice.get("logprobs"))
+        part["logprobs"].extend(logprobs)
+        events.append(self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
+                                  content_index=0, delta=text, logprobs=logprobs))
         return events
+
+    def on_tool_call(self, call_id: str | None, name: str, arguments: str | None) -> list[Event]:
+        events = self._open(_call_item(_new_id("fc"), call_id, name, "", "in_progress")) if call_id else []
+        if arguments and self.open is not None and self.open["type"] == "function_call":
+            self.open["arguments"] += arguments
+            events.append(self._event("response.function_call_arguments.delta", item_id=self.open["id"],
+                                      output_index=len(self.output), delta=arguments))
+        return events
+
+    def on_finish(self, choice: dict[str, Any]) -> None:
+        self.finish_reason = choice["finish_reason"]
 
     def finish(self) -> list[Event]:
         events = self._close()
