@@ -3,8 +3,7 @@
 Any sequence may grow to ``n_ctx``; the pool holds ``kv_total`` cells (two full contexts when
 several sequences run). A finished sequence keeps its cells as a cached prefix; a new request
 takes the idle sequence sharing the longest prefix with its prompt and skips that much
-prefill. Idle prefixes are evicted, largest first, when running sequences need the room, and
-oldest first (all but the newest) when together they hold more than a quarter of a context.
+prefill. Idle prefixes are evicted, largest first, when running sequences need the room.
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ class KVPool:
         self._ctx = ctx
         self.kv_total = kv_total
         self.cache_prompt = cache_prompt
-        # Cells the cached prefixes of idle sequences may hold together (see _trim_idle): a
-        # quarter of one context when several sequences share the cache.
-        self.idle_budget = kv_total // 8
         # The scheduler's list of running jobs (shared, not copied): their cells are in use.
         self._active = active
         self.free_seqs: list[int] = list(range(n_seqs))
@@ -47,23 +43,6 @@ class KVPool:
             if self.free() >= need:
                 return
             if cached:
-                self.clear(seq)
-
-    def _trim_idle(self, newest: int) -> None:
-        """Drop the oldest cached prefixes while all of them together exceed ``idle_budget``.
-
-        llama.cpp places new cells after the last ones written until the cells in use are few
-        enough to start again from the front, and attention then spans every cell up to the
-        highest one in use. Cached prefixes left scattered up the cache keep that span long,
-        and every request after pays for it (~10 % of decode speed here); a small budget keeps
-        the cells in use few, so new sequences are placed low again. The newest prefix always
-        stays: it is the one a conversation's next turn extends."""
-        idle = sum(len(c) for c in self.seq_cache.values())
-        for seq in list(self.seq_cache):
-            if idle <= self.idle_budget:
-                return
-            if seq != newest and self.seq_cache[seq]:
-                idle -= len(self.seq_cache[seq])
                 self.clear(seq)
 
     def room_for(self, need: int) -> bool:
@@ -104,12 +83,9 @@ class KVPool:
             # The next prompt sharing a prefix skips that much prefill.
             n_prompt = len(job.tokens)
             if job.n_past <= n_prompt:
-                cached = job.tokens[: job.n_past]
+                self.seq_cache[job.seq] = job.tokens[: job.n_past]
             else:
-                cached = job.tokens + job.generated[: job.n_past - n_prompt]
-            self.seq_cache.pop(job.seq, None)  # re-inserted last: seq_cache runs oldest first
-            self.seq_cache[job.seq] = cached
-            self._trim_idle(job.seq)
+                self.seq_cache[job.seq] = job.tokens + job.generated[: job.n_past - n_prompt]
         else:
             self.clear(job.seq)
         self.free_seqs.append(job.seq)
