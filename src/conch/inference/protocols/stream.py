@@ -15,6 +15,14 @@ class ChatStreamTranslator(Generic[E]):
     ``on_finish`` return the events to send, ``on_usage`` records the counts. Anthropic's and
     the Responses API's streams describe one answer, so only choice 0 is translated."""
 
+    def start(self) -> list[E]:
+        """The events that open the stream."""
+        raise NotImplementedError
+
+    def finish(self) -> list[E]:
+        """The events that close the stream after the last chunk."""
+        raise NotImplementedError
+
     def feed(self, chunk: dict[str, Any]) -> list[E]:
         events: list[E] = []
         usage = chunk.get("usage")

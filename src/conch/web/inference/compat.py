@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from conch.inference.protocol.openai import ChatCompletionRequest
 from conch.inference.protocols import TranslationError
+from conch.inference.protocols.stream import ChatStreamTranslator
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.errors import from_domain
 from conch.web.common.sse import EventStreamResponse
@@ -120,17 +121,7 @@ async def chunks(first: dict[str, Any] | None, stream: AsyncIterator[dict[str, A
         await _aclose(stream)
 
 
-class Translator(Protocol):
-    """Turns chat chunks into a vendor's stream events."""
-
-    def start(self) -> list[Any]: ...
-
-    def feed(self, chunk: dict[str, Any]) -> list[Any]: ...
-
-    def finish(self) -> list[Any]: ...
-
-
-T = TypeVar("T", bound=Translator)
+T = TypeVar("T", bound=ChatStreamTranslator[Any])
 
 
 @dataclass(frozen=True)
