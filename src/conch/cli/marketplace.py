@@ -21,6 +21,9 @@ from conch.cli.remote import JsonOpt, UrlOpt, echo_json, request
 
 app = typer.Typer(help="Find, install and publish agents.", no_args_is_help=True)
 
+SpecArg = Annotated[str, typer.Argument(help="NAME or NAME@VERSION or NAME@RANGE (^1.2, ~1.2.3).")]
+NameArg = Annotated[str, typer.Argument(help="The agent's name.")]
+
 
 def _call(
     url: str | None,
@@ -93,11 +96,7 @@ def list_(url: UrlOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def install(
-    spec: Annotated[str, typer.Argument(help="NAME or NAME@VERSION or NAME@RANGE (^1.2, ~1.2.3).")],
-    url: UrlOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def install(spec: SpecArg, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """Install an agent (the highest version matching the range; default latest)."""
     name, _, version = spec.partition("@")
     body: dict[str, Any] = {"name": name}
@@ -112,11 +111,7 @@ def install(
 
 
 @app.command()
-def uninstall(
-    name: Annotated[str, typer.Argument(help="The agent's name.")],
-    url: UrlOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def uninstall(name: NameArg, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """Uninstall an agent."""
     _call(url, as_json, lambda data, _: typer.echo(f"uninstalled {data['name']}@{data['version']}"),
           "POST", "/uninstall", json={"name": name})

@@ -7,6 +7,8 @@ also carry ``op_line``/``op_col``.
 
 from __future__ import annotations
 
+from conch.lang.record import fields, repr_of
+
 # typing, dataclasses and inspect cost milliseconds at start-up: only type checkers see them
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,9 +17,7 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T", bound=type)
 else:
-
-    def dataclass_transform():  # type: ignore[no-redef]
-        return lambda f: f
+    from conch.lang.record import dataclass_transform
 
 
 _SPAN = ("line", "col", "end_line", "end_col")  # every node's, keyword-only
@@ -25,25 +25,10 @@ _SPAN = ("line", "col", "end_line", "end_col")  # every node's, keyword-only
 
 @dataclass_transform()
 def node(cls: _T) -> _T:
-    """Give a node class an ``__init__`` taking its annotated fields in order.
-
-    A hand-made stand-in for ``dataclass``: generating some forty dataclasses costs tens of
-    milliseconds at import, which every ``conch -c`` would pay.
-    """
-    names: list[str] = []
-    # Fields after a ``_: KW_ONLY`` marker come after every other, as in a dataclass
-    keyword: list[str] = []
-    for klass in reversed(cls.__mro__):
-        after_marker = False
-        # not inspect.get_annotations: importing inspect costs milliseconds at start-up
-        for name in klass.__dict__.get("__annotations__", {}):  # noqa: RUF063
-            if name == "_":
-                after_marker = True
-            elif name not in names and name not in keyword and name not in _SPAN:
-                (keyword if after_marker else names).append(name)
-    names += keyword
-    defaults = {n: getattr(cls, n) for n in names if hasattr(cls, n)}  # inherited ones too
-    required = [n for n in names if n not in defaults]
+    """Give a node class an ``__init__`` taking its annotated fields in order, the span
+    keyword-only: a :func:`~conch.lang.record.record` in all but the written-out ``__init__``,
+    which for some forty node classes would cost milliseconds of compiling at import."""
+    names, defaults = fields(cls, skip=_SPAN)
 
     def __init__(self: Any, *args: Any, line: int = 0, col: int = 0, end_line: int = 0, end_col: int = 0, **kwargs: Any) -> None:
         if len(args) > len(names):
@@ -55,23 +40,21 @@ def node(cls: _T) -> _T:
                 setattr(self, name, kwargs.pop(name))
             elif name in defaults:
                 setattr(self, name, defaults[name])
-            elif name in required:
+            else:
                 raise TypeError(f"{cls.__name__} needs {name!r}")
         if kwargs:
             raise TypeError(f"{cls.__name__} has no field {next(iter(kwargs))!r}")
         self.line, self.col, self.end_line, self.end_col = line, col, end_line, end_col
 
-    def __repr__(self: Any) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n, None)!r}" for n in names)
-        return f"{cls.__name__}({inner})"
-
     cls.__init__ = __init__  # type: ignore[misc]
-    cls.__repr__ = __repr__  # type: ignore[assignment]
+    cls.__repr__ = repr_of(cls, names)  # type: ignore[assignment]
     return cls
 
 
 @node
 class Node:
+    """Where in the source a piece of syntax stands (see the module's text)."""
+
     _: KW_ONLY
     line: int = 0
     col: int = 0

@@ -24,6 +24,7 @@ import warnings
 
 from conch.lang import ast as A
 from conch.lang.errors import ConchError
+from conch.lang.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,23 +41,20 @@ _BOOL_NODES = (py.Compare, py.BoolOp)
 _BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 
 
-# Plain classes rather than dataclasses: the dataclasses module (and the inspect and re
-# modules it imports) would add milliseconds to every ``conch -c``.
+# Plain classes and records rather than dataclasses: the dataclasses module (and the inspect
+# and re modules it imports) would add milliseconds to every ``conch -c``.
 
 
+@record(eq=False)
 class Binding:
-    __slots__ = ("func", "is_fn", "is_global", "mutable", "num", "pyname")
-
-    def __init__(self, pyname: str, mutable: bool, is_fn: bool, func: Func, is_global: bool = False,
-                 num: bool = False) -> None:
-        self.pyname = pyname
-        self.mutable = mutable
-        self.is_fn = is_fn
-        self.func = func
-        self.is_global = is_global
-        # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic,
-        # a Range loop variable): arithmetic on it needs no Bool check
-        self.num = num
+    pyname: str
+    mutable: bool
+    is_fn: bool
+    func: Func
+    is_global: bool = False
+    # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic,
+    # a Range loop variable): arithmetic on it needs no Bool check
+    num: bool = False
 
     def __repr__(self) -> str:
         return f"Binding({self.pyname!r}, mutable={self.mutable}, is_fn={self.is_fn})"

@@ -14,9 +14,11 @@ import os
 import sys
 
 from conch.lang.errors import ConchError
+from conch.lang.record import record
 
-# Plain classes, and pathlib imported when a path is first needed: dataclasses (with the
-# inspect and re modules it imports) and pathlib cost milliseconds on every ``conch -c``.
+# Records rather than dataclasses, and pathlib imported when a path is first needed:
+# dataclasses (with the inspect and re modules it imports) and pathlib cost milliseconds on
+# every ``conch -c``.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
@@ -30,41 +32,15 @@ ALL_EFFECTS = frozenset(EFFECTS)
 
 _CREATE_LOCK = _thread.allocate_lock()
 
-_LIMIT_NAMES = ("wall_time_s", "steps", "recursion", "output_bytes", "collection_size")
-
-
+@record
 class Limits:
     """Per-run limits. ``None`` means unlimited (the shell's default)."""
 
-    __slots__ = _LIMIT_NAMES
-
-    def __init__(
-        self,
-        wall_time_s: float | None = None,
-        steps: int | None = None,
-        recursion: int | None = None,
-        output_bytes: int | None = None,
-        collection_size: int | None = None,
-    ) -> None:
-        self.wall_time_s = wall_time_s
-        self.steps = steps
-        self.recursion = recursion
-        self.output_bytes = output_bytes
-        self.collection_size = collection_size
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, n) for n in _LIMIT_NAMES)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Limits):
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in _LIMIT_NAMES)
-        return f"Limits({inner})"
+    wall_time_s: float | None = None
+    steps: int | None = None
+    recursion: int | None = None
+    output_bytes: int | None = None
+    collection_size: int | None = None
 
 
 def _stdout_line(line: str) -> None:

@@ -31,27 +31,6 @@ KINDS = (
 )
 
 
-class Span:
-    """A position in the submitted source: 1-based line and column, plus end offsets."""
-
-    __slots__ = ("column", "end_column", "end_line", "line")
-
-    def __init__(self, line: int, column: int, end_line: int | None = None, end_column: int | None = None) -> None:
-        self.line, self.column, self.end_line, self.end_column = line, column, end_line, end_column
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Span):
-            return NotImplemented
-        return (self.line, self.column, self.end_line, self.end_column) == (
-            other.line, other.column, other.end_line, other.end_column)
-
-    def __hash__(self) -> int:
-        return hash((self.line, self.column, self.end_line, self.end_column))
-
-    def __repr__(self) -> str:
-        return f"Span({self.line}, {self.column}, {self.end_line}, {self.end_column})"
-
-
 _DICT_FIELDS = ("kind", "message", "line", "column", "hint")
 
 

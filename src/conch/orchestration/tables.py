@@ -33,10 +33,13 @@ def _lease() -> list[sa.Column[object]]:
     ]
 
 
-agents = sa.Table(
+def _keyed_by_id(name: str, *columns: sa.Column[object]) -> sa.Table:
+    """A table of records each named by a string ``id`` (generated, or the agent's name)."""
+    return sa.Table(name, metadata, sa.Column("id", sa.String, primary_key=True), *columns)
+
+
+agents = _keyed_by_id(
     "orch_agents",
-    metadata,
-    sa.Column("id", sa.String, primary_key=True),
     sa.Column("description", sa.String, nullable=False, default=""),
     sa.Column("system_prompt", sa.Text, nullable=False, default=""),
     sa.Column("tools", sa.JSON, nullable=False),
@@ -46,10 +49,8 @@ agents = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
-tasks = sa.Table(
+tasks = _keyed_by_id(
     "orch_tasks",
-    metadata,
-    sa.Column("id", sa.String, primary_key=True),
     sa.Column("goal", sa.Text, nullable=False),
     sa.Column("tools", sa.JSON, nullable=False),
     sa.Column("max_steps", sa.Integer, nullable=False),
@@ -65,10 +66,8 @@ tasks = sa.Table(
     *_lease(),
 )
 
-workflows = sa.Table(
+workflows = _keyed_by_id(
     "orch_workflows",
-    metadata,
-    sa.Column("id", sa.String, primary_key=True),
     sa.Column("name", sa.String, nullable=False),
     sa.Column("status", sa.String, nullable=False, index=True),
     sa.Column("definition", sa.JSON, nullable=False),

@@ -34,7 +34,7 @@ def test_the_name_index_is_current() -> None:
 def _params_by_inspect(b: Builtin) -> tuple[list[Param], Any]:
     """The parameters as the registry derived them with inspect.signature."""
     sig = inspect.signature(b.impl)
-    declared = b._declared or {}
+    declared = b.declared or {}
     out = []
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:

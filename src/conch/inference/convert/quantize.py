@@ -16,24 +16,14 @@ from typing import Any
 
 from conch.inference.files import ProgressCallback
 
-# conch name -> (llama_ftype value, approximate bits per weight, for the progress estimate)
-QUANT_TYPES: dict[str, tuple[int, float]] = {
-    "q2_k": (10, 2.6),
-    "q3_k_m": (12, 3.9),
-    "q4_0": (2, 4.5),
-    "q4_1": (3, 5.0),
-    "q4_k_m": (15, 4.9),
-    "q5_0": (8, 5.5),
-    "q5_1": (9, 6.0),
-    "q5_k_m": (17, 5.7),
-    "q6_k": (18, 6.6),
-    "q8_0": (7, 8.5),
-    "f16": (1, 16.0),
-    "bf16": (32, 16.0),
-    "f32": (0, 32.0),
+# conch name -> approximate bits per weight (for the progress estimate). The llama_ftype
+# is llama.cpp's own constant of the same name, LLAMA_FTYPE_MOSTLY_<NAME> (ALL_F32 for f32).
+BITS_PER_WEIGHT: dict[str, float] = {
+    "q2_k": 2.6, "q3_k_m": 3.9, "q4_0": 4.5, "q4_1": 5.0, "q4_k_m": 4.9, "q5_0": 5.5,
+    "q5_1": 6.0, "q5_k_m": 5.7, "q6_k": 6.6, "q8_0": 8.5, "f16": 16.0, "bf16": 16.0, "f32": 32.0,
 }
 # What a GGUF may be re-quantized to: the quantized types (not f16, bf16, f32).
-REQUANT_TYPES = tuple(q for q in QUANT_TYPES if q.startswith("q"))
+REQUANT_TYPES = tuple(q for q in BITS_PER_WEIGHT if q.startswith("q"))
 
 
 class QuantizeError(RuntimeError):
@@ -50,15 +40,15 @@ def quantize(
 ) -> Path:
     """Write ``src`` quantized to ``quantization`` into ``dst`` (re-quantizing is allowed)."""
     q = quantization.lower()
-    if q not in QUANT_TYPES:
+    if q not in BITS_PER_WEIGHT:
         raise ValueError(f"unknown quantization {quantization!r}; supported: {', '.join(REQUANT_TYPES)}")
     import llama_cpp
 
     src = Path(src)
     dst = Path(dst)
-    ftype, bits = QUANT_TYPES[q]
+    bits = BITS_PER_WEIGHT[q]
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
+    params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_ALL_F32" if q == "f32" else f"LLAMA_FTYPE_MOSTLY_{q.upper()}")
     params.nthread = nthread if nthread is not None else (os.cpu_count() or 1)
     params.allow_requantize = True
 

@@ -59,21 +59,12 @@ class ChatInputError(ValueError):
 
 
 @dataclass
-class TokenCounters:
-    """Tokens in and out, and the time to first token as a sum (seconds) and a count."""
+class EngineStats:
+    """What an engine counts itself: tokens sampled, cancelled streams included (the server's
+    ``generated_tokens``; the serving layer counts what reached a client). Written by the
+    engine's worker thread only."""
 
-    prompt_tokens: int = 0
     completion_tokens: int = 0
-    ttft_sum: float = 0.0
-    ttft_count: int = 0
-
-
-@dataclass
-class EngineStats(TokenCounters):
-    """Counters the server exports as metrics (written by the engine's worker thread only)."""
-
-    requests: int = 0
-    decode_time_s: float = 0.0
 
 
 @dataclass

@@ -135,8 +135,6 @@ class OnnxEmbeddingEngine:
             out: list[list[float]] = []
             for i in range(0, len(inputs), batch_size):
                 out.extend(self._embed_batch(session, inputs[i : i + batch_size]))
-            self.stats.prompt_tokens += sum(len(t) for t in inputs)
-            self.stats.requests += 1
             return out
         finally:
             with self._lock:

@@ -18,15 +18,8 @@ class ProviderError(DomainError, status=502, code="provider_error"):
 
     code: str
 
-    def __init__(
-        self,
-        provider: str,
-        message: str,
-        *,
-        status: int | None = None,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> None:
+    def __init__(self, provider: str, message: str, *, status: int | None = None,
+                 code: str | None = None, param: str | None = None) -> None:
         text = message if message.startswith(f"{provider}: ") else f"{provider}: {message}"
         super().__init__(text, status=status, code=code or None, where=param)
         self.provider = provider

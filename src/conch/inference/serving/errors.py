@@ -35,16 +35,8 @@ ERROR_TYPES = OPENAI_ERROR_TYPES
 class ServingError(DomainError):
     """What the serving layer refuses; ``param`` (also ``where``) names the request field."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str | None = None,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message, status=status, code=code, where=param)
         self.type = type or ERROR_TYPES.get(status, "invalid_request_error")
         self.param = param

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conch.inference.engines.base import TokenCounters
-
 
 @dataclass
-class ServingMetrics(TokenCounters):
+class ServingMetrics:
+    """Tokens in and out, time to first token as a sum (seconds) and a count, decode rate."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_sum: float = 0.0
+    ttft_count: int = 0
     gen_seconds: float = 0.0
     gen_tokens: int = 0
     last_tokens_per_second: float = 0.0

@@ -19,9 +19,10 @@ from conch.lang import values
 from conch.lang.builtins._index import INDEX
 from conch.lang.context import EFFECTS, current
 from conch.lang.errors import ConchError
+from conch.lang.record import record
 
-# Plain classes rather than dataclasses, and no typing or inspect at run time: each of them
-# costs milliseconds on every start of a program that names a builtin.
+# Records rather than dataclasses, and no typing or inspect at run time: each of them costs
+# milliseconds on every start of a program that names a builtin.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -37,28 +38,14 @@ _MISSING: Any = object()
 _EMPTY: Any = object()  # a parameter without a default
 
 
+@record
 class Example:
     """A program and what it must produce. ``result`` is compared as JSON; when the result
     cannot be known in advance (``uuid``, ``now``) give ``type`` instead."""
 
-    __slots__ = ("code", "result", "type")
-
-    def __init__(self, code: str, result: Any = _MISSING, type: str | None = None) -> None:
-        self.code = code
-        self.result = result
-        self.type = type
-
-    def __repr__(self) -> str:
-        return f"Example(code={self.code!r}, result={self.result!r}, type={self.type!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Example)
-        return (self.code, self.result, self.type) == (other.code, other.result, other.type)
-
-    def __hash__(self) -> int:
-        return hash((self.code, self.result, self.type))
+    code: str
+    result: Any = _MISSING
+    type: str | None = None
 
     @property
     def has_result(self) -> bool:
@@ -73,32 +60,13 @@ class Example:
         return out
 
 
+@record
 class Param:
-    __slots__ = ("default", "name", "required", "type", "variadic")
-
-    def __init__(self, name: str, type: str, required: bool, default: Any = None,
-                 variadic: bool = False) -> None:
-        self.name = name
-        self.type = type
-        self.required = required
-        self.default = default
-        self.variadic = variadic
-
-    def _key(self) -> tuple[Any, ...]:
-        return (self.name, self.type, self.required, self.default, self.variadic)
-
-    def __repr__(self) -> str:
-        return (f"Param(name={self.name!r}, type={self.type!r}, required={self.required!r}, "
-                f"default={self.default!r}, variadic={self.variadic!r})")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Param)
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
+    name: str
+    type: str
+    required: bool
+    default: Any = None
+    variadic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,45 +143,27 @@ def _inspect_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int, 
     return params, _EMPTY if sig.return_annotation is empty else sig.return_annotation
 
 
+@record(eq=False)
 class Builtin:
     """One builtin. ``params``, ``returns`` and the checked wrapper ``fn`` are worked out on
     first use: the declaration alone is what ~150 builtins cost at import."""
 
-    __slots__ = (
-        "_declared", "_fn", "_params", "_returns", "_sig", "aliases", "category", "description",
-        "effect", "examples", "impl", "name", "overloads",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        category: str,
-        description: str,
-        params: list[Param] | None,
-        returns: str | None,
-        effect: str,
-        examples: list[Example],
-        aliases: tuple[str, ...],
-        impl: Callable[..., Any],
-        # Builtins of different categories sharing a name (``append``, ``find``): the entry in
-        # REGISTRY dispatches on the type of the first argument to one of these.
-        overloads: list[Builtin] | None = None,
-        _fn: Callable[..., Any] | None = None,
-        _sig: list[tuple[str, int, Any, Any]] | None = None,
-    ) -> None:
-        self.name = name
-        self.category = category
-        self.description = description
-        self._params = params
-        self._returns = returns
-        self.effect = effect
-        self.examples = examples
-        self.aliases = aliases
-        self.impl = impl
-        self.overloads = [] if overloads is None else overloads
-        self._fn = _fn
-        self._sig = _sig
-        self._declared: dict[str, str] | None = None
+    name: str
+    category: str
+    description: str
+    effect: str
+    examples: list[Example]
+    aliases: tuple[str, ...]
+    impl: Callable[..., Any]
+    # Builtins of different categories sharing a name (``append``, ``find``): the entry in
+    # REGISTRY dispatches on the type of the first argument to one of these.
+    overloads: tuple[Builtin, ...] = ()
+    # The ``params`` the decorator was given: conch type names overriding annotations
+    declared: dict[str, str] | None = None
+    _params: list[Param] | None = None
+    _returns: str | None = None
+    _fn: Callable[..., Any] | None = None
+    _sig: list[tuple[str, int, Any, Any]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -248,7 +198,7 @@ class Builtin:
     def params(self) -> list[Param]:
         plist = self._params
         if plist is None:
-            declared = self._declared or {}
+            declared = self.declared or {}
             plist = []
             for name, kind, default, ann in self._parameters():
                 if kind == _VAR_KEYWORD:
@@ -637,18 +587,8 @@ def builtin(
         if not examples:
             raise AssertionError(f"{name}: at least one example is required")
         exs = [e if isinstance(e, Example) else Example(e[0], e[1]) for e in examples]
-        b = Builtin(
-            name=name,
-            category=category,
-            description=description,
-            params=None,
-            returns=returns or None,
-            effect=effect,
-            examples=exs,
-            aliases=tuple(aliases),
-            impl=impl,
-        )
-        b._declared = params
+        b = Builtin(name, category, description, effect, exs, tuple(aliases), impl,
+                    declared=params, _returns=returns or None)
         for key in (name, *aliases):
             existing = dict.get(REGISTRY, key)
             REGISTRY[key] = b if existing is None else _overload(key, existing, b)
@@ -693,16 +633,16 @@ def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
 
     head = members[0]
     combined = Builtin(
-        name=key,
-        category=head.category,
-        description=" / ".join(m.description for m in members),
-        params=head.params,
-        returns=head.returns if all(m.returns == head.returns for m in members) else "Any",
-        effect=head.effect,
-        examples=[e for m in members for e in m.examples],
-        aliases=(),
-        impl=head.impl,
-        overloads=members,
+        key,
+        head.category,
+        " / ".join(m.description for m in members),
+        head.effect,
+        [e for m in members for e in m.examples],
+        (),
+        head.impl,
+        overloads=tuple(members),
+        _params=head.params,
+        _returns=head.returns if all(m.returns == head.returns for m in members) else "Any",
     )
     dispatch.__doc__ = combined.description
     dispatch.__name__ = key if key.isidentifier() else "builtin"

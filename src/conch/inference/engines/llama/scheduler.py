@@ -19,7 +19,6 @@ import codecs
 import ctypes
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -61,8 +60,6 @@ class Job:
     last_token: int = -1
     text: str = ""
     emitted: int = 0
-    submitted_at: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     stop_hit: str | None = None
@@ -115,7 +112,8 @@ class Scheduler:
         cache_prompt: bool,
         stats: EngineStats,
     ) -> None:
-        self._model = model
+        # The model is only read through its vocabulary (token pieces, end-of-generation).
+        self._vocab = model.vocab
         self._ctx = ctx
         self.name = name
         self.n_batch = n_batch
@@ -127,7 +125,7 @@ class Scheduler:
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
         self.n_vocab = int(model.n_vocab())
         self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
-            model.vocab, params, self.n_vocab, kv_total)
+            self._vocab, params, self.n_vocab, kv_total)
         self._batch: Any = None
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -208,13 +206,12 @@ class Scheduler:
         if reason != "cancelled":
             tail = job.text[job.emitted :] if reason != "error" else ""
             job.push(TokenEvent(tail, job.n_gen, reason, error, stop_sequence=job.stop_hit if reason == "stop" else None))
-        self.stats.requests += 1
 
     def _loop(self) -> None:
         llama_cpp = init_backend()
         fast = fast_calls()
         ctx = self._ctx.ctx
-        vocab = self._model.vocab
+        vocab = self._vocab
         batch = self._batch
         pool = self.pool
         append_text = sampling.append_text
@@ -289,9 +286,7 @@ class Scheduler:
                     sample_at.append((job, n - 1))
             batch.n_tokens = n
 
-            t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(ctx, batch)
-            self.stats.decode_time_s += time.perf_counter() - t0
             if rc != 0:
                 with self._cond:
                     for job in active:
@@ -299,7 +294,6 @@ class Scheduler:
                 continue
             for job, take in prefilled:
                 job.n_past += take
-                self.stats.prompt_tokens += take
             for job in generating:
                 job.n_past += 1
 
@@ -309,11 +303,6 @@ class Scheduler:
                 if job.params.logprobs is not None and not self._is_eog(tok):
                     job.pending_logprobs.append(sampling.token_logprob(
                         init_backend().llama_get_logits_ith(ctx, idx), self.n_vocab, tok, job.params.logprobs, self._piece))
-                now = time.perf_counter()
-                if job.first_token_at is None:
-                    job.first_token_at = now
-                    self.stats.ttft_sum += now - job.submitted_at
-                    self.stats.ttft_count += 1
                 eog = self._eog.get(tok)
                 if eog is None:
                     eog = self._eog[tok] = bool(fast.llama_vocab_is_eog(vocab, tok))
@@ -378,7 +367,7 @@ class Scheduler:
     def _is_eog(self, tok: int) -> bool:
         eog = self._eog.get(tok)
         if eog is None:
-            eog = self._eog[tok] = bool(fast_calls().llama_vocab_is_eog(self._model.vocab, tok))
+            eog = self._eog[tok] = bool(fast_calls().llama_vocab_is_eog(self._vocab, tok))
         return eog
 
     def _piece(self, tok: int) -> bytes:
@@ -386,10 +375,10 @@ class Scheduler:
         if piece is not None:
             return piece
         fast = fast_calls()
-        n = fast.llama_token_to_piece(self._model.vocab, tok, self._piece_buf, 256, 0, False)
+        n = fast.llama_token_to_piece(self._vocab, tok, self._piece_buf, 256, 0, False)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = fast.llama_token_to_piece(self._model.vocab, tok, buf, -n, 0, False)
+            n = fast.llama_token_to_piece(self._vocab, tok, buf, -n, 0, False)
             piece = bytes(buf.raw[:n])
         else:
             piece = bytes(self._piece_buf.raw[:n])
