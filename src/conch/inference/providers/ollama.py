@@ -18,20 +18,8 @@ from typing import Any
 import httpx
 import ollama
 
-from conch.inference.providers.base import (
-    Provider,
-    Timeouts,
-    parse_arguments,
-    refuse,
-    stop_list,
-    text_of,
-)
-from conch.inference.providers.errors import (
-    ProviderError,
-    ProviderUnreachable,
-    UnsupportedByProvider,
-    status_error,
-)
+from conch.inference.providers import errors, translate
+from conch.inference.providers.base import Provider, Timeouts
 
 OLLAMA_URL = "http://127.0.0.1:11434"
 
@@ -62,18 +50,18 @@ class OllamaProvider(Provider):
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, timeout) from None
         if response.status_code >= 400:
-            raise status_error(self.id, response.status_code, _json(response), response.text)
+            raise errors.status_error(self.id, response.status_code, _json(response), response.text)
         try:
             listed = ollama.ListResponse.model_validate(response.json())
         except ValueError as exc:
-            raise ProviderUnreachable(self.id, f"/api/tags answered something else: {exc}") from None
+            raise errors.ProviderUnreachable(self.id, f"/api/tags answered something else: {exc}") from None
         return [m.model for m in listed.models if m.model]
 
     # -- chat --------------------------------------------------------------------------------
     def request(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
         """The ``/api/chat`` arguments for an OpenAI chat request (400 for what Ollama lacks)."""
-        refuse(self.id, body, {"n": 1, "logprobs": False, "top_logprobs": None,
-                               "logit_bias": None, "parallel_tool_calls": True})
+        translate.refuse(self.id, body, {"n": 1, "logprobs": False, "top_logprobs": None,
+                                         "logit_bias": None, "parallel_tool_calls": True})
         options: dict[str, Any] = {}
         for field, option in _OPTIONS.items():
             if body.get(field) is not None:
@@ -81,7 +69,7 @@ class OllamaProvider(Provider):
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if max_tokens is not None:
             options["num_predict"] = max_tokens
-        stop = stop_list(body.get("stop"))
+        stop = translate.stop_list(body.get("stop"))
         if stop:
             options["stop"] = stop
         args: dict[str, Any] = {"model": model, "messages": self._messages(body["messages"])}
@@ -91,8 +79,8 @@ class OllamaProvider(Provider):
         choice = body.get("tool_choice")
         if tools and choice != "none":
             if choice not in (None, "auto"):
-                raise UnsupportedByProvider(self.id, "tool_choice",
-                                            "Ollama lets the model choose; only 'auto' and 'none'")
+                raise errors.UnsupportedByProvider(self.id, "tool_choice",
+                                                   "Ollama lets the model choose; only 'auto' and 'none'")
             args["tools"] = tools
         fmt = body.get("response_format")
         if fmt and fmt.get("type") == "json_object":
@@ -109,13 +97,13 @@ class OllamaProvider(Provider):
         names: dict[str, str] = {}  # tool_call id -> function name, for tool results
         for m in messages:
             role = "system" if m["role"] == "developer" else m["role"]
-            msg: dict[str, Any] = {"role": role, "content": text_of(m.get("content"))}
+            msg: dict[str, Any] = {"role": role, "content": translate.text_of(m.get("content"))}
             for call in m.get("tool_calls") or []:
                 fn = call["function"]
                 names[call.get("id", "")] = fn["name"]
                 msg.setdefault("tool_calls", []).append(
                     {"function": {"name": fn["name"],
-                                  "arguments": parse_arguments(self.id, fn.get("arguments"))}}
+                                  "arguments": translate.parse_arguments(self.id, fn.get("arguments"))}}
                 )
             if role == "tool":
                 name = m.get("name") or names.get(m.get("tool_call_id") or "")
@@ -161,7 +149,7 @@ class OllamaProvider(Provider):
             # the first part now so that they surface as the response's status.
             first = await anext(upstream)
         except StopAsyncIteration:
-            raise ProviderUnreachable(self.id, "the stream ended before any answer") from None
+            raise errors.ProviderUnreachable(self.id, "the stream ended before any answer") from None
         except Exception as exc:
             raise self._error(exc) from None
         return self._chunks(upstream, first, f"{self.id}:{model}", include_usage)
@@ -197,8 +185,8 @@ class OllamaProvider(Provider):
                 try:
                     part = await anext(upstream)
                 except StopAsyncIteration:
-                    raise ProviderUnreachable(self.id, "the stream ended before the answer was done") from None
-        except ProviderError:
+                    raise errors.ProviderUnreachable(self.id, "the stream ended before the answer was done") from None
+        except errors.ProviderError:
             raise
         except Exception as exc:
             raise self._error(exc) from None
@@ -207,10 +195,10 @@ class OllamaProvider(Provider):
 
     # -- embeddings ----------------------------------------------------------------------------
     async def embed(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        refuse(self.id, body, {"encoding_format": ("float", "base64")})
+        translate.refuse(self.id, body, {"encoding_format": ("float", "base64")})
         raw = body["input"]
         if not (isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw))):
-            raise UnsupportedByProvider(self.id, "input", "Ollama embeds text, not token arrays")
+            raise errors.UnsupportedByProvider(self.id, "input", "Ollama embeds text, not token arrays")
         args: dict[str, Any] = {"model": model, "input": raw}
         if body.get("dimensions") is not None:
             args["dimensions"] = body["dimensions"]
@@ -236,18 +224,18 @@ class OllamaProvider(Provider):
         await self.client.close()
 
     # -- errors --------------------------------------------------------------------------------
-    def _error(self, exc: BaseException) -> ProviderError:
-        if isinstance(exc, ProviderError):
+    def _error(self, exc: BaseException) -> errors.ProviderError:
+        if isinstance(exc, errors.ProviderError):
             return exc
         if isinstance(exc, ollama.ResponseError):
             status = exc.status_code if exc.status_code and exc.status_code > 0 else 502
-            return status_error(self.id, status, {"error": {"message": exc.error}}, exc.error)
+            return errors.status_error(self.id, status, {"error": {"message": exc.error}}, exc.error)
         if isinstance(exc, httpx.HTTPError):
             return self._transport_error(exc)
         if isinstance(exc, ConnectionError):  # the client's "Failed to connect to Ollama"
-            return ProviderUnreachable(self.id, f"cannot reach {self.url}")
+            return errors.ProviderUnreachable(self.id, f"cannot reach {self.url}")
         if isinstance(exc, ValueError):  # a line that is not the protocol
-            return ProviderUnreachable(self.id, f"answered outside its protocol: {exc}")
+            return errors.ProviderUnreachable(self.id, f"answered outside its protocol: {exc}")
         raise exc
 
 

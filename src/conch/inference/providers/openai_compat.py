@@ -17,12 +17,8 @@ import httpx as plain_httpx
 import httpx2 as httpx  # the transport the openai client is built on
 import openai
 
+from conch.inference.providers import errors
 from conch.inference.providers.base import CONCH_ONLY_FIELDS, Provider, Timeouts
-from conch.inference.providers.errors import (
-    ProviderError,
-    ProviderUnreachable,
-    status_error,
-)
 
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -115,7 +111,7 @@ class OpenAICompatProvider(Provider):
                 data = json.loads(raw)
             except ValueError:
                 data = None
-            raise status_error(self.id, response.status_code, data, raw.decode("utf-8", "replace")[:500])
+            raise errors.status_error(self.id, response.status_code, data, raw.decode("utf-8", "replace")[:500])
         return self._relay(response, f"{self.id}:{model}")
 
     def _stream_client(self) -> plain_httpx.AsyncClient:
@@ -143,13 +139,13 @@ class OpenAICompatProvider(Provider):
                 if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
                     err = chunk["error"]
                     message = err.get("message") if isinstance(err, dict) else str(err)
-                    raise ProviderUnreachable(self.id, f"failed mid-stream: {message}")
+                    raise errors.ProviderUnreachable(self.id, f"failed mid-stream: {message}")
                 chunk["model"] = model
                 yield chunk
         except plain_httpx.HTTPError as exc:  # the body broke off between events
             raise self._transport_error(exc) from None
         except ValueError:
-            raise ProviderUnreachable(self.id, "sent a stream event that is not JSON") from None
+            raise errors.ProviderUnreachable(self.id, "sent a stream event that is not JSON") from None
         finally:
             await response.aclose()
 
@@ -173,16 +169,16 @@ class OpenAICompatProvider(Provider):
             await self._http.aclose()
 
     # -- errors ------------------------------------------------------------------------------
-    def _error(self, exc: openai.OpenAIError, timeout: float | None = None) -> ProviderError:
+    def _error(self, exc: openai.OpenAIError, timeout: float | None = None) -> errors.ProviderError:
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out(timeout)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__
             detail = f" ({type(cause).__name__})" if cause is not None else ""
-            return ProviderUnreachable(self.id, f"cannot reach {self.url}{detail}")
+            return errors.ProviderUnreachable(self.id, f"cannot reach {self.url}{detail}")
         if isinstance(exc, openai.APIStatusError):
-            return status_error(self.id, exc.status_code, exc.body, exc.message)
+            return errors.status_error(self.id, exc.status_code, exc.body, exc.message)
         if isinstance(exc, openai.APIError):  # an error event inside a stream
-            return ProviderUnreachable(self.id, exc.message)
-        return ProviderUnreachable(self.id, str(exc))
+            return errors.ProviderUnreachable(self.id, exc.message)
+        return errors.ProviderUnreachable(self.id, str(exc))
 

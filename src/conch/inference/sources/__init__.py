@@ -13,11 +13,10 @@ from types import ModuleType
 
 from conch.inference.files import ProgressCallback
 from conch.inference.sources import file, huggingface, ollama, pypi, url
-from conch.inference.sources.base import (
+from conch.inference.sources.base import FetchRequest, FetchResult
+from conch.inference.sources.errors import (
     BadRequest,
     Conflict,
-    FetchRequest,
-    FetchResult,
     ModelOpError,
     NotFound,
     SourceUnreachable,

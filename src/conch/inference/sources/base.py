@@ -1,9 +1,8 @@
-"""What every model source shares: the request, the result, progress reports and errors.
+"""What every model source shares: the request, the result and progress reports.
 
 A source only ever writes into the staging directory it is given (under ``<data_dir>/tmp``);
 moving the result into the store is the caller's job, done once the files are complete and
-verified. Errors carry the HTTP status the routes answer with, so the web layer stays thin
-and the domain code never imports it.
+verified. The errors sources raise live in :mod:`conch.inference.sources.errors`.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.errors import DomainError
 from conch.inference.files import ProgressCallback, sha256_file
+from conch.inference.sources import errors
 
 # Files that make up a Hugging Face-style model directory (besides the weights).
 TOKENIZER_FILES = (
@@ -32,36 +31,6 @@ TOKENIZER_FILES = (
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
 )
-
-
-class ModelOpError(DomainError, status=500, code="internal_error"):
-    """A failure of a download or conversion, with the HTTP status that describes it."""
-
-    code: str
-
-    @property
-    def status_code(self) -> int:
-        return self.status
-
-
-class BadRequest(ModelOpError, status=400, code="invalid_request"):
-    pass
-
-
-class NotFound(ModelOpError, status=404, code="not_found"):
-    pass
-
-
-class Conflict(ModelOpError, status=409, code="conflict"):
-    pass
-
-
-class SourceUnreachable(ModelOpError, status=502, code="bad_gateway"):
-    """The source could not be reached or answered with an error (the cause is in the message)."""
-
-
-class VerificationFailed(ModelOpError, status=502, code="verification_failed"):
-    """Bytes arrived but do not match the digest they were promised to have."""
 
 
 @dataclass
@@ -121,7 +90,7 @@ def detect_format(root: Path, files: list[str]) -> tuple[str, str]:
     if onnx:
         return "onnx", ""
     names = ", ".join(files[:10]) or "nothing"
-    raise BadRequest(
+    raise errors.BadRequest(
         f"no model weights found (expected *.gguf, *.safetensors or *.onnx); got {names}"
     )
 

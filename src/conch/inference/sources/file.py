@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conch.inference.files import ProgressCallback
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
-    BadRequest,
     FetchRequest,
     FetchResult,
-    NotFound,
-    VerificationFailed,
     place_file,
     report,
     staged_result,
@@ -23,9 +21,9 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     raw = request.path or request.model_id
     src = Path(raw).expanduser()
     if not src.is_absolute():
-        raise BadRequest(f"the file source needs an absolute `path`; got {raw!r}")
+        raise errors.BadRequest(f"the file source needs an absolute `path`; got {raw!r}")
     if not src.exists():
-        raise NotFound(f"no such file or directory: {src}")
+        raise errors.NotFound(f"no such file or directory: {src}")
     if src.is_file():
         sources = [(src, src.name)]
     else:
@@ -39,7 +37,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         report(progress, "copying", done, total)
     result = staged_result(staging_dir, request.revision, {"path": str(src)})
     if request.sha256 and result.sha256 and result.sha256 != request.sha256.lower():
-        raise VerificationFailed(
+        raise errors.VerificationFailed(
             f"sha256 mismatch for {src}: expected {request.sha256}, got {result.sha256}"
         )
     return result

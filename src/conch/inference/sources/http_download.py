@@ -28,10 +28,8 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from conch.inference.files import ProgressCallback
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
-    NotFound,
-    SourceUnreachable,
-    VerificationFailed,
     report,
 )
 
@@ -114,13 +112,13 @@ def _open_direct(url: str, headers: dict[str, str]) -> _Response:
         elif parts.scheme == "http":
             conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=_TIMEOUT_S)
         else:
-            raise SourceUnreachable(f"unsupported URL scheme in {url}")
+            raise errors.SourceUnreachable(f"unsupported URL scheme in {url}")
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
         hdrs = {"User-Agent": "conch", "Accept-Encoding": "identity", **headers}
         if parts.username or parts.password:
-            raise SourceUnreachable("credentials in URLs are not supported")
+            raise errors.SourceUnreachable("credentials in URLs are not supported")
         conn.request("GET", target, headers=hdrs)
         resp = conn.getresponse()
         if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
@@ -133,7 +131,7 @@ def _open_direct(url: str, headers: dict[str, str]) -> _Response:
             url = location
             continue
         return _DirectResponse(conn, resp)
-    raise SourceUnreachable(f"too many redirects for {url}")
+    raise errors.SourceUnreachable(f"too many redirects for {url}")
 
 
 def _open(url: str, headers: dict[str, str], client: httpx.Client | None) -> _Response:
@@ -171,7 +169,7 @@ def download(
     digest = _download(client, url, part, dict(headers or {}), size, progress, status, max_attempts)
     if expected_sha and digest != expected_sha:
         part.unlink(missing_ok=True)
-        raise VerificationFailed(f"sha256 mismatch for {url}: expected {expected_sha}, got {digest}")
+        raise errors.VerificationFailed(f"sha256 mismatch for {url}: expected {expected_sha}, got {digest}")
     os.replace(part, dest)
     return digest
 
@@ -223,9 +221,9 @@ def _download(
                     part.unlink()
                     continue
                 if resp.status in (401, 403, 404):
-                    raise NotFound(f"{url} answered {resp.status} {resp.reason}")
+                    raise errors.NotFound(f"{url} answered {resp.status} {resp.reason}")
                 if resp.status >= 400:
-                    raise SourceUnreachable(f"{_host(url)} answered {resp.status} {resp.reason} for {url}")
+                    raise errors.SourceUnreachable(f"{_host(url)} answered {resp.status} {resp.reason} for {url}")
                 if have and resp.status == 206:
                     mode = "ab"
                     crange = resp.headers.get("content-range", "")
@@ -260,7 +258,7 @@ def _download(
             attempts_without_progress = 0 if now > start else attempts_without_progress + 1
             continue
     else:
-        raise SourceUnreachable(f"cannot download {url} from {_host(url)}: {last_error!r}")
+        raise errors.SourceUnreachable(f"cannot download {url} from {_host(url)}: {last_error!r}")
 
     if hasher is None or hashed != part.stat().st_size:
         # Nothing streamed in this call (the part was already whole): hash what is on disk.
@@ -268,7 +266,7 @@ def _download(
     digest: str = hasher.hexdigest()
     if total is not None and part.stat().st_size != total:
         part.unlink(missing_ok=True)
-        raise VerificationFailed(f"size mismatch for {url}: expected {total} bytes")
+        raise errors.VerificationFailed(f"size mismatch for {url}: expected {total} bytes")
     report(progress, status, total or 0, total or 0)
     return digest
 

@@ -14,14 +14,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conch.inference.files import ProgressCallback, sha256_file
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
     TOKENIZER_FILES,
-    BadRequest,
     FetchRequest,
     FetchResult,
-    NotFound,
-    SourceUnreachable,
-    VerificationFailed,
     report,
     staged_result,
 )
@@ -43,7 +40,7 @@ def select_files(names: list[str], patterns: list[str] | None) -> list[str]:
     if patterns:
         picked = [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
         if not picked:
-            raise NotFound(
+            raise errors.NotFound(
                 f"no file matches {', '.join(patterns)}; the repository has: "
                 + ", ".join(names[:30])
             )
@@ -59,7 +56,7 @@ def select_files(names: list[str], patterns: list[str] | None) -> list[str]:
             hits = sorted(n for n in ggufs if fnmatch.fnmatch(n.lower(), pat))
             if hits:
                 return hits[:1]
-        raise BadRequest(
+        raise errors.BadRequest(
             "the repository has several GGUF files; pick one with `files`, e.g. "
             + ", ".join(sorted(ggufs)[:20])
         )
@@ -69,7 +66,7 @@ def select_files(names: list[str], patterns: list[str] | None) -> list[str]:
     onnx = [n for n in names if n.endswith(".onnx")]
     if onnx:
         return sorted(set(onnx[:1] + side_files()))
-    raise BadRequest(
+    raise errors.BadRequest(
         "the repository has no GGUF, safetensors or ONNX weights; it has: " + ", ".join(names[:30])
     )
 
@@ -99,16 +96,16 @@ def state_status(state: dict[str, Any]) -> str:
 
 
 def _map_error(exc: Exception, what: str) -> Exception:
-    from huggingface_hub import errors
+    from huggingface_hub import errors as hf_errors
 
-    if isinstance(exc, errors.RepositoryNotFoundError | errors.RevisionNotFoundError):
-        return NotFound(f"{what}: {str(exc).splitlines()[0]}")
-    if isinstance(exc, errors.EntryNotFoundError) and not isinstance(
-        exc, errors.LocalEntryNotFoundError
+    if isinstance(exc, hf_errors.RepositoryNotFoundError | hf_errors.RevisionNotFoundError):
+        return errors.NotFound(f"{what}: {str(exc).splitlines()[0]}")
+    if isinstance(exc, hf_errors.EntryNotFoundError) and not isinstance(
+        exc, hf_errors.LocalEntryNotFoundError
     ):
-        return NotFound(f"{what}: {str(exc).splitlines()[0]}")
+        return errors.NotFound(f"{what}: {str(exc).splitlines()[0]}")
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return SourceUnreachable(f"{what}: {text}")
+    return errors.SourceUnreachable(f"{what}: {text}")
 
 
 def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback | None) -> FetchResult:
@@ -116,7 +113,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
 
     repo = request.repo or request.model_id
     if repo.count("/") != 1:
-        raise BadRequest(f"a Hugging Face repository is `owner/name`; got {repo!r}")
+        raise errors.BadRequest(f"a Hugging Face repository is `owner/name`; got {repo!r}")
     endpoint = (request.endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = request.token or os.environ.get("HF_TOKEN") or None
     revision = request.revision or "main"
@@ -134,7 +131,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     tqdm_class = _progress_tqdm(progress, state)
     for name in chosen:
         if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
-            raise SourceUnreachable(f"the repository listing has an unsafe file name {name!r}")
+            raise errors.SourceUnreachable(f"the repository listing has an unsafe file name {name!r}")
         state["status"] = f"downloading {name}"
         before = state["completed"]
         report(progress, state["status"], before, total)
@@ -164,7 +161,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         if expected:
             got = digests[name] = sha256_file(staging_dir / name)
             if got != expected:
-                raise VerificationFailed(f"sha256 mismatch for {name}: expected {expected}, got {got}")
+                raise errors.VerificationFailed(f"sha256 mismatch for {name}: expected {expected}, got {got}")
     extra = {"repo": repo, "endpoint": endpoint, "requested_revision": revision}
     result = staged_result(staging_dir, commit, extra, digests)
     report(progress, "verifying sha256", total, total)

