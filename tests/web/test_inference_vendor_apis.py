@@ -132,6 +132,10 @@ def test_messages_stream(inference_server: RunningServer) -> None:
         final = stream.get_final_message()
     kinds = [e.type for e in raw]
     assert kinds[0] == "message_start" and "content_block_delta" in kinds and kinds[-1] == "message_stop"
+    # As Anthropic does, message_start already reports the prompt's tokens (clients such as
+    # LangChain read input tokens there and output tokens from message_delta).
+    start = raw[0].message.usage  # type: ignore[union-attr]
+    assert start.input_tokens > 0 and start.input_tokens == final.usage.input_tokens
     text = "".join(e.delta.text for e in raw if e.type == "content_block_delta" and e.delta.type == "text_delta")  # type: ignore[union-attr]
     assert text and final.content[0].text == text  # type: ignore[union-attr]
     # The raw events, as they arrived, against Anthropic's own event types.

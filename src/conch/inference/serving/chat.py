@@ -108,11 +108,14 @@ class ChatServing(Serving):
                 _check_engine(engine, spec, req)
                 return len(engine.chat_prompt(spec).tokens)
 
-    async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, req: ChatCompletionRequest, *, prompt_usage: bool = False) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` objects as tokens come; closing the iterator cancels generation.
 
         Setup errors (unknown model, bad fields, a full queue, a prompt too long) are raised
         by the first ``__anext__``, before any chunk; a failure later is raised mid-stream.
+        With ``prompt_usage`` the first chunk of a local model carries ``usage`` with the
+        prompt's tokens (Anthropic's ``message_start`` reports them); OpenAI's chunks carry
+        none before the last.
         """
         remote = remote_hook.route(self.providers, req.model)
         if remote is not None:
@@ -149,7 +152,9 @@ class ChatServing(Serving):
                 )
                 try:
                     for i in range(spec.n):
-                        yield chunk([_choice(i, {"role": "assistant", "content": ""})])
+                        usage = {"prompt_tokens": n_prompt, "completion_tokens": 0, "total_tokens": n_prompt}
+                        yield chunk([_choice(i, {"role": "assistant", "content": ""})],
+                                    usage if prompt_usage and i == 0 else None)
                     async for ev in events:
                         if first is None:
                             first = time.perf_counter()

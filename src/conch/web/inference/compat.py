@@ -139,6 +139,8 @@ class ChatDialect(Generic[T]):
     # The events that end a stream that failed after its 200 was sent.
     failed: Callable[[T, VendorError], list[Any]]
     shape: ErrorShape
+    # Whether the stream's first chunk should carry the prompt's token count.
+    prompt_usage: bool = False
 
 
 async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialect[T]) -> Response:
@@ -149,7 +151,7 @@ async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialec
         if not req.stream:
             return JSONResponse(dialect.answer(await serving.create(req), body, created))
         # Errors known before any output (unknown model, prompt too long) still get a status.
-        first, stream = await primed(serving.stream(req))
+        first, stream = await primed(serving.stream(req, prompt_usage=dialect.prompt_usage))
     except Exception as exc:
         return respond_error(vendor_error(exc), dialect.shape)
     translator = dialect.translator(body, first)

@@ -34,10 +34,13 @@ def _encode(event: a.Event) -> bytes:
 ANTHROPIC = ChatDialect(
     to_chat=a.messages_to_chat,
     answer=lambda completion, body, _created: a.chat_to_message(completion, body["model"]),
-    translator=lambda body, first: a.MessageStream(body["model"], msg_id=a.message_id((first or {}).get("id"))),
+    translator=lambda body, first: a.MessageStream(
+        body["model"], input_tokens=((first or {}).get("usage") or {}).get("prompt_tokens", 0),
+        msg_id=a.message_id((first or {}).get("id"))),
     encode=_encode,
     failed=lambda _translator, err: [("error", a.error_body(err.status, err.message))],
     shape=lambda status, message, _param: a.error_body(status, message),
+    prompt_usage=True,
 )
 
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
