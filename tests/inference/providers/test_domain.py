@@ -35,18 +35,25 @@ def make_registry(tmp_path: Any, ollama: str, anthropic: str, key: str = ANTHROP
         providers={"anthropic": ProviderConfig(url=anthropic)},
         provider_timeout_s=over.pop("provider_timeout_s", 5.0), provider_probe_timeout_s=0.5, **over,
     )
-    return ProviderRegistry(settings)
+    registry = ProviderRegistry(settings)
+    _opened.append(registry)
+    return registry
 
 
 _loop: asyncio.AbstractEventLoop | None = None
+_opened: list[ProviderRegistry] = []
 
 
 @pytest.fixture(autouse=True)
 def event_loop_per_test() -> Any:
-    """One loop per test: a provider's connection pool belongs to the loop that opened it."""
+    """One loop per test: a provider's connection pool belongs to the loop that opened it, so
+    every registry a test made is closed on that loop before it closes (a client left open
+    would be closed by the garbage collector on whatever loop runs next)."""
     global _loop
     _loop = asyncio.new_event_loop()
     yield
+    while _opened:
+        _loop.run_until_complete(_opened.pop().close())
     _loop.close()
     _loop = None
 

@@ -98,7 +98,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     db.dispose_all()
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an asyncio loop running in this
+# thread while it is open, and tests run after these (asyncio.run) would find it.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium; .ci/run does it)")
