@@ -3,9 +3,9 @@
 Importing ``dataclasses`` (and the ``inspect`` it pulls in) takes about 20 ms, which every
 ``conch -c`` would pay. A record's annotated fields, its bases' first and any after a
 ``_: KW_ONLY`` marker last, become an ``__init__`` taking them in that order (a field given a
-value in the class body is optional and reads that value until set), a ``__repr__`` naming
-them and, unless ``eq=False``, ``__eq__`` and ``__hash__`` over them. A method the class
-defines itself is kept, as a dataclass keeps it.
+value in the class body is optional, that value its default), a ``__repr__`` naming them
+and, unless ``eq=False``, ``__eq__`` and ``__hash__`` over them. A method the class defines
+itself is kept, as a dataclass keeps it.
 """
 
 from __future__ import annotations
