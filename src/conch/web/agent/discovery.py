@@ -6,7 +6,6 @@ runs, so each body is rendered once and served from a cache afterwards.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ from conch.web.agent.protocol import (
     TypeInfo,
 )
 from conch.web.common.errors import WebError
+from conch.web.common.responses import compact_json
 
 router = APIRouter(tags=["discovery"])
 
@@ -33,7 +33,7 @@ _cache: dict[str, bytes] = {}
 def _cached(key: str, build: Callable[[], Any]) -> Response:
     body = _cache.get(key)
     if body is None:
-        body = json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode()
+        body = compact_json(build()).encode()
         _cache[key] = body
     return Response(body, media_type="application/json")
 

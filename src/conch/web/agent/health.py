@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from fastapi import APIRouter
@@ -11,6 +10,7 @@ from starlette.responses import Response
 from conch import __version__
 from conch.web.agent.deps import MetricsDep, StartedAtDep
 from conch.web.agent.protocol import Health
+from conch.web.common.responses import json_response
 
 router = APIRouter(tags=["health"])
 
@@ -20,7 +20,7 @@ async def health(started_at: StartedAtDep) -> Response:
     """Liveness: `{status: "healthy", version, uptime_seconds}` (no key needed)."""
     uptime = int(time.monotonic() - started_at)
     body = {"status": "healthy", "version": __version__, "uptime_seconds": uptime}
-    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+    return json_response(body)
 
 
 @router.get(

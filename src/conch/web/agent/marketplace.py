@@ -8,7 +8,6 @@ error body ``{"success": false, "error": {kind, message, field}}`` with the stat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
 from conch.web.agent.deps import MarketplaceDep
 from conch.web.agent.protocol import request_body
 from conch.web.common.errors import WebError
+from conch.web.common.responses import json_response
 
 router = APIRouter(prefix="/api/v1/marketplace", tags=["marketplace"])
 
@@ -61,11 +61,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 async def _parse(request: Request, model: type[M]) -> M:
@@ -114,7 +109,7 @@ async def search(
     out = await _call(
         service.search, q, category, limit=limit, offset=offset, federated=_federated(request)
     )
-    return _json(out)
+    return json_response(out)
 
 
 @router.get("/agents", responses=_ERRORS)
@@ -125,7 +120,7 @@ async def list_agents(request: Request, service: MarketplaceDep) -> Response:
     out = await _call(service.list_agents, federated=_federated(request))
     agents, notes = out
     headers = {UPSTREAM_NOTE_HEADER: "; ".join(notes)[:500]} if notes else None
-    return _json(agents, headers=headers)
+    return json_response(agents, headers=headers)
 
 
 @router.get("/agents/{name}", responses=_ERRORS)
@@ -133,7 +128,7 @@ async def agent_versions(name: str, service: MarketplaceDep) -> Response:
     """`{name, versions, installed_version}`: every published version of one agent, newest
     first (what a downstream server resolves ranges against and verifies digests of)."""
     out = await _call(service.versions_of, name)
-    return _json(out)
+    return json_response(out)
 
 
 @router.post(
@@ -148,7 +143,7 @@ async def publish(request: Request, service: MarketplaceDep) -> Response:
     model or an oversize field → `400` naming the field."""
     body = await _parse(request, PublishRequest)
     out = await _call(service.publish, body)
-    return _json(out, 201)
+    return json_response(out, 201)
 
 
 @router.post(
@@ -161,7 +156,7 @@ async def install(request: Request, service: MarketplaceDep) -> Response:
     (`409` if it does not match). Installing the installed version again changes nothing."""
     body = await _parse(request, InstallRequest)
     out = await _call(service.install, body.name, body.version)
-    return _json(out)
+    return json_response(out)
 
 
 @router.post(
@@ -174,7 +169,7 @@ async def uninstall(request: Request, service: MarketplaceDep) -> Response:
     tasks runs."""
     body = await _parse(request, UninstallRequest)
     out = await _call(service.uninstall, body.name)
-    return _json(out)
+    return json_response(out)
 
 
 def attach(app: Any, settings: Any) -> MarketplaceService:

@@ -27,6 +27,7 @@ from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.protocol import parse_body
 from conch.web.common.errors import WebError
+from conch.web.common.responses import json_response
 from conch.web.common.sse import EventStreamResponse, encode_event
 
 PREFIX = "/api/v1/orchestration"
@@ -43,11 +44,6 @@ class AgentRequest(BaseModel):
     description: str = ""
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json")
-
-
 def _web_error(exc: OrchestrationError) -> WebError:
     if exc.where:
         return WebError(exc.status, exc.message, kind=exc.kind, where=exc.where)
@@ -56,7 +52,7 @@ def _web_error(exc: OrchestrationError) -> WebError:
 
 async def _call(coro: Any, status: int = 200) -> Response:
     try:
-        return _json(await coro, status)
+        return json_response(await coro, status)
     except OrchestrationError as exc:
         raise _web_error(exc) from None
 

@@ -30,10 +30,10 @@ Which status maps to what (the table both families' handlers use):
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 from conch.errors import OPENAI_ERROR_TYPES
+from conch.web.common.responses import compact_json
 
 OPENAI_TYPES = OPENAI_ERROR_TYPES
 
@@ -67,7 +67,7 @@ class WebError(Exception):
 
 
 def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return compact_json(data).encode()
 
 
 def agent_error_body(status: int, message: str, /, kind: str | None = None, **extra: Any) -> bytes:

@@ -9,7 +9,6 @@ producer clean up — for a sandbox run, kill its worker.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,16 +16,14 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from conch.web.common.responses import compact_json
+
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
     (b"connection", b"keep-alive"),
 ]
-
-
-# Built once: ``json.dumps`` with options other than the defaults builds an encoder per call.
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def encode_event(data: Any, *, event: str | None = None, id: int | str | None = None) -> bytes:
@@ -37,7 +34,7 @@ def encode_event(data: Any, *, event: str | None = None, id: int | str | None = 
     if isinstance(data, str):
         payload = data.replace("\n", "\ndata: ")
     else:
-        payload = _json(data)  # JSON escapes line breaks inside strings: always one line
+        payload = compact_json(data)  # JSON escapes line breaks inside strings: always one line
     if id is not None:
         event_line = f"event: {event}\n" if event is not None else ""
         return f"{event_line}id: {id}\ndata: {payload}\n\n".encode()

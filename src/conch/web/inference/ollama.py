@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -29,6 +28,7 @@ from conch.inference.protocols.completions import CompletionRequest
 from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.sources import ModelOpError, get_source
 from conch.inference.store import ModelStore
+from conch.web.common.responses import compact_json
 from conch.web.inference.compat import (
     VendorError,
     chunks,
@@ -59,7 +59,7 @@ def _shape(status: int, message: str, param: str | None) -> dict[str, Any]:
 
 
 def _line(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return compact_json(obj) + "\n"
 
 
 def _body(description: str) -> dict[str, Any]:
