@@ -129,6 +129,11 @@ class Settings(BaseSettings):
     orchestration_max_concurrent_steps: int = 64
     # agent tasks running at once on this server; the others stay pending in order
     orchestration_max_concurrent_tasks: int = 16
+    # agent tool calls: {default, effects: {EFFECT: RULE}, tools: {BUILTIN: RULE}}, RULE one
+    # of allow | ask | deny (docs/orchestration.md); agents and tasks override it. Empty:
+    # every call runs. A call waiting for approval longer than approval_timeout_s is rejected.
+    approvals: dict[str, Any] = Field(default_factory=dict)
+    approval_timeout_s: float | None = None
 
     # marketplace federation: the upstream is `marketplace_url`
     marketplace_api_key: str | None = None  # bearer key for the upstream marketplace

@@ -110,15 +110,16 @@ def test_the_fingerprint_sees_what_reaches_the_database() -> None:
 def test_a_migration_refuses_tables_that_moved_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Adding a column to ``orch_tasks`` without restating 0002 stops a fresh database from
-    being made with it (instead of 0002 silently creating the new column)."""
-    tasks = conch.orchestration.tables.tasks
+    """Adding a column to ``marketplace_agents`` without restating 0003 stops a fresh database
+    from being made with it (instead of 0003 silently creating the new column). (0002 was
+    restated when 0004 changed the orchestration tables.)"""
+    agents = conch.marketplace.tables.agents
     monkeypatch.setattr(
-        conch.orchestration.tables, "tasks", _changed(tasks, sa.Column("x", sa.Integer))
+        conch.marketplace.tables, "agents", _changed(agents, sa.Column("x", sa.Integer))
     )
     eng = db.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
     try:
-        with pytest.raises(RuntimeError, match=r"0002_orchestration creates .*orch_tasks"):
+        with pytest.raises(RuntimeError, match=r"0003_marketplace creates .*marketplace_agents"):
             db.migrate(eng)
     finally:
         eng.dispose()

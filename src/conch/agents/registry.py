@@ -36,6 +36,8 @@ class AgentSpec:
     model: str
     source: str  # "builtin" | "registered" | "marketplace"
     version: str | None = None
+    # Approval policy of its tasks' tool calls (conch.orchestration.approvals).
+    approvals: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -88,12 +88,71 @@ def tasks_show(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> No
     _print_with_steps(task, as_json, TASK_COLUMNS, TASK_STEP_COLUMNS)
     if not as_json and task.get("error"):
         typer.echo(f"error: {task['error'].get('kind')}: {task['error'].get('message')}")
+    if not as_json:
+        for call in task.get("pending") or []:
+            typer.echo(
+                f"waiting: {call['call_id']} {call['tool']}"
+                f"({json.dumps(call['args'], ensure_ascii=False)}) [{call['effect']}]: "
+                f"{call['reason']}"
+            )
 
 
 @tasks_app.command("cancel")
 def tasks_cancel(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
-    """Cancel a pending or running task."""
+    """Cancel a pending, running or waiting task."""
     _print(_call(url, "POST", f"{API}/tasks/{task_id}/cancel"), as_json, TASK_COLUMNS)
+
+
+CallIdOpt = Annotated[
+    str | None,
+    typer.Option("--call-id", help="Which pending call (when several are pending)."),
+]
+
+
+@tasks_app.command("approve")
+def tasks_approve(
+    task_id: str,
+    args: Annotated[
+        str | None,
+        typer.Option("--args", help="Run the call with these arguments instead (JSON object)."),
+    ] = None,
+    call_id: CallIdOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve the tool call a waiting task waits on; the task goes on."""
+    body: dict[str, Any] = {}
+    if args is not None:
+        try:
+            body["args"] = json.loads(args)
+        except ValueError as exc:
+            typer.echo(f"error: --args: not JSON ({exc})", err=True)
+            raise typer.Exit(2) from None
+    if call_id is not None:
+        body["call_id"] = call_id
+    task = _call(url, "POST", f"{API}/tasks/{task_id}/approve", body)
+    _print(task, as_json, TASK_COLUMNS)
+
+
+@tasks_app.command("reject")
+def tasks_reject(
+    task_id: str,
+    message: Annotated[
+        str | None,
+        typer.Option("--message", help="What the model is told instead of the call's result."),
+    ] = None,
+    call_id: CallIdOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject the tool call a waiting task waits on; the task goes on without it."""
+    body: dict[str, Any] = {}
+    if message is not None:
+        body["message"] = message
+    if call_id is not None:
+        body["call_id"] = call_id
+    task = _call(url, "POST", f"{API}/tasks/{task_id}/reject", body)
+    _print(task, as_json, TASK_COLUMNS)
 
 
 # -- workflows ----------------------------------------------------------------------------

@@ -9,7 +9,10 @@ fences around the object, so the reply goes through a lenient parser, and a repl
 is not an action gets one corrective retry.
 
 The loop knows nothing of HTTP, databases or processes: the model call, the tool call and
-what to do with each step are functions given to it.
+what to do with each step are functions given to it. Given the same model replies and tool
+results it makes the same calls in the same order, which is what lets the orchestrator
+resume a task from its checkpoint by replaying recorded replies and results (and what lets a
+tool call stop the loop to wait for a person: :class:`Interrupt`).
 """
 
 from __future__ import annotations
@@ -36,8 +39,29 @@ class Reply:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class ToolResult:
+    """What the model is told a tool call came to. ``args``: the arguments the call ran
+    with, when they are not the model's (a person edited them)."""
+
+    observation: str
+    error: dict[str, Any] | None = None
+    args: dict[str, Any] | None = None
+
+
+class Interrupt(Exception):
+    """Raised by a call function: these calls wait for a person's decision, and the loop
+    stops here (to be resumed from the task's checkpoint once they are decided)."""
+
+    def __init__(self, pending: list[dict[str, Any]]) -> None:
+        super().__init__(f"{len(pending)} tool call(s) wait for approval")
+        self.pending = pending
+
+
 ChatFn = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Reply]]
 ToolFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# A tool call of step ``index``: (index, tool, args) -> what the model is told.
+CallFn = Callable[[int, str, dict[str, Any]], Awaitable[ToolResult]]
 StepFn = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -208,10 +232,24 @@ async def run_agent_loop(
     max_steps: int,
     system: str,
     chat: ChatFn,
-    call_tool: ToolFn,
+    call_tool: ToolFn | None = None,
     on_step: StepFn | None = None,
     observation_chars: int = 4000,
+    run_call: CallFn | None = None,
 ) -> Outcome:
+    """Run the loop. Tool calls go to ``run_call`` when given (it may raise
+    :class:`Interrupt`, which stops the loop and propagates), else to ``call_tool``, whose
+    result envelope becomes the observation."""
+    if run_call is None:
+        if call_tool is None:
+            raise TypeError("run_agent_loop needs call_tool or run_call")
+        tool_fn = call_tool
+
+        async def run_envelope(_index: int, name: str, args: dict[str, Any]) -> ToolResult:
+            observation, error = observation_of(await tool_fn(name, args), observation_chars)
+            return ToolResult(observation, error)
+
+        run_call = run_envelope
     schema = action_schema(tools)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(system, tools)},
@@ -268,8 +306,13 @@ async def run_agent_loop(
                 }
                 observation = f"{error['kind']}: {problem}"
             else:
-                envelope = await call_tool(name, args)
-                observation, error = observation_of(envelope, observation_chars)
+                done = await run_call(index, name, args)
+                observation, error = done.observation, done.error
+                if done.args is not None:
+                    # The call ran with a person's edit of the arguments: the conversation
+                    # shows the call as it ran.
+                    args = done.args
+                    action = {"tool": name, "args": args}
         step: dict[str, Any] = {
             "index": index,
             "action": name,

@@ -7,8 +7,11 @@ that this server has claimed, in the background of the server's event loop:
 - workflow steps are claimed by whichever server's scheduler gets them first, so several
   servers on one PostgreSQL database share a workflow and no step runs twice;
 - a lease keeper renews this server's leases, notices work cancelled through another server,
-  and takes over work whose server died (tasks fail with reason ``interrupted``; running
-  steps are retried if they have attempts left).
+  and takes over work whose server died (tasks resume from their checkpoints; running
+  steps are retried if they have attempts left);
+- a tool call that the task's approval policy says ``ask`` for stops the task (``waiting``)
+  until a person approves or rejects it (or its approval timeout rejects it), through any
+  server; the one that records the decision resumes the task.
 
 ``run`` steps and agent tool calls go through the executor (sandbox pool or Dask); models
 are reached through the inference server's OpenAI-compatible API.
@@ -26,12 +29,35 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from conch.agents.registry import DEFAULT_AGENT, AgentRegistry, AgentSpec, qualified_model
+from conch.agents.registry import (
+    DEFAULT_AGENT,
+    DEFAULT_PROMPT,
+    AgentRegistry,
+    AgentSpec,
+    qualified_model,
+)
 from conch.agents.sandbox import Job
 from conch.config import Settings
+from conch.lang.builtins.registry import lookup
+from conch.orchestration.approvals import (
+    REPEATABLE,
+    check_call_args,
+    decide,
+    merge,
+    parse_policy,
+)
+from conch.orchestration.checkpoints import CheckpointError, Journal, call_id
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
-from conch.orchestration.loop import ModelError, Reply, run_agent_loop, unknown_tools
+from conch.orchestration.loop import (
+    Interrupt,
+    ModelError,
+    Reply,
+    ToolResult,
+    observation_of,
+    run_agent_loop,
+    unknown_tools,
+)
 from conch.orchestration.models import ModelClient
 from conch.orchestration.spec import (
     Plan,
@@ -40,7 +66,7 @@ from conch.orchestration.spec import (
     parse_workflow,
     plan,
 )
-from conch.orchestration.store import TASK_DONE, StepOutcome, Store
+from conch.orchestration.store import INTERRUPTED, TASK_DONE, StepOutcome, Store
 
 log = logging.getLogger("conch.orchestration")
 
@@ -63,6 +89,12 @@ class Orchestrator:
         self.store = Store(self.engine)
         self.agents = AgentRegistry(self.engine, settings.default_model)
         self.models = ModelClient(settings.models_url)
+        # The server's approval policy (the configuration's ``approvals``): under every
+        # agent's and task's.
+        try:
+            self.policy = parse_policy(settings.approvals, where="approvals")
+        except Invalid as exc:
+            raise ValueError(f"configuration: {exc.message}") from None
         self.instance = f"{uuid.uuid4().hex[:12]}"
         self.lease_s = settings.orchestration_lease_s
         self.capacity = settings.orchestration_max_concurrent_steps
@@ -104,11 +136,14 @@ class Orchestrator:
         self._background = [
             loop.create_task(self._scheduler(), name="orchestration-scheduler"),
             loop.create_task(self._keeper(), name="orchestration-leases"),
+            loop.create_task(self._approval_timer(), name="orchestration-approval-timeouts"),
         ]
 
     async def close(self) -> None:
-        """Stop: running tasks end as interrupted; running steps go back to pending without
-        spending an attempt... unless a lease keeper elsewhere gets them first."""
+        """Stop: running tasks are given back (the next server to look, this one restarted
+        or another on the same database, resumes them from their checkpoints); running
+        steps go back to pending without spending an attempt... unless a lease keeper
+        elsewhere gets them first."""
         self._closing = True
         for bg in self._background:
             bg.cancel()
@@ -206,6 +241,7 @@ class Orchestrator:
             "system_prompt": spec.system_prompt,
             "source": spec.source,
             "version": spec.version,
+            "approvals": spec.approvals or {},
         }
 
     async def list_agents(self) -> list[dict[str, Any]]:
@@ -228,10 +264,12 @@ class Orchestrator:
         tools: list[str],
         model: str | None,
         description: str = "",
+        approvals: Any = None,
     ) -> dict[str, Any]:
         bad = unknown_tools(tools)
         if bad:
             raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
+        policy = parse_policy(approvals) or None
         spec = AgentSpec(
             id=id,
             description=description,
@@ -239,6 +277,7 @@ class Orchestrator:
             tools=tools,
             model=qualified_model(model or self.settings.default_model),
             source="registered",
+            approvals=policy,
         )
         try:
             await self._db(self.agents.register, spec)
@@ -265,6 +304,8 @@ class Orchestrator:
         agent: str | None = None,
         model: str | None = None,
         origin: str = "api",
+        approvals: Any = None,
+        approval_timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """Record a task and start it in the background; returns the task record."""
         agent_id = agent or DEFAULT_AGENT
@@ -278,6 +319,9 @@ class Orchestrator:
             raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
         if max_steps < 1:
             raise Invalid("max_steps: must be at least 1", where="max_steps")
+        policy = merge(self.policy, spec.approvals, parse_policy(approvals))
+        if approval_timeout_s is None:
+            approval_timeout_s = self.settings.approval_timeout_s
         task_id = _new_id("task")
         row = {
             "id": task_id,
@@ -297,33 +341,44 @@ class Orchestrator:
             "origin": origin,
             "owner": self.instance,
             "lease_until": self._lease(),
+            "approvals": policy,
+            "approval_timeout_s": approval_timeout_s,
+            "pending": None,
+            "wait_until": None,
         }
         record = await self._db(self.store.insert_task, row)
-        run = asyncio.get_running_loop().create_task(self._run_task(task_id, spec, row))
-        self._tasks[task_id] = run
-        run.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
+        self._launch(task_id, spec, row, resume=False)
         return record  # type: ignore[no-any-return]
 
-    async def _run_task(self, task_id: str, spec: AgentSpec, row: dict[str, Any]) -> None:
+    def _launch(
+        self, task_id: str, spec: AgentSpec | None, row: dict[str, Any] | None, *, resume: bool
+    ) -> None:
+        """Run a task in the background: a new one (``pending``), or one this server has
+        just claimed in status ``running`` (``resume``: from its checkpoint)."""
+        if task_id in self._tasks or self._closing:
+            return
+        run = asyncio.get_running_loop().create_task(
+            self._run_task(task_id, spec, row, resume=resume)
+        )
+        self._tasks[task_id] = run
+        run.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
+
+    async def _run_task(
+        self,
+        task_id: str,
+        spec: AgentSpec | None,
+        row: dict[str, Any] | None,
+        *,
+        resume: bool,
+    ) -> None:
         stream = f"task:{task_id}"
-        usage: dict[str, int] = {}
         try:
             async with self._task_slots:
-                await self._run_task_body(task_id, spec, row, stream, usage)
+                await self._run_task_body(task_id, spec, row, stream, resume)
         except asyncio.CancelledError:
             if self._closing:
-                await asyncio.shield(
-                    self._db(
-                        self.store.finish_task,
-                        task_id,
-                        "failed",
-                        error={
-                            "kind": "InterruptedError",
-                            "reason": "interrupted",
-                            "message": "the server stopped while the task was running",
-                        },
-                    )
-                )
+                # Give it back: the next server to look resumes it from its checkpoint.
+                await asyncio.shield(self._db(self.store.release_task, task_id, self.instance))
             raise
         except Exception as exc:  # a bug must not leave the task running forever
             log.exception("task %s crashed", task_id)
@@ -336,23 +391,144 @@ class Orchestrator:
         finally:
             self._notify(stream)
 
+    async def _unresumable(self, task_id: str, why: str) -> None:
+        error = {**INTERRUPTED, "message": f"the task cannot be resumed: {why}"}
+        await self._db(self.store.finish_task, task_id, "failed", error=error)
+
     async def _run_task_body(
-        self, task_id: str, spec: AgentSpec, row: dict[str, Any], stream: str, usage: dict[str, int]
+        self,
+        task_id: str,
+        spec: AgentSpec | None,
+        row: dict[str, Any] | None,
+        stream: str,
+        resume: bool,
     ) -> None:
-        if not await self._db(self.store.start_task, task_id, self.instance, self._lease()):
-            return
+        owner = self.instance
+        journal = Journal()
+        recorded_steps = 0
+        if resume:
+            try:
+                loaded = await self._db(self.store.checkpoint, task_id)
+            except Exception as exc:  # a row that cannot even be decoded
+                await self._unresumable(task_id, f"{type(exc).__name__}: {exc}")
+                return
+            if loaded is None:
+                return
+            task_row, entries = loaded
+            if task_row.status != "running" or task_row.owner != owner:
+                return
+            try:
+                journal = Journal.load(entries)
+                if not isinstance(task_row.steps, list):
+                    raise CheckpointError("the recorded steps are not a list")
+            except CheckpointError as exc:
+                await self._unresumable(task_id, str(exc))
+                return
+            bad = unknown_tools(list(task_row.tools))
+            if bad:
+                await self._unresumable(task_id, f"unknown builtin {', '.join(map(repr, bad))}")
+                return
+            recorded_steps = len(task_row.steps)
+            row = {c: getattr(task_row, c) for c in task_row._fields}
+        else:
+            if not await self._db(self.store.start_task, task_id, owner, self._lease()):
+                return
+            if row is None:  # claimed after its server died, before it started
+                row = await self._db(self.store.task_row, task_id)
+                if row is None:
+                    return
+        assert row is not None
+        if spec is None:
+            spec = await self._db(self.agents.get, row["agent"])
+        system = spec.system_prompt if spec is not None else DEFAULT_PROMPT
         self._notify(stream)
+        policy: dict[str, Any] = row.get("approvals") or {}
+        chars = self.settings.agent_observation_chars
+        usage: dict[str, int] = {}
+        turns = 0
+        # The result of the call being completed, recorded with its step.
+        completing: list[tuple[str, dict[str, Any]]] = []
+
+        async def record(kind: str, data: dict[str, Any]) -> None:
+            if not await self._db(self.store.add_checkpoint, task_id, owner, kind, data):
+                # Cancelled (perhaps through another server), or taken over.
+                raise asyncio.CancelledError()
 
         async def chat(messages: list[dict[str, Any]], schema: dict[str, Any]) -> Reply:
-            return await self.models.chat(row["model"], messages, schema)
+            nonlocal turns
+            turn, turns = turns, turns + 1
+            if turn < len(journal.replies):
+                return journal.replies[turn]
+            reply = await self.models.chat(row["model"], messages, schema)
+            await record("model", {"turn": turn, "reply": reply.text, "usage": reply.usage})
+            return reply
 
-        async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            return await self.executor.run(Job("call", builtin=name, kwargs=args))
+        def completed(index: int, cid: str, name: str, args: dict[str, Any], done: ToolResult) -> ToolResult:  # fmt: skip
+            completing.append(
+                ("result", {"index": index, "call_id": cid, "tool": name, "args": args,
+                            "observation": done.observation, "error": done.error})
+            )  # fmt: skip
+            return done
+
+        async def run_call(index: int, name: str, args: dict[str, Any]) -> ToolResult:
+            cid = call_id(index)
+            done = journal.results.get(cid)
+            if done is not None:
+                ran = done["args"]
+                return ToolResult(
+                    done["observation"], done.get("error"), ran if ran != args else None
+                )
+            b = lookup(name)
+            effect = b.effect if b is not None else "pure"
+            run_args = args
+            item = {"call_id": cid, "tool": name, "args": args, "effect": effect}
+            last = journal.last.get(cid)
+            if last is None:
+                rule, why = decide(policy, name, effect)
+                if rule == "deny":
+                    message = f"{name} was not run: {why}"
+                    error = {"kind": "PermissionError", "message": message}
+                    return completed(index, cid, name, args, ToolResult(f"PermissionError: {message}", error))  # fmt: skip
+                if rule == "ask":
+                    raise Interrupt([{**item, "reason": why}])
+            else:
+                kind, data = last
+                if kind == "call":
+                    # It was running when its server stopped: it may or may not have done
+                    # what it does.
+                    run_args = data["args"]
+                    if effect not in REPEATABLE:
+                        raise Interrupt([{**item, "args": run_args, "reason": (
+                            f"interrupted: {name} (effect {effect!r}) was running when its "
+                            "server stopped, and may or may not have taken effect; approve "
+                            "to run it again, reject to go on without it")}])  # fmt: skip
+                elif kind == "ask":
+                    raise Interrupt([{**item, "args": data["args"], "reason": data.get("reason", "")}])  # fmt: skip
+                elif data["decision"] == "reject":
+                    message = data.get("message") or f"a person rejected the call of {name}"
+                    error = {"kind": "RejectedError", "message": message}
+                    return completed(index, cid, name, args, ToolResult(message, error))
+                else:
+                    run_args = data["args"]
+            await record("call", {"index": index, "call_id": cid, "tool": name,
+                                  "args": run_args, "effect": effect})  # fmt: skip
+            envelope = await self.executor.run(Job("call", builtin=name, kwargs=run_args))
+            observation, failure = observation_of(envelope, chars)
+            done_args = run_args if run_args != args else None
+            return completed(
+                index, cid, name, run_args, ToolResult(observation, failure, done_args)
+            )
 
         async def on_step(step: dict[str, Any]) -> None:
             for key, value in (step.get("usage") or {}).items():
                 usage[key] = usage.get(key, 0) + value
-            if not await self._db(self.store.add_task_step, task_id, step, dict(usage)):
+            entries = completing[:]
+            completing.clear()
+            if step["index"] < recorded_steps:
+                return  # replayed: recorded before
+            if not await self._db(
+                self.store.add_task_step, task_id, step, dict(usage), entries, owner
+            ):
                 # Cancelled (perhaps through another server) while this step ran.
                 raise asyncio.CancelledError()
             self._notify(stream)
@@ -362,12 +538,18 @@ class Orchestrator:
                 goal=row["goal"],
                 tools=row["tools"],
                 max_steps=row["max_steps"],
-                system=spec.system_prompt,
+                system=system,
                 chat=chat,
-                call_tool=call_tool,
+                run_call=run_call,
                 on_step=on_step,
-                observation_chars=self.settings.agent_observation_chars,
+                observation_chars=chars,
             )
+        except Interrupt as stop:
+            timeout = row.get("approval_timeout_s")
+            until = time.time() + timeout if timeout else None
+            if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage)):  # fmt: skip
+                await self._step_status(task_id, row, "waiting")
+            return
         except ModelError as exc:
             await self._db(
                 self.store.finish_task,
@@ -386,11 +568,26 @@ class Orchestrator:
             usage=outcome.usage,
         )
 
+    async def _step_status(self, task_id: str, row: dict[str, Any], status: str) -> None:
+        """A workflow step's task waits for a person, or goes on: tell the workflow."""
+        if row.get("origin", "workflow") != "workflow":
+            return
+        wf_id = await self._db(self.store.task_step_event, task_id, status)
+        if wf_id is not None:
+            self._notify(f"workflow:{wf_id}")
+
     async def get_task(self, task_id: str) -> dict[str, Any]:
         return await self._found("task", self.store.get_task, task_id)
 
+    async def task_checkpoint(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's checkpoint entries, in order."""
+        entries = await self._db(self.store.checkpoint_entries, task_id)
+        if entries is None:
+            raise NotFound(f"no task {task_id!r}")
+        return entries  # type: ignore[no-any-return]
+
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
-        """Cancel a pending or running task (``409`` once it has finished)."""
+        """Cancel a pending, running or waiting task (``409`` once it has finished)."""
         record = await self._db(
             self.store.finish_task,
             task_id,
@@ -405,6 +602,59 @@ class Orchestrator:
             run.cancel()
         self._notify(f"task:{task_id}")
         return record  # type: ignore[no-any-return]
+
+    async def approve_task(
+        self, task_id: str, *, args: dict[str, Any] | None = None, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """Approve a waiting task's pending call (``args``: run it with these instead); the
+        task resumes here. ``409`` unless it is waiting."""
+
+        def check(item: dict[str, Any], edited: Any) -> tuple[str, str] | None:
+            return check_call_args(item["tool"], edited)
+
+        return await self._decide(task_id, approve=True, call_id=call_id, args=args, check=check)
+
+    async def reject_task(
+        self, task_id: str, *, message: str | None = None, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """Reject a waiting task's pending call: the model is told ``message`` instead of
+        its result, and the task goes on. ``409`` unless it is waiting."""
+        return await self._decide(task_id, approve=False, call_id=call_id, message=message)
+
+    async def _decide(self, task_id: str, **kw: Any) -> dict[str, Any]:
+        got = await self._db(
+            functools.partial(
+                self.store.decide, task_id, owner=self.instance, lease_until=self._lease(), **kw
+            )
+        )
+        stream = f"task:{task_id}"
+        if got["resumed"]:
+            await self._step_status(task_id, got["record"], "running")
+            self._launch(task_id, None, None, resume=True)
+        self._notify(stream)
+        return got["record"]  # type: ignore[no-any-return]
+
+    async def _approval_timer(self) -> None:
+        """Reject the pending calls of tasks that waited longer than their approval
+        timeout (on whichever server notices first: the decision is conditional)."""
+        while True:
+            await asyncio.sleep(min(1.0, max(0.2, self.lease_s / 3)))
+            try:
+                for task_id, pending in await self._db(self.store.overdue_waits, time.time()):
+                    for item in pending:
+                        with contextlib.suppress(Conflict, NotFound, Invalid):
+                            await self._decide(
+                                task_id,
+                                approve=False,
+                                call_id=item["call_id"],
+                                message=f"no decision on this call of {item['tool']} within "
+                                "the task's approval timeout: it was not run",
+                                by="timeout",
+                            )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("approval timeouts")
 
     async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
         """The task record once it has finished (``TimeoutError`` after ``timeout`` s)."""
@@ -584,7 +834,9 @@ class Orchestrator:
         except asyncio.CancelledError:
             if self._closing:
                 # Give the step back without spending its attempt: a restart runs it again.
-                await asyncio.shield(self._db(self._release_step, wf_id, sid))
+                await asyncio.shield(
+                    self._db(self.store.release_step, wf_id, sid, self.instance, spend=False)
+                )
             raise
         except Exception as exc:
             log.exception("step %s/%s crashed", wf_id, sid)
@@ -593,30 +845,6 @@ class Orchestrator:
                 ok=False, error={"kind": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
             )  # fmt: skip
             self._notify(stream)
-
-    def _release_step(self, wf_id: str, sid: str) -> None:
-        import sqlalchemy as sa
-
-        from conch.orchestration import tables as t
-
-        s = t.workflow_steps
-        with self.store.tx() as conn:
-            conn.execute(
-                sa.update(s)
-                .where(
-                    s.c.workflow_id == wf_id,
-                    s.c.id == sid,
-                    s.c.status == "running",
-                    s.c.owner == self.instance,
-                )
-                .values(
-                    status="pending",
-                    attempts=s.c.attempts - 1,
-                    owner=None,
-                    lease_until=None,
-                    started_at=None,
-                )
-            )
 
     async def _execute_step(
         self, wf_id: str, sid: str, step: Any, scope: dict[str, Any]
@@ -635,15 +863,20 @@ class Orchestrator:
                 {k: err.get(k) for k in ("kind", "message", "line", "column", "hint")},
             )
         task = step.task
-        try:
-            goal = interpolate(task.goal, scope)
-        except KeyError as exc:
-            return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
-        record = await self.create_task(
-            goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
-            model=task.model, origin="workflow",
-        )  # fmt: skip
-        await self._db(self.store.set_step_task, wf_id, sid, record["id"])
+        # A run before this one (on a server that stopped) started a task that lives on, or
+        # already succeeded: wait for that one rather than starting another.
+        record = await self._db(self.store.step_task, wf_id, sid)
+        if record is None or record["status"] in ("failed", "cancelled"):
+            try:
+                goal = interpolate(task.goal, scope)
+            except KeyError as exc:
+                return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
+            record = await self.create_task(
+                goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
+                model=task.model, origin="workflow", approvals=task.approvals,
+                approval_timeout_s=task.approval_timeout_s,
+            )  # fmt: skip
+            await self._db(self.store.set_step_task, wf_id, sid, record["id"])
         try:
             done = await self.wait_task(record["id"])
         except BaseException:
@@ -657,9 +890,18 @@ class Orchestrator:
     # -- leases ---------------------------------------------------------------------------
 
     async def _reclaim(self, everything: bool = False) -> None:
-        changed = await self._db(
-            self.store.reclaim, self._plans, self._load_plan, everything=everything
+        changed, claimed = await self._db(
+            self.store.reclaim,
+            self._plans,
+            self._load_plan,
+            self.instance,
+            self._lease(),
+            everything=everything,
         )
+        for task_id, status in claimed:
+            # A task not started yet starts; a running one resumes from its checkpoint.
+            self._launch(task_id, None, None, resume=status == "running")
+            self._notify(f"task:{task_id}")
         for wf_id in changed:
             self._notify(f"workflow:{wf_id}")
         if changed:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from conch.orchestration.approvals import ApprovalPolicy
 from conch.orchestration.errors import Invalid
 
 STEP_ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -28,6 +29,10 @@ class TaskRequest(BaseModel):
     max_steps: int = Field(default=10, ge=1, le=1000)
     agent: str | None = None
     model: str | None = None
+    # Over the server's and the agent's policy (conch.orchestration.approvals).
+    approvals: ApprovalPolicy | None = None
+    # A call waiting for a person longer than this is rejected (default: the server's).
+    approval_timeout_s: float | None = Field(default=None, gt=0)
 
 
 class StepSpec(BaseModel):

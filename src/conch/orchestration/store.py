@@ -10,9 +10,15 @@ has one writer at a time anyway; a process-wide lock keeps this process's writer
 tripping over each other's read-then-write transactions.
 
 Leases. A server that runs a task or a step holds it until ``lease_until`` and renews that
-while it works. Work whose lease ran out belongs to a server that died: tasks are then
-failed with reason ``interrupted`` (an agent's half-done conversation is not resumable);
-steps go back to pending if they have attempts left, so workflows resume.
+while it works. Work whose lease ran out belongs to a server that died: another server (or
+this one restarted) claims its tasks and resumes them from their checkpoints
+(``orch_checkpoints``: every model reply and tool call as it completed); steps go back to
+pending if they have attempts left, so workflows resume. A task whose checkpoint cannot be
+read is failed with reason ``interrupted``.
+
+Waiting. A task whose tool call needs a person's approval is ``waiting``: no server holds it
+(no lease), its ``pending`` calls are in its row, and whichever server records the decision
+(or notices the approval timeout) claims it and resumes it.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from sqlalchemy.engine import Connection, Engine
 from conch.orchestration import tables as t
 from conch.orchestration.spec import Plan
 
-TASK_ACTIVE = ("pending", "running")
+TASK_ACTIVE = ("pending", "running", "waiting")
+# Held by a server (under a lease) while in these statuses; a waiting task is held by none.
+TASK_HELD = ("pending", "running")
 TASK_DONE = ("succeeded", "failed", "cancelled")
 STEP_DONE = ("succeeded", "failed", "skipped", "cancelled")
 INTERRUPTED = {
@@ -148,13 +156,21 @@ def task_record(row: Any) -> dict[str, Any]:
         "finished_at": iso(row.finished_at),
         "duration_ms": duration,
         "usage": row.usage,
+        "pending": row.pending or [],
+        "approvals": row.approvals or {},
+        "approval_timeout_s": row.approval_timeout_s,
+        "approval_deadline": iso(row.wait_until),
     }
 
 
 def step_record(row: Any) -> dict[str, Any]:
+    status = row.status
+    if status == "running" and getattr(row, "task_status", None) == "waiting":
+        # Its agent task waits for a person's approval.
+        status = "waiting"
     out = {
         "id": row.id,
-        "status": row.status,
+        "status": status,
         "result": row.result,
         "error": row.error,
         "attempts": row.attempts,
@@ -164,6 +180,15 @@ def step_record(row: Any) -> dict[str, Any]:
     if row.task_id is not None:
         out["task_id"] = row.task_id
     return out
+
+
+def _steps_with_task_status() -> sa.Select[Any]:
+    """Workflow steps with the status of their agent task (a running step whose task waits
+    for an approval shows as ``waiting``)."""
+    s, tk = t.workflow_steps, t.tasks
+    return sa.select(s, tk.c.status.label("task_status")).select_from(
+        s.outerjoin(tk, tk.c.id == s.c.task_id)
+    )
 
 
 def _page(table: sa.Table, status: str | None, limit: int, offset: int) -> sa.Select[Any]:
@@ -259,19 +284,266 @@ class Store:
             self._emit(conn, f"task:{id}", "start", {"id": id, "status": "running"})
         return True
 
-    def add_task_step(self, id: str, step: dict[str, Any], usage: dict[str, int]) -> bool:
-        """Record a step; False if the task is no longer running (cancelled meanwhile)."""
+    def add_task_step(
+        self,
+        id: str,
+        step: dict[str, Any],
+        usage: dict[str, int],
+        entries: list[tuple[str, dict[str, Any]]] | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """Record a step, and the checkpoint ``entries`` that completed it (a tool call's
+        result), in one transaction; False if the task is no longer running (cancelled
+        meanwhile) or no longer ``owner``'s."""
         with self.tx() as conn:
-            row = self._lock_row(conn, t.tasks, id, "steps")
+            row = self._lock_row(conn, t.tasks, id, "steps", "owner")
             if row is None or row.status != "running":
+                return False
+            if owner is not None and row.owner != owner:
                 return False
             conn.execute(
                 sa.update(t.tasks)
                 .where(t.tasks.c.id == id)
                 .values(steps=[*row.steps, step], usage=usage)
             )
+            if entries:
+                self._checkpoint(conn, id, entries)
             self._emit(conn, f"task:{id}", "step", step)
         return True
+
+    # -- checkpoints and approvals ----------------------------------------------------------
+
+    def _checkpoint(
+        self, conn: Connection, id: str, entries: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """Append entries to a task's checkpoint; callers hold the task row's lock."""
+        c = t.checkpoints
+        last = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(c.c.seq), 0)).where(c.c.task_id == id)
+        ).scalar_one()
+        now = time.time()
+        conn.execute(
+            sa.insert(c),
+            [
+                {"task_id": id, "seq": last + i, "kind": kind, "data": data, "created_at": now}
+                for i, (kind, data) in enumerate(entries, start=1)
+            ],
+        )
+
+    def add_checkpoint(self, id: str, owner: str, kind: str, data: dict[str, Any]) -> bool:
+        """Record one checkpoint entry of a running task held by ``owner``; False if the
+        task is no longer running or no longer its (cancelled, or taken over)."""
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id, "owner")
+            if row is None or row.status != "running" or row.owner != owner:
+                return False
+            self._checkpoint(conn, id, [(kind, data)])
+        return True
+
+    def checkpoint(self, id: str) -> tuple[Any, list[tuple[str, Any]]] | None:
+        """A task's row and its checkpoint entries ``(kind, data)`` in order."""
+        c = t.checkpoints
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).first()
+            if row is None:
+                return None
+            entries = conn.execute(
+                sa.select(c.c.kind, c.c.data).where(c.c.task_id == id).order_by(c.c.seq)
+            ).all()
+        return row, [(e.kind, e.data) for e in entries]
+
+    def checkpoint_entries(self, id: str) -> list[dict[str, Any]] | None:
+        """A task's checkpoint as records ``{seq, kind, data, created_at}``."""
+        c = t.checkpoints
+        with self.engine.connect() as conn:
+            if conn.execute(sa.select(t.tasks.c.id).where(t.tasks.c.id == id)).first() is None:
+                return None
+            rows = conn.execute(sa.select(c).where(c.c.task_id == id).order_by(c.c.seq)).all()
+        return [
+            {"seq": r.seq, "kind": r.kind, "data": r.data, "created_at": iso(r.created_at)}
+            for r in rows
+        ]
+
+    def wait_task(
+        self,
+        id: str,
+        owner: str,
+        pending: list[dict[str, Any]],
+        wait_until: float | None,
+        usage: dict[str, int],
+    ) -> bool:
+        """A running task of ``owner`` stops to wait for a person: ``ask`` entries in its
+        checkpoint, status ``waiting`` with its ``pending`` calls, no server holding it, an
+        ``interrupt`` event. False if it was no longer running as ``owner``'s."""
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id, "owner")
+            if row is None or row.status != "running" or row.owner != owner:
+                return False
+            self._checkpoint(conn, id, [("ask", dict(p)) for p in pending])
+            conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.id == id)
+                .values(
+                    status="waiting",
+                    pending=pending,
+                    wait_until=wait_until,
+                    owner=None,
+                    lease_until=None,
+                    usage=usage,
+                )
+            )
+            self._emit(
+                conn,
+                f"task:{id}",
+                "interrupt",
+                {"id": id, "status": "waiting", "pending": pending,
+                 "approval_deadline": iso(wait_until)},
+            )  # fmt: skip
+        return True
+
+    def decide(
+        self,
+        id: str,
+        *,
+        approve: bool,
+        call_id: str | None,
+        owner: str,
+        lease_until: float,
+        args: dict[str, Any] | None = None,
+        message: str | None = None,
+        check: Any = None,
+        by: str = "person",
+    ) -> dict[str, Any]:
+        """Record a decision on one pending call of a waiting task (``call_id``, or the
+        only one). Once none is pending the task is ``running`` again, held by ``owner``
+        (who resumes it), with a ``resume`` event. ``check(item, args)`` may refuse edited
+        arguments with ``(where, message)``. Returns ``{record, resumed}``; raises
+        NotFound, Conflict or Invalid."""
+        from conch.orchestration.errors import Conflict, Invalid, NotFound
+
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id, "pending")
+            if row is None:
+                raise NotFound(f"no task {id!r}")
+            if row.status != "waiting":
+                raise Conflict(f"task {id!r} is {row.status}, not waiting for an approval")
+            pending: list[dict[str, Any]] = list(row.pending or [])
+            ids = [p["call_id"] for p in pending]
+            if call_id is None:
+                if len(pending) != 1:
+                    raise Invalid(
+                        f"call_id: {len(pending)} calls are pending ({', '.join(ids)}); "
+                        "say which one",
+                        where="call_id",
+                    )
+                item = pending[0]
+            else:
+                found = [p for p in pending if p["call_id"] == call_id]
+                if not found:
+                    raise Invalid(
+                        f"call_id: no pending call {call_id!r} (pending: {', '.join(ids)})",
+                        where="call_id",
+                    )
+                item = found[0]
+            decision: dict[str, Any] = {
+                "call_id": item["call_id"],
+                "decision": "approve" if approve else "reject",
+                "by": by,
+            }
+            if approve:
+                if args is not None and check is not None:
+                    problem = check(item, args)
+                    if problem is not None:
+                        raise Invalid(problem[1], where=problem[0])
+                decision["args"] = item["args"] if args is None else args
+                decision["edited"] = args is not None and args != item["args"]
+            else:
+                decision["message"] = message
+            self._checkpoint(conn, id, [("decision", decision)])
+            rest = [p for p in pending if p["call_id"] != item["call_id"]]
+            values: dict[str, Any] = {"pending": rest}
+            resumed = not rest
+            if resumed:
+                values.update(
+                    status="running", pending=None, wait_until=None, owner=owner,
+                    lease_until=lease_until,
+                )  # fmt: skip
+            conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(**values))
+            if resumed:
+                reason = {"approve": "approved", "reject": "rejected"}[decision["decision"]]
+                if by == "timeout":
+                    reason = "timeout"
+                event = {"id": id, "status": "running", "reason": reason, **decision}
+                self._emit(conn, f"task:{id}", "resume", event)
+            got = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).one()
+        return {"record": task_record(got), "resumed": resumed}
+
+    def overdue_waits(self, now: float) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Waiting tasks whose approval timeout has passed, with their pending calls."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.tasks.c.id, t.tasks.c.pending).where(
+                    t.tasks.c.status == "waiting",
+                    t.tasks.c.wait_until.is_not(None),
+                    t.tasks.c.wait_until <= now,
+                )
+            ).all()
+        return [(r.id, list(r.pending or [])) for r in rows]
+
+    def task_step_event(self, task_id: str, status: str) -> str | None:
+        """Tell the workflow whose step runs this task that the step is now ``status``
+        (``waiting`` or ``running``); returns the workflow's id."""
+        s = t.workflow_steps
+        with self.tx() as conn:
+            step = conn.execute(
+                sa.select(s.c.workflow_id, s.c.id).where(
+                    s.c.task_id == task_id, s.c.status == "running"
+                )
+            ).first()
+            if step is None:
+                return None
+            self._lock_row(conn, t.workflows, step.workflow_id)
+            self._emit(
+                conn,
+                f"workflow:{step.workflow_id}",
+                "step",
+                {"id": step.id, "status": status, "task_id": task_id},
+            )
+        return str(step.workflow_id)
+
+    def claim_task(
+        self, id: str, owner: str, lease_until: float, *, everything: bool = False
+    ) -> str | None:
+        """Take over a pending or running task whose lease ran out (``everything``: whatever
+        its lease); returns its status, or None if it was not taken."""
+        now = time.time()
+        tk = t.tasks
+        cond = [tk.c.id == id, tk.c.status.in_(TASK_HELD)]
+        if not everything:
+            cond.append(sa.or_(tk.c.lease_until.is_(None), tk.c.lease_until < now))
+        with self.tx() as conn:
+            got = conn.execute(
+                sa.update(tk)
+                .where(*cond)
+                .values(owner=owner, lease_until=lease_until)
+                .returning(tk.c.status)
+            ).first()
+            if got is not None and got.status == "running":
+                self._emit(
+                    conn, f"task:{id}", "resume",
+                    {"id": id, "status": "running", "reason": "recovered"},
+                )  # fmt: skip
+        return None if got is None else str(got.status)
+
+    def release_task(self, id: str, owner: str) -> None:
+        """Give a task back (this server stops): the next server to look claims it at once."""
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.id == id, t.tasks.c.owner == owner,
+                       t.tasks.c.status.in_(TASK_HELD))
+                .values(owner=None, lease_until=0.0)
+            )  # fmt: skip
 
     def finish_task(
         self,
@@ -295,6 +567,8 @@ class Store:
                 "error": error,
                 "finished_at": now,
                 "lease_until": None,
+                "pending": None,
+                "wait_until": None,
             }
             if row.started_at is None:
                 values["started_at"] = now
@@ -333,6 +607,23 @@ class Store:
                     },
                 )
         return record
+
+    def task_row(self, id: str) -> dict[str, Any] | None:
+        """A task's columns as they are stored."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def step_task(self, wf_id: str, step_id: str) -> dict[str, Any] | None:
+        """The record of the task a workflow step started, if it did."""
+        s = t.workflow_steps
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(t.tasks)
+                .join(s, s.c.task_id == t.tasks.c.id)
+                .where(s.c.workflow_id == wf_id, s.c.id == step_id)
+            ).first()
+        return None if row is None else task_record(row)
 
     def get_task(self, id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
@@ -402,7 +693,7 @@ class Store:
             if wf is None:
                 return None
             steps = conn.execute(
-                sa.select(t.workflow_steps)
+                _steps_with_task_status()
                 .where(t.workflow_steps.c.workflow_id == id)
                 .order_by(t.workflow_steps.c.position)
             ).all()
@@ -430,7 +721,7 @@ class Store:
             steps: dict[str, list[Any]] = {i: [] for i in ids}
             if ids:
                 for s in conn.execute(
-                    sa.select(t.workflow_steps)
+                    _steps_with_task_status()
                     .where(t.workflow_steps.c.workflow_id.in_(ids))
                     .order_by(t.workflow_steps.c.position)
                 ).all():
@@ -777,7 +1068,7 @@ class Store:
         with self.tx() as conn:
             conn.execute(
                 sa.update(t.tasks)
-                .where(t.tasks.c.owner == owner, t.tasks.c.status.in_(TASK_ACTIVE))
+                .where(t.tasks.c.owner == owner, t.tasks.c.status.in_(TASK_HELD))
                 .values(lease_until=lease_until)
             )
             conn.execute(
@@ -787,46 +1078,81 @@ class Store:
             )
 
     def reclaim(
-        self, plans: dict[str, Plan], load_plan: Any, *, everything: bool = False
-    ) -> list[str]:
-        """Take over work whose lease ran out (``everything``: all active work, for a
-        single-server database at start). Returns the workflows that changed."""
+        self,
+        plans: dict[str, Plan],
+        load_plan: Any,
+        owner: str,
+        lease_until: float,
+        *,
+        everything: bool = False,
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """Take over work whose lease ran out (``everything``: all pending and running work,
+        for a single-server database at start). Tasks are claimed for ``owner`` to resume
+        from their checkpoints (those the ``agent`` builtin ran inside a sandbox run cannot
+        be, and fail as interrupted). A running step whose agent task lives on (or already
+        succeeded) goes back to pending without spending an attempt: its next run waits on
+        that task instead of starting another. Returns the workflows that changed and the
+        tasks claimed, with their status (``pending``: not started yet)."""
         now = time.time()
+        tk, s = t.tasks, t.workflow_steps
         expired = (
-            sa.true()
-            if everything
-            else sa.or_(t.tasks.c.lease_until.is_(None), t.tasks.c.lease_until < now)
+            sa.true() if everything else sa.or_(tk.c.lease_until.is_(None), tk.c.lease_until < now)
         )
         with self.engine.connect() as conn:
-            task_ids = [
-                r.id
-                for r in conn.execute(
-                    sa.select(t.tasks.c.id).where(t.tasks.c.status.in_(TASK_ACTIVE), expired)
-                ).all()
-            ]
-            s = t.workflow_steps
+            found = conn.execute(
+                sa.select(tk.c.id, tk.c.origin).where(tk.c.status.in_(TASK_HELD), expired)
+            ).all()
             step_expired = (
                 sa.true()
                 if everything
                 else sa.or_(s.c.lease_until.is_(None), s.c.lease_until < now)
             )
             steps = conn.execute(
-                sa.select(s.c.workflow_id, s.c.id, s.c.owner).where(
-                    s.c.status == "running", step_expired
-                )
+                sa.select(s.c.workflow_id, s.c.id, s.c.owner, tk.c.status.label("task_status"))
+                .select_from(s.outerjoin(tk, tk.c.id == s.c.task_id))
+                .where(s.c.status == "running", step_expired)
             ).all()
-        for tid in task_ids:
-            self.finish_task(tid, "failed", error=dict(INTERRUPTED))
+        claimed: list[tuple[str, str]] = []
+        for r in found:
+            if r.origin == "builtin":
+                self.finish_task(r.id, "failed", error=dict(INTERRUPTED))
+                continue
+            status = self.claim_task(r.id, owner, lease_until, everything=everything)
+            if status is not None:
+                claimed.append((r.id, status))
         changed: list[str] = []
-        for r in steps:
-            plan = plans.get(r.workflow_id) or load_plan(r.workflow_id)
+        for st in steps:
+            if st.task_status in ("pending", "running", "waiting", "succeeded"):
+                if self.release_step(st.workflow_id, st.id, st.owner, spend=False):
+                    changed.append(st.workflow_id)
+                continue
+            plan = plans.get(st.workflow_id) or load_plan(st.workflow_id)
             if plan is None:
                 continue
             self.finish_step(
-                plan, r.workflow_id, r.id, r.owner, ok=False, error=dict(INTERRUPTED), backoff_s=0.0
-            )
-            changed.append(r.workflow_id)
-        return changed
+                plan, st.workflow_id, st.id, st.owner, ok=False, error=dict(INTERRUPTED),
+                backoff_s=0.0,
+            )  # fmt: skip
+            changed.append(st.workflow_id)
+        return changed, claimed
+
+    def release_step(self, wf_id: str, sid: str, owner: str | None, *, spend: bool) -> bool:
+        """A running step goes back to pending (its attempt given back unless ``spend``)."""
+        s = t.workflow_steps
+        with self.tx() as conn:
+            self._lock_row(conn, t.workflows, wf_id)
+            cond = [s.c.workflow_id == wf_id, s.c.id == sid, s.c.status == "running"]
+            if owner is not None:
+                cond.append(s.c.owner == owner)
+            values: dict[str, Any] = {
+                "status": "pending", "owner": None, "lease_until": None, "started_at": None,
+            }  # fmt: skip
+            if not spend:
+                values["attempts"] = s.c.attempts - 1
+            done = conn.execute(sa.update(s).where(*cond).values(**values)).rowcount > 0
+            if done:
+                self._emit(conn, f"workflow:{wf_id}", "step", {"id": sid, "status": "pending"})
+        return done
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -848,6 +1174,7 @@ class Store:
         return {
             "registered_agents": int(agents),
             "active_tasks": int(by_status.get("pending", 0) + by_status.get("running", 0)),
+            "waiting_tasks": int(by_status.get("waiting", 0)),
             "completed_tasks": int(by_status.get("succeeded", 0)),
             "avg_task_duration_ms": round(float(avg) * 1000) if avg is not None else 0,
             "failed_tasks": int(by_status.get("failed", 0)),

@@ -2,7 +2,7 @@
 
 Times are Unix seconds (floats) so that leases and backoff compare without time-zone
 parsing; records render them as ISO-8601 UTC. Created by the ``orchestration`` Alembic
-branch (``0002_orchestration``), never by ``metadata.create_all``.
+branch (``0002_orchestration``, ``0004_checkpoints``), never by ``metadata.create_all``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ agents = _keyed_by_id(
     sa.Column("source", sa.String, nullable=False),  # registered | marketplace
     sa.Column("version", sa.String, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
+    # The agent's approval policy (conch.orchestration.approvals), over the server's.
+    sa.Column("approvals", sa.JSON, nullable=True),
 )
 
 tasks = _keyed_by_id(
@@ -64,6 +66,12 @@ tasks = _keyed_by_id(
     *_span(),
     sa.Column("origin", sa.String, nullable=False),  # api | workflow | builtin
     *_lease(),
+    # Human approval: the task's resolved policy, how long a person has to decide, the calls
+    # waiting for a decision (status ``waiting``) and when the wait times out.
+    sa.Column("approvals", sa.JSON, nullable=True),
+    sa.Column("approval_timeout_s", sa.Float, nullable=True),
+    sa.Column("pending", sa.JSON, nullable=True),
+    sa.Column("wait_until", sa.Float, nullable=True),
 )
 
 workflows = _keyed_by_id(
@@ -93,6 +101,19 @@ workflow_steps = sa.Table(
     *_lease(),
     sa.Column("task_id", sa.String, nullable=True),
     sa.Index("ix_orch_steps_claim", "status", "blocked", "not_before"),
+)
+
+# A task's checkpoint: every model reply, every tool call as it starts and as it completes,
+# every approval asked for and decided, in order (``seq`` per task). A task resumes from it
+# after its server died: the loop is replayed with the recorded replies and results.
+checkpoints = sa.Table(
+    "orch_checkpoints",
+    metadata,
+    sa.Column("task_id", sa.String, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),  # model | ask | decision | call | result
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
 )
 
 events = sa.Table(

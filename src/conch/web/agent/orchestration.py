@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
+from conch.orchestration.approvals import ApprovalPolicy, Effect
 from conch.orchestration.errors import Invalid, OrchestrationError
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
@@ -42,6 +43,93 @@ class AgentRequest(BaseModel):
     tools: list[str]
     model: str | None = None
     description: str = ""
+    approvals: ApprovalPolicy | None = None
+
+
+class ApproveRequest(BaseModel):
+    """Approve a waiting task's pending call (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: dict[str, Any] | None = Field(
+        default=None, description="Run the call with these arguments instead of the model's."
+    )
+    call_id: str | None = Field(
+        default=None, description="Which pending call (required when several are pending)."
+    )
+
+
+class RejectRequest(BaseModel):
+    """Reject a waiting task's pending call (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str | None = Field(
+        default=None, description="What the model is told instead of the call's result."
+    )
+    call_id: str | None = Field(
+        default=None, description="Which pending call (required when several are pending)."
+    )
+
+
+# -- the task record, as the OpenAPI document describes it (the routes return plain JSON) --
+
+TaskStatus = Literal["pending", "running", "waiting", "succeeded", "failed", "cancelled"]
+
+
+class PendingCall(BaseModel):
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    effect: Effect
+    reason: str = Field(description="Why it waits: the policy's rule, or an interruption.")
+
+
+class TaskStep(BaseModel):
+    index: int
+    action: str = Field(description='The tool called, or "final".')
+    args: dict[str, Any]
+    observation: str | None
+    error: dict[str, Any] | None
+    elapsed_ms: int
+    usage: dict[str, int]
+
+
+class TaskRecord(BaseModel):
+    id: str
+    goal: str
+    tools: list[str]
+    max_steps: int
+    agent: str
+    model: str
+    status: TaskStatus = Field(
+        description="pending -> running -> succeeded | failed | cancelled; running <-> "
+        "waiting (a tool call waits for approval: see `pending`)."
+    )
+    steps: list[TaskStep]
+    result: Any = None
+    error: dict[str, Any] | None = Field(
+        default=None, description="`{kind, message, reason?}`; reason `interrupted` when the "
+        "task's checkpoint could not be read back after its server stopped."
+    )  # fmt: skip
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: int | None
+    usage: dict[str, int]
+    pending: list[PendingCall] = Field(description="The calls waiting for a decision.")
+    approvals: ApprovalPolicy = Field(description="The task's resolved approval policy.")
+    approval_timeout_s: float | None
+    approval_deadline: str | None = Field(
+        description="When the pending calls are rejected if no one decides."
+    )
+
+
+class CheckpointEntry(BaseModel):
+    seq: int
+    kind: Literal["model", "call", "result", "ask", "decision"]
+    data: dict[str, Any]
+    created_at: str
 
 
 def _web_error(exc: OrchestrationError) -> WebError:
@@ -96,6 +184,7 @@ def _runs(
     cancel: Callable[[Orchestrator, str], _Record],
     *,
     cancelled: str,
+    record: type[BaseModel] | None = None,
 ) -> None:
     """The routes tasks and workflows have alike: list, get, cancel and the event stream,
     under ``/{kind}s`` with the path parameter ``{kind}_id``."""
@@ -128,16 +217,27 @@ def _runs(
         await _call(get(orch, run_id))
         return _stream(orch, f"{kind}:{run_id}", after)
 
+    one: dict[int | str, dict[str, Any]] = {}
+    many: dict[int | str, dict[str, Any]] = {}
+    if record is not None:
+        one = {200: {"model": record, "description": f"The {kind}."}}
+        many = {200: {"model": list[record], "description": f"{kind.capitalize()}s."}}  # type: ignore[valid-type]
     router.add_api_route(
         plural,
         list_runs,
         methods=["GET"],
         name=f"list_{kind}s",
         description=f"{kind.capitalize()}s, newest first (bare array); `?status=` filters.",
+        responses=many,
     )
-    router.add_api_route(item, get_run, methods=["GET"], name=f"get_{kind}")
+    router.add_api_route(item, get_run, methods=["GET"], name=f"get_{kind}", responses=one)
     router.add_api_route(
-        f"{item}/cancel", cancel_run, methods=["POST"], name=f"cancel_{kind}", description=cancelled
+        f"{item}/cancel",
+        cancel_run,
+        methods=["POST"],
+        name=f"cancel_{kind}",
+        description=cancelled,
+        responses=one,
     )
     router.add_api_route(
         f"{item}/events",
@@ -194,8 +294,60 @@ _runs(
     "task",
     Orchestrator.get_task,
     Orchestrator.cancel_task,
-    cancelled="Cancel a pending or running task; `409` once it has finished.",
+    cancelled="Cancel a pending, running or waiting task; `409` once it has finished.",
+    record=TaskRecord,
 )
+
+
+async def _optional_body(request: Request, model: type[BaseModel]) -> Any:
+    """The body as ``model``; an empty body is the model's defaults."""
+    if not (await request.body()).strip():
+        return model()
+    return await parse_body(request, model)
+
+
+_DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"model": TaskRecord, "description": "The task, running again (or still waiting "
+          "when other calls are pending)."},
+    400: {"description": "Bad body: `error.where` names the field (`args.<param>`, "
+          "`call_id`)."},
+    404: {"description": "No such task."},
+    409: {"description": "The task is not waiting for an approval."},
+}  # fmt: skip
+
+
+@router.post(
+    "/tasks/{task_id}/approve",
+    openapi_extra=_schema_body(ApproveRequest),
+    responses=_DECISION_ERRORS,
+)
+async def approve_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+    """Approve a waiting task's pending call, optionally with edited `args` (and `call_id`
+    when several are pending); the task resumes."""
+    body = await _optional_body(request, ApproveRequest)
+    return await _call(orch.approve_task(task_id, args=body.args, call_id=body.call_id))
+
+
+@router.post(
+    "/tasks/{task_id}/reject",
+    openapi_extra=_schema_body(RejectRequest),
+    responses=_DECISION_ERRORS,
+)
+async def reject_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+    """Reject a waiting task's pending call: the model sees `message` as the call's result
+    and the task goes on."""
+    body = await _optional_body(request, RejectRequest)
+    return await _call(orch.reject_task(task_id, message=body.message, call_id=body.call_id))
+
+
+@router.get(
+    "/tasks/{task_id}/checkpoint",
+    responses={200: {"model": list[CheckpointEntry], "description": "The entries, in order."}},
+)
+async def task_checkpoint(task_id: str, orch: OrchestratorDep) -> Response:
+    """The task's checkpoint: every model reply and tool call as it completed, and every
+    approval asked for and decided (what a restarted server resumes it from)."""
+    return await _call(orch.task_checkpoint(task_id))
 
 
 # -- workflows ----------------------------------------------------------------------------
@@ -230,14 +382,20 @@ _runs(
 @router.get("/metrics")
 async def metrics(orch: OrchestratorDep) -> Response:
     """`{total_agents, active_tasks, completed_tasks, avg_task_duration_ms, failed_tasks,
-    cancelled_tasks, total_workflows, running_workflows}`."""
+    cancelled_tasks, total_workflows, running_workflows, waiting_tasks}`."""
     return await _call(orch.metrics())
 
 
 class OrchestrationCollector(Collector):
     """The metrics route's figures in Prometheus /metrics (read when scraped)."""
 
-    GAUGES = ("total_agents", "active_tasks", "running_workflows", "avg_task_duration_ms")
+    GAUGES = (
+        "total_agents",
+        "active_tasks",
+        "waiting_tasks",
+        "running_workflows",
+        "avg_task_duration_ms",
+    )
 
     def __init__(self, orch: Orchestrator) -> None:
         self.orch = orch
