@@ -16,17 +16,20 @@ from typing import Any
 
 
 class TranslationError(ValueError):
-    """A request field that cannot be translated or honoured; ``param`` names it."""
+    """A request field that cannot be translated or honoured; ``param`` names it, ``code`` is
+    the OpenAI error code chat completions gives the same fault (the Responses API reports it)."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
+        self.code = code
 
 
 def refuse(param: str, why: str = "is not supported by conch") -> TranslationError:
-    return TranslationError(f"'{param}' {why}", param)
+    return TranslationError(f"'{param}' {why}", param, code="unsupported_parameter")
 
 
 def joined_text(content: Any, param: str, parts: str, part_text: Callable[[Any, str], str]) -> str:

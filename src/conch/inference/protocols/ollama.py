@@ -12,6 +12,11 @@ sampling extensions); options that only steer how Ollama loads a model on its ow
 sampling conch cannot do (``mirostat``, ``tfs_z`` other than the neutral value) is refused, and
 ``num_ctx`` above the server's context size is refused (a smaller one is honoured trivially).
 Unknown option names are ignored, as Ollama does.
+
+``logprobs`` / ``top_logprobs`` (0-20, read only with ``logprobs``, as Ollama does) ask the chat
+(or completion) request for its token log-probabilities; each NDJSON object carries the entries
+of its tokens in a top-level ``logprobs`` array (``{token, logprob, bytes, top_logprobs}``), and
+a ``"stream": false`` answer all of them.
 """
 
 from __future__ import annotations
@@ -99,12 +104,30 @@ def _format(fmt: Any) -> dict[str, Any] | None:
     raise TranslationError("'format' must be \"json\" or a JSON Schema object", "format")
 
 
+def _logprobs(body: dict[str, Any]) -> int | None:
+    """How many alternatives per token the request asks for, or None when it asks for no logprobs."""
+    want, top = body.get("logprobs"), body.get("top_logprobs")
+    if want is not None and not isinstance(want, bool):
+        raise TranslationError("'logprobs' must be a boolean", "logprobs")
+    if top is not None:
+        if not isinstance(top, int) or isinstance(top, bool):
+            raise TranslationError("'top_logprobs' must be an integer", "top_logprobs")
+        if not 0 <= top <= 20:
+            raise TranslationError("top_logprobs must be between 0 and 20", "top_logprobs")  # Ollama's words
+    # Ollama's runner computes log-probabilities only when asked for them; top_logprobs alone is inert.
+    return (top or 0) if want else None
+
+
 def _common(body: dict[str, Any], n_ctx: int | None) -> dict[str, Any]:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise TranslationError("model is required", "model")
     if body.get("think"):
         raise refuse("think", "is not supported: conch's local models do not think")
     chat: dict[str, Any] = {"model": body["model"], **_options(body.get("options"), n_ctx)}
+    top = _logprobs(body)
+    if top is not None:
+        chat["logprobs"] = True
+        chat["top_logprobs"] = top
     fmt = _format(body.get("format"))
     if fmt is not None:
         chat["response_format"] = fmt
@@ -180,6 +203,8 @@ def generate_request(body: dict[str, Any], n_ctx: int | None = None) -> tuple[st
             raise refuse("system", "cannot be used with raw or suffix prompts (they skip the chat template)")
         req["prompt"] = prompt
         req.setdefault("max_tokens", None)  # Ollama generates until the model stops, not 16 tokens
+        if req.pop("logprobs", False):
+            req["logprobs"] = req.pop("top_logprobs")  # the completion request's one integer
         if body.get("suffix"):
             req["suffix"] = body["suffix"]
         if "response_format" in req:
@@ -220,19 +245,30 @@ class OllamaStream:
         self.model = model
         self.kind = kind
         self.text: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+        self.unsent = 0  # how many of ``logprobs`` no object has carried yet
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason = "stop"
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
-    def _obj(self, text: str, done: bool) -> dict[str, Any]:
+    def _obj(self, text: str, done: bool, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         obj: dict[str, Any] = {"model": self.model, "created_at": now_iso()}
         if self.kind == "chat":
             obj["message"] = {"role": "assistant", "content": text}
         else:
             obj["response"] = text
         obj["done"] = done
+        if logprobs:
+            obj["logprobs"] = logprobs
         return obj
+
+    def _unsent(self) -> list[dict[str, Any]]:
+        """The entries no object has carried yet: tokens whose text is held back (a possible
+        stop string) or is no text at all (a tool call) ride on the next object."""
+        entries = self.logprobs[len(self.logprobs) - self.unsent:] if self.unsent else []
+        self.unsent = 0
+        return entries
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
@@ -246,9 +282,12 @@ class OllamaStream:
             # Chat chunks carry ``delta``; legacy completion chunks carry ``text``.
             delta = choice.get("delta") or {}
             text = delta.get("content") if "delta" in choice else choice.get("text")
+            entries = [_logprob(e) for e in (choice.get("logprobs") or {}).get("content") or []]
+            self.logprobs += entries
+            self.unsent += len(entries)
             if text:
                 self.text.append(text)
-                out.append(self._obj(text, False))
+                out.append(self._obj(text, False, self._unsent()))
             for call in delta.get("tool_calls") or []:
                 slot = self.calls.setdefault(call.get("index", 0), {"name": "", "arguments": ""})
                 fn = call.get("function") or {}
@@ -273,7 +312,8 @@ class OllamaStream:
               collected: bool = False) -> dict[str, Any]:
         """The last object (``done: true`` with statistics); with ``collected`` it carries all
         the text, as a ``"stream": false`` answer does."""
-        obj = self._obj("".join(self.text) if collected else "", True)
+        obj = self._obj("".join(self.text) if collected else "", True,
+                        self.logprobs if collected else self._unsent())
         if self.calls and self.kind == "chat":
             obj["message"]["tool_calls"] = self._tool_calls()
         obj.update({
@@ -283,6 +323,18 @@ class OllamaStream:
             "eval_count": self.completion_tokens, "eval_duration": eval_ns,
         })
         return obj
+
+
+def _logprob(entry: dict[str, Any], top: bool = True) -> dict[str, Any]:
+    """A chat logprob entry in Ollama's shape; empty ``bytes`` and ``top_logprobs`` are left
+    out, as Ollama's ``omitempty`` leaves them."""
+    out: dict[str, Any] = {"token": entry["token"], "logprob": entry["logprob"]}
+    if entry.get("bytes"):
+        out["bytes"] = entry["bytes"]
+    alternatives = [_logprob(t, top=False) for t in entry.get("top_logprobs") or []] if top else []
+    if alternatives:
+        out["top_logprobs"] = alternatives
+    return out
 
 
 def embed_response(model: str, embeddings: dict[str, Any], total_ns: int, load_ns: int = 0) -> dict[str, Any]:

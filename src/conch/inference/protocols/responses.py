@@ -254,6 +254,8 @@ def chat_to_response(completion: dict[str, Any], body: dict[str, Any], *, respon
         fn = call["function"]
         output.append(_call_item(_new_id("fc"), call["id"], fn["name"], fn.get("arguments", ""), "completed"))
     status, incomplete = _status(choice.get("finish_reason"))
+    # The limit cut short the item being written, the last one; those before it were finished.
+    output[-1]["status"] = status
     return {
         "id": response_id or _new_id("resp"),
         "object": "response",
@@ -302,7 +304,7 @@ class ResponseStream(ChatStreamTranslator[Event]):
         return [self._event("response.created", response=self._response("in_progress")),
                 self._event("response.in_progress", response=self._response("in_progress"))]
 
-    def _close(self) -> list[Event]:
+    def _close(self, status: str = "completed") -> list[Event]:
         item, self.open = self.open, None
         if item is None:
             return []
@@ -317,7 +319,7 @@ class ResponseStream(ChatStreamTranslator[Event]):
         else:
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                       arguments=item["arguments"]))
-        item["status"] = "completed"
+        item["status"] = status
         self.output.append(item)
         events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
         return events
@@ -363,18 +365,41 @@ class ResponseStream(ChatStreamTranslator[Event]):
         self.finish_reason = choice["finish_reason"]
 
     def finish(self) -> list[Event]:
-        events = self._close()
+        status, incomplete = _status(self.finish_reason)
+        # Only the item open when generation ended can have been cut short by the limit.
+        events = self._close(status)
         if not self.output:
             # Nothing was generated: still one (empty) message, as a plain response has.
             events += self._open(_message_item(_new_id("msg"), "", [], "in_progress"))
-            events += self._close()
-        status, incomplete = _status(self.finish_reason)
+            events += self._close(status)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         events.append(self._event(kind, response=self._response(status, incomplete)))
         return events
 
-    def error(self, message: str, code: str | None = None) -> list[Event]:
-        return [self._event("error", code=code, message=message, param=None)]
+    def error(self, message: str, code: str | None = None, param: str | None = None) -> list[Event]:
+        return [self._event("error", code=code, message=message, param=param)]
+
+
+# Chat request fields whose Responses name differs (the rest are named alike).
+_CHAT_PARAMS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+                "response_format": "text.format", "logprobs": "top_logprobs"}
+
+
+def chat_param(param: str | None) -> str | None:
+    """The Responses request field a chat request field came from, for errors the chat layer
+    reports (``messages[2].content`` -> ``input``, ``tools[0].function.name`` -> ``tools[0].name``)."""
+    if param is None:
+        return None
+    head, dot, rest = param.partition(".")
+    name = head.partition("[")[0]
+    if name == "messages":
+        # Instructions and merged function calls shift the indices: name the whole input.
+        return "input"
+    if name in _CHAT_PARAMS:
+        return _CHAT_PARAMS[name]
+    if name in ("tools", "tool_choice"):
+        return (head + dot + rest.removeprefix("function.").removeprefix("function")).rstrip(".")
+    return param
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

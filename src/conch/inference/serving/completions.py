@@ -81,11 +81,13 @@ class CompletionServing(Serving):
                                  param="prompt")
         return prompt
 
-    async def stream(self, req: c.CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, req: c.CompletionRequest, *, chat_logprobs: bool = False) -> AsyncIterator[dict[str, Any]]:
         """``text_completion`` chunks (OpenAI's legacy stream shape); closing cancels generation.
 
         Errors known before generation (unknown model, bad fields, a full queue, a prompt too
-        long) are raised by the first ``__anext__``.
+        long) are raised by the first ``__anext__``. With ``chat_logprobs`` a choice's
+        ``logprobs`` are chat's ``{"content": [{token, logprob, bytes, top_logprobs}]}``, for
+        translations the legacy shape would lose bytes and same-text alternatives to.
         """
         t_start = time.perf_counter()
         prompts = _checked(req)
@@ -156,7 +158,8 @@ class CompletionServing(Serving):
                         lp = None
                         if req.logprobs is not None and ev.logprobs:
                             entries = logprob_entries(ev.logprobs)
-                            lp = c.legacy_logprobs(entries, len(ch.echo) + len(ch.text))
+                            lp = ({"content": entries} if chat_logprobs
+                                  else c.legacy_logprobs(entries, len(ch.echo) + len(ch.text)))
                         ch.text += ev.text
                         if ev.finish_reason is not None:
                             ch.finish_reason = "length" if ev.finish_reason == "length" else "stop"

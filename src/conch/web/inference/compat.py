@@ -26,24 +26,26 @@ from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.errors import from_domain
 from conch.web.common.sse import EventStreamResponse
 
-# Turns (status, message, param) into the vendor's error body.
-ErrorShape = Callable[[int, str, str | None], dict[str, Any]]
+# Turns (status, message, param, code) into the vendor's error body.
+ErrorShape = Callable[[int, str, str | None, str | None], dict[str, Any]]
 
 
 class VendorError(Exception):
     """An error to answer in the calling API's own shape."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.headers = headers
+        self.code = code
 
 
 def respond_error(exc: VendorError, shape: ErrorShape) -> JSONResponse:
-    return JSONResponse(shape(exc.status, exc.message, exc.param), status_code=exc.status, headers=exc.headers)
+    return JSONResponse(shape(exc.status, exc.message, exc.param, exc.code), status_code=exc.status,
+                        headers=exc.headers)
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -71,24 +73,32 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def vendor_error(exc: BaseException) -> VendorError:
-    """The vendor-neutral error for a translation, validation or serving failure."""
+def _same(param: str | None) -> str | None:
+    return param
+
+
+def vendor_error(exc: BaseException, chat_param: Callable[[str | None], str | None] = _same) -> VendorError:
+    """The vendor-neutral error for a translation, validation or serving failure, with the code
+    chat completions gives it. Validation and serving errors name the translated chat request's
+    fields; ``chat_param`` renames those as the vendor's request names them."""
     if isinstance(exc, VendorError):
         return exc
     if isinstance(exc, TranslationError):
-        return VendorError(exc.status, exc.message, exc.param)
+        return VendorError(exc.status, exc.message, exc.param, code=exc.code)
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
-        param = _loc(tuple(first.get("loc", ())))
-        return VendorError(400, f"Invalid value for '{param}': {first.get('msg')}", param or None)
+        loc = _loc(tuple(first.get("loc", ())))
+        param = chat_param(loc or None)
+        code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_request_error"
+        return VendorError(400, f"Invalid value for '{param or loc}': {first.get('msg')}", param, code=code)
     served = from_domain(exc, "messages")
     if served is not None:
         exc = served
     status = getattr(exc, "status", None)
     if isinstance(status, int) and isinstance(getattr(exc, "message", None), str):
-        # A serving error: keep its status and message.
-        return VendorError(status, exc.message, getattr(exc, "param", None),  # type: ignore[attr-defined]
-                           getattr(exc, "headers", None))
+        # A serving error: keep its status, message and code.
+        return VendorError(status, exc.message, chat_param(getattr(exc, "param", None)),  # type: ignore[attr-defined]
+                           getattr(exc, "headers", None), getattr(exc, "code", None))
     raise exc
 
 
@@ -141,6 +151,8 @@ class ChatDialect(Generic[T]):
     shape: ErrorShape
     # Whether the stream's first chunk should carry the prompt's token count.
     prompt_usage: bool = False
+    # A chat request field's name -> the vendor's name for it, in errors.
+    chat_param: Callable[[str | None], str | None] = _same
 
 
 async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialect[T]) -> Response:
@@ -153,7 +165,7 @@ async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialec
         # Errors known before any output (unknown model, prompt too long) still get a status.
         first, stream = await primed(serving.stream(req, prompt_usage=dialect.prompt_usage))
     except Exception as exc:
-        return respond_error(vendor_error(exc), dialect.shape)
+        return respond_error(vendor_error(exc, dialect.chat_param), dialect.shape)
     translator = dialect.translator(body, first)
     encode = dialect.encode
 
@@ -165,7 +177,7 @@ async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialec
                 for event in translator.feed(chunk):
                     yield encode(event)
         except Exception as exc:
-            for event in dialect.failed(translator, vendor_error(exc)):
+            for event in dialect.failed(translator, vendor_error(exc, dialect.chat_param)):
                 yield encode(event)
             return
         for event in translator.finish():

@@ -39,7 +39,7 @@ ANTHROPIC = ChatDialect(
         msg_id=a.message_id((first or {}).get("id"))),
     encode=_encode,
     failed=lambda _translator, err: [("error", a.error_body(err.status, err.message))],
-    shape=lambda status, message, _param: a.error_body(status, message),
+    shape=lambda status, message, _param, _code: a.error_body(status, message),
     prompt_usage=True,
 )
 

@@ -54,7 +54,7 @@ NDJSON = "application/x-ndjson"
 NDJSON_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _shape(status: int, message: str, param: str | None) -> dict[str, Any]:
+def _shape(status: int, message: str, param: str | None, code: str | None) -> dict[str, Any]:
     return o.error_body(message)
 
 
@@ -148,7 +148,8 @@ async def generate(request: Request, chat: ChatDep, completions: CompletionDep, 
         if kind == "chat":
             source: Callable[[], Any] = functools.partial(chat.stream, ChatCompletionRequest.model_validate(translated))
         else:
-            source = functools.partial(completions.stream, CompletionRequest.model_validate(translated))
+            source = functools.partial(completions.stream, CompletionRequest.model_validate(translated),
+                                       chat_logprobs=True)
     except Exception as exc:
         return respond_error(vendor_error(exc), _shape)
     return await _generation("generate", body["model"], stream_out, start, source)

@@ -24,8 +24,9 @@ RESPONSES = ChatDialect(
     answer=lambda completion, body, created: r.chat_to_response(completion, body, created_at=created),
     translator=lambda body, _first: r.ResponseStream(body),
     encode=lambda event: encode_event(event, event=event["type"]),
-    failed=lambda translator, err: translator.error(err.message),
+    failed=lambda translator, err: translator.error(err.message, err.code, err.param),
     shape=r.error_body,
+    chat_param=r.chat_param,
 )
 
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
