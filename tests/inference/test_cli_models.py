@@ -42,3 +42,31 @@ def test_list_show_rm(data_dir: Path, smollm2_path: Path) -> None:
     assert removed.exit_code == 0
     assert smollm2_path.is_file()  # linked, never deleted
     assert runner.invoke(app, ["rm", BUNDLED_ID]).exit_code == 1
+
+
+LONG_ID = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF:Q4_K_M"  # 48 characters, a real-world shape
+
+
+@pytest.mark.parametrize("columns", [200, 80, 60, 40])
+def test_list_never_cuts_an_id_short(data_dir: Path, smollm2_path: Path, columns: int) -> None:
+    from conch.config import Settings
+    from conch.inference.bundled import ensure_bundled_model
+    from conch.inference.store import ModelRecord, ModelStore
+
+    store = ModelStore(Settings(data_dir=data_dir))
+    ensure_bundled_model(store)
+    store.register(ModelRecord(id=LONG_ID, path=str(smollm2_path), size_bytes=smollm2_path.stat().st_size,
+                               architecture="llama", context_length=131072, quantization="Q4_K_M",
+                               capabilities=["chat", "embeddings"], source="huggingface"))
+    out = CliRunner().invoke(app, ["list"], env={"COLUMNS": str(columns)})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    # Each id whole on one line, and no line wider than the terminal but for an id that is itself.
+    for model_id in (LONG_ID, BUNDLED_ID):
+        assert any(model_id in line for line in lines), out.output
+    assert "…" not in out.output
+    assert all(len(line) <= max(columns, len(LONG_ID) + len("  ready")) for line in lines), out.output
+    if columns >= 200:
+        assert "CAPABILITIES" in out.output and "ARCH" in out.output  # a wide terminal shows every column
+    if columns >= len(LONG_ID) + 4:
+        assert "ID" in lines[1]  # still a table: the other columns gave way, not the ids

@@ -7,11 +7,15 @@ work whether or not a server is running.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from conch.cli.serving import ModelsPortOpt, uvicorn_options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 app = typer.Typer(help="The model inference server and the local model store.", no_args_is_help=True)
 
@@ -68,15 +72,51 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
         typer.echo(json.dumps([r.model_dump(mode="json", exclude={"extra"}) for r in records], indent=2))
         return
     from rich.console import Console
+
+    rows = [
+        {"ID": r.id, "STATUS": r.status, "FORMAT": r.format, "QUANT": r.quantization or "-",
+         "ARCH": r.architecture or "-", "CTX": str(r.context_length or "-"), "SIZE": _human(r.size_bytes),
+         "CAPABILITIES": ",".join(r.capabilities)}
+        for r in records
+    ]
+    console = Console()
+    table = _fitting_table(console, rows)
+    if table is not None:
+        console.print(table)
+        return
+    # Not even the ids fit inside a table's borders: one per line, whole (the terminal wraps them).
+    width = max((len(r.id) for r in records), default=0)
+    for r in records:
+        typer.echo(f"{r.id:<{width}}  {r.status}")
+
+
+# The order `models list` gives up columns in when the terminal is narrow: an id is what a
+# person copies into the next command, so it is shown whole and everything else yields to it.
+_DROPPED_FIRST = ("ARCH", "FORMAT", "CTX", "CAPABILITIES", "QUANT", "SIZE", "STATUS")
+
+
+def _fitting_table(console: Console, rows: list[dict[str, str]]) -> Table | None:
+    """The models table with as many columns as fit the console unwrapped and untruncated, or
+    None when even the ID column alone does not."""
     from rich.table import Table
 
-    table = Table("ID", "STATUS", "FORMAT", "QUANT", "ARCH", "CTX", "SIZE", "CAPABILITIES")
-    for r in records:
-        table.add_row(
-            r.id, r.status, r.format, r.quantization or "-", r.architecture or "-",
-            str(r.context_length or "-"), _human(r.size_bytes), ",".join(r.capabilities),
-        )
-    Console().print(table)
+    shown = ["ID", "STATUS", "FORMAT", "QUANT", "ARCH", "CTX", "SIZE", "CAPABILITIES"]
+    dropping = iter(_DROPPED_FIRST)
+    while True:
+        table = Table()
+        for name in shown:
+            # Rich shrinks columns to fit the width (cutting ids to "smollm2…"); it never has to
+            # when the table's natural width fits, which is what the columns are chosen for.
+            table.add_column(name, no_wrap=name == "ID")
+        for row in rows:
+            table.add_row(*(row[name] for name in shown))
+        # Measured without the console's limit, which would cap the natural width at it.
+        if console.measure(table, options=console.options.update(max_width=10**6)).maximum <= console.width:
+            return table
+        dropped = next(dropping, None)
+        if dropped is None:
+            return None
+        shown.remove(dropped)
 
 
 @app.command()
