@@ -3,8 +3,13 @@
 It stands in for a model (replies are scripted, so agent-loop behaviour is deterministic)
 and is proven with the official ``openai`` client in ``test_scripted_model.py``. The reply
 to a conversation is chosen by its goal (the first user message) and the number of
-requests made for it so far, so concurrent tasks each follow their own script. Every request
-body is kept for inspection.
+requests made for it so far, so concurrent tasks each follow their own script; or, for a
+goal scripted with :meth:`ScriptedModel.script_by_position`, by the conversation's position
+(how many replies of the model it already holds), so that a request asked again after a
+restart gets the same reply. Every request body is kept for inspection.
+
+``POST /effects/NAME?delay_ms=N`` stands in for a side effect outside the server (an agent's
+``http_post``): each request is counted at once under NAME, then answered after N ms.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ class ScriptedModel:
     requests: list[dict[str, Any]] = field(default_factory=list)
     # What to answer for a goal with no script (default: a final answer at once).
     fallback: Callable[[dict[str, Any]], Reply] | None = None
+    positional: dict[str, list[Reply]] = field(default_factory=dict)
+    effects: dict[str, int] = field(default_factory=dict)
+    _asked: dict[tuple[str, int], int] = field(default_factory=dict)
     _turns: dict[str, int] = field(default_factory=dict)
     _server: Any = None
     _thread: threading.Thread | None = None
@@ -55,6 +63,15 @@ class ScriptedModel:
         self._turns.pop(goal, None)
         return goal
 
+    def script_by_position(self, goal: str, *replies: Reply) -> str:
+        """Replies by the conversation's position: the n-th reply answers every request
+        whose conversation holds n replies of the model already. A reply
+        ``{"delay_first": S, "content": …}`` waits S seconds the first time only."""
+        self.positional[goal] = list(replies)
+        for key in [k for k in self._asked if k[0] == goal]:
+            del self._asked[key]
+        return goal
+
     def requests_for(self, goal: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if _goal(r) == goal]
 
@@ -66,7 +83,16 @@ class ScriptedModel:
         self._turns[goal] = turn + 1
         script = self.scripts.get(goal)
         reply: Reply
-        if script is not None:
+        if goal in self.positional:
+            replies = self.positional[goal]
+            position = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+            asked = self._asked.get((goal, position), 0)
+            self._asked[(goal, position)] = asked + 1
+            reply = replies[min(position, len(replies) - 1)]
+            if isinstance(reply, dict) and "delay_first" in reply:
+                reply = {"content": reply.get("content", ""),
+                         "delay": reply["delay_first"] if asked == 0 else 0}  # fmt: skip
+        elif script is not None:
             reply = script[min(turn, len(script) - 1)]
         elif self.fallback is not None:
             reply = self.fallback(body)
@@ -100,10 +126,23 @@ class ScriptedModel:
             }
         )
 
+    async def _effect(self, request: Request) -> JSONResponse:
+        name = request.path_params["name"]
+        self.effects[name] = self.effects.get(name, 0) + 1
+        delay_ms = float(request.query_params.get("delay_ms", "0"))
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        return JSONResponse({"effect": name, "count": self.effects[name]})
+
     def start(self) -> ScriptedModel:
         import uvicorn
 
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/effects/{name}", self._effect, methods=["POST"]),
+            ]
+        )
         # IPPROTO_TCP spelled out: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
         # sockets whose protocol says TCP, and a socket.socket() says 0. With Nagle on, each
         # reply on a kept-alive connection waits ~40 ms for the client's delayed ACK.
