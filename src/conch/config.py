@@ -108,8 +108,8 @@ class Settings(BaseSettings):
     max_loaded_models: int = 2
     max_queue: int = 64
     n_ctx: int = 2048
-    n_threads: int | None = None
-    n_threads_batch: int | None = None  # prompt and multi-sequence steps; default: all CPUs
+    n_threads: int | None = None  # None: one per physical core, as llama-server (docs/inference.md)
+    n_threads_batch: int | None = None  # prompt and multi-sequence steps; None: as n_threads
     n_parallel: int = 4
     cache_prompt: bool = True  # reuse KV of shared prompt prefixes (bitwise the same output, faster first token)
     hf_endpoint: str | None = None

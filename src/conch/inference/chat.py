@@ -78,54 +78,70 @@ def start_chat(engine: Engine, spec: ChatSpec, prompt: ChatPrompt) -> AsyncItera
     return _events(spec, gens)
 
 
-async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatEvent]:
+async def _choice_events(spec: ChatSpec, index: int, gen: Generation) -> AsyncIterator[ChatEvent]:
+    """One choice's engine tokens as chat events: text deltas (held back while a tool call may
+    be forming), tool calls, and the finish."""
     tools_active = spec.tools_active
     forced = tools_active and spec.tool_choice != "auto"
+    text = ""
+    streamed = 0
+    pending: list[TokenLogprob] = []
+
+    def event(kind: str, **fields: Any) -> ChatEvent:
+        # Log-probabilities travel with the next event out for this choice.
+        nonlocal pending
+        out = ChatEvent(kind, index, logprobs=pending or None, **fields)
+        pending = []
+        return out
+
+    async for ev in gen:
+        text += ev.text
+        if ev.logprobs:
+            pending.extend(ev.logprobs)
+        if ev.finish_reason is not None:
+            if ev.finish_reason == "error":
+                raise EngineError(ev.error or "generation failed")
+            reason = ev.finish_reason
+            if tools_active:
+                content, calls = parse_tool_calls(text, spec.tools)
+                if calls:
+                    if not forced and len(content) > streamed:
+                        yield event("delta", text=content[streamed:])
+                    yield event("tool_calls", tool_calls=calls)
+                    reason = "tool_calls"
+                elif len(text) > streamed:
+                    yield event("delta", text=text[streamed:])
+            elif ev.text:
+                yield event("delta", text=ev.text)
+            yield event("finish", finish_reason=reason, completion_tokens=ev.n_tokens,
+                        stop_sequence=ev.stop_sequence)
+            return
+        if not tools_active:
+            if ev.text:
+                yield event("delta", text=ev.text)
+        elif not forced:
+            cut = safe_prefix(text)
+            if cut > streamed:
+                yield event("delta", text=text[streamed:cut])
+                streamed = cut
+
+
+async def _events(spec: ChatSpec, gens: list[Generation]) -> AsyncIterator[ChatEvent]:
+    if len(gens) == 1:
+        # One choice, the common case: its events straight through, without a task and a
+        # queue between every token and the response.
+        try:
+            async for only in _choice_events(spec, 0, gens[0]):
+                yield only
+        finally:
+            gens[0].cancel()
+        return
     queue: asyncio.Queue[ChatEvent | None] = asyncio.Queue()
 
     async def pump(index: int) -> None:
-        text = ""
-        streamed = 0
-        pending: list[TokenLogprob] = []
-
-        async def put(kind: str, **fields: Any) -> None:
-            # Log-probabilities travel with the next event out for this choice.
-            nonlocal pending
-            event = ChatEvent(kind, index, logprobs=pending or None, **fields)
-            pending = []
-            await queue.put(event)
-
         try:
-            async for ev in gens[index]:
-                text += ev.text
-                if ev.logprobs:
-                    pending.extend(ev.logprobs)
-                if ev.finish_reason is not None:
-                    if ev.finish_reason == "error":
-                        raise EngineError(ev.error or "generation failed")
-                    reason = ev.finish_reason
-                    if tools_active:
-                        content, calls = parse_tool_calls(text, spec.tools)
-                        if calls:
-                            if not forced and len(content) > streamed:
-                                await put("delta", text=content[streamed:])
-                            await put("tool_calls", tool_calls=calls)
-                            reason = "tool_calls"
-                        elif len(text) > streamed:
-                            await put("delta", text=text[streamed:])
-                    elif ev.text:
-                        await put("delta", text=ev.text)
-                    await put("finish", finish_reason=reason, completion_tokens=ev.n_tokens,
-                              stop_sequence=ev.stop_sequence)
-                    return
-                if not tools_active:
-                    if ev.text:
-                        await put("delta", text=ev.text)
-                elif not forced:
-                    cut = safe_prefix(text)
-                    if cut > streamed:
-                        await put("delta", text=text[streamed:cut])
-                        streamed = cut
+            async for event in _choice_events(spec, index, gens[index]):
+                await queue.put(event)
         finally:
             await queue.put(None)
 

@@ -27,6 +27,33 @@ _GGML_GPU_TYPES = (1, 2)  # GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
 _CACHE_S = 1.0
 
 
+@functools.cache
+def math_threads() -> int:
+    """Threads for llama.cpp's matrix work, chosen as llama.cpp's own tools choose them
+    (``common_cpu_get_num_math``): one per physical core, hyperthread siblings counted once.
+
+    SMT siblings share a core's vector units, so a second thread on a core adds contention, not
+    throughput; and llama.cpp's threads meet at a barrier every layer, so one thread more than
+    there are cores to run it makes every step wait for the slowest. Falls back to half the
+    logical CPUs where the topology cannot be read (llama-cpp-python's rule).
+    """
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    cores: set[str] = set()
+    for cpu in allowed:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as fh:
+                cores.add(fh.read().strip())
+        except OSError:
+            cores.clear()
+            break
+    if cores:
+        return len(cores)
+    return max((os.cpu_count() or 2) // 2, 1)
+
+
 @dataclass
 class GpuDevice:
     index: int  # as llama.cpp numbers them (main_gpu), after CUDA_VISIBLE_DEVICES

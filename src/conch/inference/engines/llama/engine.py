@@ -16,9 +16,9 @@ gets 512-token micro-batches by default (``n_ubatch``, conch.inference.offload, 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
+from conch.inference.device import math_threads
 from conch.inference.engines.base import (
     ChatInputError,
     ChatPrompt,
@@ -68,12 +68,11 @@ class LlamaEngine:
         self.model_id = model_id
         self.path = path
         self._n_ctx_req = n_ctx
-        # Half the logical CPUs (physical cores on SMT machines), as llama-cpp-python does:
-        # oversubscribed OpenMP threads spin and slow decoding down badly.
-        self.n_threads = n_threads or max((os.cpu_count() or 2) // 2, 1)
-        # Steps with several tokens (prompts, many sequences) scale with cores, as in
-        # llama-cpp-python's defaults.
-        self.n_threads_batch = n_threads_batch or max(os.cpu_count() or 1, 1)
+        # One thread per physical core for decoding and for prompts, as llama-server chooses
+        # (docs/inference.md, "Defaults"): llama-cpp-python's half of the logical CPUs left one
+        # of a 2-core VM's cores idle and decoded at half llama-server's speed.
+        self.n_threads = n_threads or math_threads()
+        self.n_threads_batch = n_threads_batch or self.n_threads
         self.cache_prompt = cache_prompt
         self.n_parallel = max(1, n_parallel)
         self.n_batch = n_batch

@@ -6,8 +6,10 @@ generating sequence plus prompt chunks of newly admitted ones, calls ``llama_dec
 and samples each sequence with its own sampler chain. Decoding several sequences in one call
 costs little more than decoding one, which is where aggregate throughput comes from.
 
-Tokens travel to the event loop one at a time (``call_soon_threadsafe`` into an asyncio
-queue), so streams are real; a cancelled request is dropped before the next batch is built,
+Tokens travel to the event loop after every step: one ``call_soon_threadsafe`` carries the
+step's events for every stream into their asyncio queues, so streams are real without a
+cross-thread wake-up per token; a stream whose reader fell behind takes what has queued up as
+one event (:meth:`LlamaGeneration.__aiter__`). A cancelled request is dropped before the next batch is built,
 so a disconnect stops generation within one token. When the KV pool runs out, the newest
 sequence is preempted and replayed later (:meth:`Scheduler._make_room`).
 """
@@ -63,15 +65,26 @@ class Job:
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     stop_hit: str | None = None
+    # The scheduler's events of the current step, sent to the event loop together (_flush).
+    outbox: list[tuple[Job, TokenEvent]] = field(default_factory=list)
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:
             # Log-probabilities ride on the next event out (text may be held for stop strings).
             ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
-        except RuntimeError:  # the loop is gone: nobody is listening any more
-            self.cancelled = True
+        self.outbox.append((self, ev))
+
+
+def _deliver(events: list[tuple[Job, TokenEvent]]) -> None:
+    for job, ev in events:
+        job.queue.put_nowait(ev)
+
+
+def _merge(ev: TokenEvent, later: TokenEvent) -> TokenEvent:
+    """Two consecutive events of one stream as one (a reader that fell behind)."""
+    logprobs = (ev.logprobs or []) + (later.logprobs or [])
+    return TokenEvent(ev.text + later.text, later.n_tokens, later.finish_reason, later.error,
+                      logprobs or None, later.stop_sequence)
 
 
 class LlamaGeneration(Generation):
@@ -82,9 +95,14 @@ class LlamaGeneration(Generation):
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:  # type: ignore[override]
+        queue = self._job.queue
         try:
             while not self._done:
-                ev = await self._job.queue.get()
+                ev = await queue.get()
+                # Whatever queued up while this reader was busy goes out as one event: under
+                # load the response side then costs per step, not per token.
+                while ev.finish_reason is None and not queue.empty():
+                    ev = _merge(ev, queue.get_nowait())
                 if ev.finish_reason is not None:
                     self._done = True
                 yield ev
@@ -122,6 +140,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
+        self._outbox: list[tuple[Job, TokenEvent]] = []
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
         self.n_vocab = int(model.n_vocab())
         self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
@@ -149,6 +168,7 @@ class Scheduler:
             self._thread = None
         for job in list(self._pending) + self._active:
             job.push(TokenEvent("", job.n_gen, "error", "the model was unloaded"))
+        self._flush()
         self._pending.clear()
         self._active.clear()
         if self._batch is not None:
@@ -170,7 +190,8 @@ class Scheduler:
     # -- requests ----------------------------------------------------------------------------
     def submit(self, tokens: list[int], params: SamplingParams, max_tokens: int) -> Generation:
         loop = asyncio.get_running_loop()
-        job = Job(tokens=tokens, params=params, loop=loop, queue=asyncio.Queue(), max_tokens=max_tokens)
+        job = Job(tokens=tokens, params=params, loop=loop, queue=asyncio.Queue(), max_tokens=max_tokens,
+                  outbox=self._outbox)
         with self._cond:
             if len(self._pending) - len(self.pool.free_seqs) >= self.max_queue:
                 raise QueueFull(self.max_queue)
@@ -194,6 +215,28 @@ class Scheduler:
                 self._active.clear()
             for job in jobs:
                 job.push(TokenEvent("", job.n_gen, "error", f"inference failed: {exc}"))
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the events pushed since the last flush, one call per event loop."""
+        outbox = self._outbox
+        if not outbox:
+            return
+        events = outbox[:]
+        outbox.clear()
+        loop = events[0][0].loop
+        if all(job.loop is loop for job, _ in events):
+            batches = {loop: events}
+        else:
+            batches = {}
+            for item in events:
+                batches.setdefault(item[0].loop, []).append(item)
+        for target, batch in batches.items():
+            try:
+                target.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                for job, _ in batch:
+                    job.cancelled = True
 
     def _finish(self, job: Job, reason: str, error: str | None = None) -> None:
         if job in self._active:
@@ -216,6 +259,8 @@ class Scheduler:
         pool = self.pool
         append_text = sampling.append_text
         while True:
+            # The previous step's tokens (and any errors) go out before the next step or a wait.
+            self._flush()
             with self._cond:
                 while not self._stop and not self._active and not self._pending:
                     self._cond.wait()
