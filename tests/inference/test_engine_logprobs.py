@@ -113,3 +113,30 @@ def test_stop_string_is_reported(engine: le.LlamaEngine) -> None:
 
     last = asyncio.run(go())
     assert last.finish_reason == "stop" and last.stop_sequence == " 7"
+
+
+def test_a_reader_that_falls_behind_gets_the_same_tokens_in_fewer_events(engine: Any) -> None:
+    """Tokens that queue up while the reader is busy come out merged: the same text and the
+    same logprobs in order as a reader that keeps up, in fewer events, the last one finishing."""
+    params = SamplingParams(max_tokens=24, temperature=0.0, logprobs=2)
+
+    async def read(delay_first: bool) -> tuple[str, list[TokenLogprob], int, int]:
+        gen = engine.generate("Count slowly from one to twenty:", params)
+        events = 0
+        text, lps, n = "", [], 0
+        async for ev in gen:
+            if delay_first and events == 0:
+                await asyncio.sleep(1.0)  # the engine runs on; its tokens wait in the queue
+            events += 1
+            text += ev.text
+            lps.extend(ev.logprobs or [])
+            n = ev.n_tokens
+        return text, lps, n, events
+
+    prompt_text, prompt_lps, prompt_n, prompt_events = asyncio.run(read(False))
+    late_text, late_lps, late_n, late_events = asyncio.run(read(True))
+    assert prompt_n >= 8 and prompt_events > 2
+    assert late_text == prompt_text and late_n == prompt_n
+    assert [(lp.token, lp.logprob) for lp in late_lps] == [(lp.token, lp.logprob) for lp in prompt_lps]
+    assert len(late_lps) == prompt_n
+    assert late_events <= 2 < prompt_events  # the first event, then everything else at once
