@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel, final
+from tests.orchestration.scripted_model import ScriptedModel, final, tool
 from tests.orchestration.servers import finished, start_process_server, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,6 +29,11 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
         {"delay": 60, "content": final("late")},
         final("resumed"),
     )
+    agent_goal = scripted.script_by_position(
+        "a workflow's task that outlives its server",
+        tool("append", path="agent.log", content="x\n"),
+        {"delay_first": 60, "content": final("agent done")},
+    )
     first = start_process_server(data, log, **env)
     body = {
         "name": "durable",
@@ -42,6 +47,8 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
             },
             {"id": "c", "depends_on": ["b"], "run": 'append("c.log", "x\\n"); steps.b.result + 1'},
             {"id": "side", "run": 'append("side.log", "x\\n"); "side"'},
+            # An agent task step (no retries): its task lives on, and the step waits for it.
+            {"id": "agent", "task": {"goal": agent_goal, "tools": ["append"]}},
         ],
     }
     try:
@@ -52,6 +59,10 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
                 c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][1]["status"] == "running", 60
             )
             wait_for(c, f"{API}/tasks/{task['id']}", lambda t: t["status"] == "running", 30)
+            agent_step = wait_for(
+                c, f"{API}/workflows/{wf['id']}", lambda w: w["steps"][4].get("task_id"), 30
+            )["steps"][4]
+            wait_for(c, f"{API}/tasks/{agent_step['task_id']}", lambda t: len(t["steps"]) == 1, 30)
         first.kill()
     finally:
         first.stop()
@@ -61,6 +72,7 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
         with second.client() as c:
             done = wait_for(c, f"{API}/workflows/{wf['id']}", finished, 90)
             resumed = wait_for(c, f"{API}/tasks/{task['id']}", finished, 60)
+            agent_tasks = [t for t in c.get(f"{API}/tasks").json() if t["goal"] == agent_goal]
     finally:
         second.stop()
 
@@ -77,3 +89,9 @@ def test_sigkill_mid_workflow_then_resume(tmp_path: Path, scripted: ScriptedMode
     assert resumed["status"] == "succeeded", resumed
     assert resumed["result"] == "resumed"
     assert len(scripted.requests_for(goal)) == 2
+    # The task step: the same task, resumed (its first call not run again), one attempt.
+    assert steps["agent"]["status"] == "succeeded" and steps["agent"]["result"] == "agent done"
+    assert steps["agent"]["attempts"] == 1
+    assert steps["agent"]["task_id"] == agent_step["task_id"]
+    assert [t["id"] for t in agent_tasks] == [agent_step["task_id"]]
+    assert lines(ws / "agent.log") == 1

@@ -355,7 +355,13 @@ class Orchestrator:
     ) -> None:
         """Run a task in the background: a new one (``pending``), or one this server has
         just claimed in status ``running`` (``resume``: from its checkpoint)."""
-        if task_id in self._tasks or self._closing:
+        if self._closing:
+            return  # the task keeps its lease until it runs out; then it is taken over
+        previous = self._tasks.get(task_id)
+        if previous is not None:
+            # Its last run is still returning (it has just stopped to wait, and the decision
+            # came at once): start once that one is done (and gone from ``_tasks``).
+            previous.add_done_callback(lambda _t: self._launch(task_id, spec, row, resume=resume))
             return
         run = asyncio.get_running_loop().create_task(
             self._run_task(task_id, spec, row, resume=resume)
@@ -421,6 +427,13 @@ class Orchestrator:
                 journal = Journal.load(entries)
                 if not isinstance(task_row.steps, list):
                     raise CheckpointError("the recorded steps are not a list")
+                if len(journal.replies) < len(task_row.steps):
+                    # Every step had a model reply: steps recorded without them (a task
+                    # started before checkpoints existed) cannot be replayed.
+                    raise CheckpointError(
+                        f"{len(task_row.steps)} steps recorded but only "
+                        f"{len(journal.replies)} model replies"
+                    )
             except CheckpointError as exc:
                 await self._unresumable(task_id, str(exc))
                 return
