@@ -40,19 +40,21 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+try:
+    import serving
+except ImportError:  # imported as benchmarks.gpu
+    from benchmarks import serving  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_PROMPT = "Write a very long and detailed story about a lighthouse keeper and the sea, chapter by chapter."
@@ -281,69 +283,22 @@ class GpuSampler(threading.Thread):
         return self.peak
 
 
-# -- the load generator -------------------------------------------------------------------------------
+# -- the load generator (benchmarks/serving.py) ------------------------------------------------------
 
 def _body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-
-
-async def _one(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> dict[str, Any]:
-    rec: dict[str, Any] = {"t_send": time.time(), "t_first": None, "t_last": None, "tokens": None, "chunks": 0,
-                           "error": None}
-    try:
-        async with client.stream("POST", url + "/v1/chat/completions", json=payload) as r:
-            if r.status_code != 200:
-                rec["error"] = f"HTTP {r.status_code}: {(await r.aread())[:300]!r}"
-                return rec
-            async for line in r.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                if line[6:].strip() == "[DONE]":
-                    break
-                obj = json.loads(line[6:])
-                if "error" in obj:
-                    rec["error"] = str(obj["error"])[:300]
-                if obj.get("usage"):
-                    rec["tokens"] = obj["usage"].get("completion_tokens")
-                for ch in obj.get("choices") or []:
-                    if (ch.get("delta") or {}).get("content"):
-                        now = time.time()
-                        rec["t_first"] = rec["t_first"] or now
-                        rec["t_last"] = now
-                        rec["chunks"] += 1
-    except Exception as exc:
-        rec["error"] = f"{type(exc).__name__}: {exc}"
-    rec["t_end"] = time.time()
-    if rec["tokens"] is None:
-        rec["tokens"] = rec["chunks"]
-    first = rec["t_first"]
-    rec["ttft_s"] = None if first is None else first - rec["t_send"]
-    span = (rec["t_last"] - first) if first is not None else 0
-    rec["decode_tps"] = (rec["tokens"] - 1) / span if span > 0 and rec["tokens"] > 1 else None
-    return rec
+    return serving.body(model, prompt, max_tokens, stop=False)
 
 
 async def _sequential(url: str, model: str, prompts: list[str], max_tokens: int) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(timeout=900) as client:
-        return [await _one(client, url, _body(model, p, max_tokens)) for p in prompts]
-
-
-async def _batch(url: str, model: str, idxs: list[int], max_tokens: int, start_at: float) -> list[dict[str, Any]]:
-    limits = httpx.Limits(max_connections=len(idxs) + 4, max_keepalive_connections=len(idxs) + 4)
-    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
-        await asyncio.sleep(max(0.0, start_at - time.time()))
-        return await asyncio.gather(*(_one(client, url, _body(model, f"Stream {i}: {LONG_PROMPT}", max_tokens))
-                                      for i in idxs))
+    return await serving.sequential(url, [_body(model, p, max_tokens) for p in prompts])
 
 
 def _client_proc(url: str, model: str, idxs: list[int], max_tokens: int, start_at: float) -> list[dict[str, Any]]:
-    return asyncio.run(_batch(url, model, idxs, max_tokens, start_at))
+    return asyncio.run(serving.burst(url, [_body(model, f"Stream {i}: {LONG_PROMPT}", max_tokens) for i in idxs],
+                                     start_at))
 
 
-def _median(xs: list[Any]) -> float | None:
-    vals = [x for x in xs if x is not None]
-    return statistics.median(vals) if vals else None
+_median = serving.median
 
 
 def measure_server(url: str, model: str, *, single: int, single_tokens: int, ttft: int,
@@ -379,34 +334,8 @@ def measure_server(url: str, model: str, *, single: int, single_tokens: int, ttf
 
 # -- the systems ------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _server(cmd: list[str], env: dict[str, str], ready: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=fh)
-    try:
-        deadline = time.time() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(ready, timeout=2).status_code == 200:
-                    break
-            if time.time() > deadline:
-                raise RuntimeError(f"{cmd[0]} did not come up; see {log}")
-            time.sleep(0.3)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+_free_port = serving.free_port
+_server = serving.server
 
 
 def run_llama_server(bin_: Path, model: Path, a: argparse.Namespace, work: Path) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""The inference benchmark: conch against llama-cpp-python, in-process and as its own server.
+"""The inference benchmark: conch against llama-cpp-python (in-process and as its own server) and
+llama.cpp's C++ ``llama-server``.
 
-On the bundled SmolLM2-135M-Instruct (Q4_1), with the same thread count and context size for
-all three, one run measures:
+On the bundled SmolLM2-135M-Instruct (Q4_1), with the same context size for all four, one run
+measures:
 
 - single-stream decode tokens/s;
 - time to first token (p50 of several short requests), like for like: llama-cpp-python's
@@ -16,13 +17,39 @@ all three, one run measures:
 Every generation uses temperature 0 and a fixed token budget with stop strings that never
 match, so all runtimes do the same amount of work. HTTP clients are created (and connected)
 before the clock starts: building an ``httpx.Client`` costs ~19 ms here, which is the client's
-cost, not the server's. Run with ``make bench`` or ``python benchmarks/inference.py``.
+cost, not the server's.
+
+Then the yardstick (``vs_llama_server``): conch against llama-server, built once into
+``.bench-cache/`` from the sdist of the installed llama-cpp-python (``benchmarks/serving.py``),
+one server at a time on the same model, streaming chat at temperature 0:
+
+- 1-stream decode tokens/s; TTFT p50 idle (distinct prompts) and after a shared ~1,000-token
+  system prompt (the second and later requests reuse it); prefill tokens/s on a ~2,000-token
+  prompt (prompt tokens / TTFT);
+- aggregate tokens/s with 4, 8 and 16 streams (128 tokens a request, each stream sending
+  ``rounds`` requests back to back), with TTFT p50 and p99 under the 8- and 16-stream load;
+- peak RSS of the server process (``VmHWM``) through the 8-stream load, and at the end.
+
+Each server runs at its defaults as users run them (llama-server ``-m model --port``; ``conch
+models serve`` with a fresh ``CONCH_DATA_DIR`` and no config file), and llama-server once more
+with conch's threads, slots and KV size (``-t -tb -np -c --kv-unified``, read from conch's
+engine). conch / llama-server ratios are printed beside the targets of issue 19.
+
+    python benchmarks/inference.py                      # everything (``make bench`` runs this)
+    python benchmarks/inference.py --vs-llama-server    # only the llama-server comparison
+    python benchmarks/inference.py --quick [...]        # few tokens and requests: checks the harness
+    python benchmarks/inference.py --vs-llama-server --repeat 3   # medians of 3 runs, order rotated
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import dataclasses
+import datetime
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -31,10 +58,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+
+try:
+    import serving
+except ImportError:  # imported as benchmarks.inference
+    from benchmarks import serving  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 N_CTX = 2048
@@ -125,20 +158,30 @@ def _stream_http(c: httpx.Client, base: str, model: str, i: int, max_tokens: int
         "model": model, "messages": _messages(i), "max_tokens": max_tokens, "temperature": 0,
         "stream": True, "stop": ["\u0000never"],
     }
-    t0 = time.perf_counter()
-    first = last = 0.0
-    n = 0
-    with c.stream("POST", base + "/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                n += 1
-                last = time.perf_counter()
-                if not first:
-                    first = last
+    for attempt in range(2):
+        t0 = time.perf_counter()
+        first = last = 0.0
+        n = 0
+        try:
+            with c.stream("POST", base + "/v1/chat/completions", json=body) as r:
+                r.raise_for_status()
+                for line in r.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                        n += 1
+                        last = time.perf_counter()
+                        if not first:
+                            first = last
+        except httpx.RemoteProtocolError:
+            # llama-server at times closes a kept-alive connection just as the next request goes
+            # out on it; the request never started, so send it again on a new connection (as the
+            # OpenAI SDK does), timed afresh
+            if attempt or n:
+                raise
+            continue
+        break
     return first - t0, last - first, n
 
 
@@ -263,6 +306,33 @@ def bench_llama_cpp_server(path: str) -> dict[str, Any]:
     return out
 
 
+LOGS = serving.CACHE / "inference-logs"
+
+
+def _llama_server_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+
+
+def bench_llama_server(path: str) -> dict[str, Any]:
+    """llama.cpp's llama-server with conch's pool (``ConchServer``: 8 slots sharing 2 x N_CTX of KV)."""
+    binary = serving.build_llama_server()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    port = serving.free_port()
+    base = f"http://127.0.0.1:{port}"
+    common = [str(binary), "-m", path, "--port", str(port), "-a", "smollm2", "-np", "8", "-c", str(2 * N_CTX),
+              "--kv-unified"]
+    with serving.server(common, _llama_server_env(), base + "/health", LOGS / "llama-server-main.log") as proc:
+        out = bench_server(base, "smollm2", proc.pid)
+    # Embeddings need an instance started with --embeddings (mean pooling, as in-process).
+    port = serving.free_port()
+    base = f"http://127.0.0.1:{port}"
+    common[4] = str(port)
+    with serving.server([*common, "--embeddings", "--pooling", "mean"], _llama_server_env(), base + "/health",
+                        LOGS / "llama-server-embed.log"):
+        out["embed_per_s"] = _embed_http(base, "smollm2")
+    return out
+
+
 # Older trees served the app from conch.web.inference_app; the side-by-side run starts those too.
 _SERVE = (
     "import uvicorn; from conch.config import load_settings\n"
@@ -368,16 +438,334 @@ def _print_round(r: int, got: dict[str, dict[str, list[float]]], names: tuple[st
         f"{got[n]['ttft_same_p50_ms'][-1]:.1f} ms" for n in names), flush=True)
 
 
+# -- the yardstick: conch against llama-server (issue 19) -------------------------------------
+@dataclass(frozen=True)
+class VsPlan:
+    decode_tokens: int = 128
+    decode_runs: int = 3
+    ttft_runs: int = 15
+    prefill_runs: int = 3
+    stream_tokens: int = 128
+    rounds: int = 2  # requests per stream, back to back
+    streams: tuple[int, ...] = (4, 8, 16)
+    repeat: int = 1  # whole runs of every server (order rotated); the medians are reported
+
+
+QUICK = VsPlan(decode_tokens=16, decode_runs=1, ttft_runs=3, prefill_runs=1, stream_tokens=16, rounds=1)
+# (label, key, higher is better, target ratio conch / llama-server)
+VS_TARGETS = (
+    ("1-stream decode tok/s", "decode_tps", True, 1.0),
+    ("aggregate tok/s, 4 streams", "agg4_tps", True, 1.0),
+    ("aggregate tok/s, 8 streams", "agg8_tps", True, 1.0),
+    ("aggregate tok/s, 16 streams", "agg16_tps", True, 1.0),
+    ("TTFT p50 idle", "ttft_idle_ms", False, 1.0),
+    ("TTFT p50 under 8 streams", "ttft8_p50_ms", False, 1.0),
+    ("TTFT p99 under 8 streams", "ttft8_p99_ms", False, 1.0),
+    ("TTFT p50 under 16 streams", "ttft16_p50_ms", False, 1.0),
+    ("TTFT p99 under 16 streams", "ttft16_p99_ms", False, 1.0),
+    ("peak RSS through 8 streams", "rss8_mb", False, 1.3),
+)
+VS_INFO = (  # ratios printed without a target
+    ("TTFT p50, shared 1k system prompt", "ttft_shared_ms", False),
+    ("prefill tok/s, 2k prompt", "prefill_tps", True),
+)
+VS_ROWS = (
+    ("decode tok/s, 1 stream", "decode_tps", ""),
+    ("TTFT p50 idle, distinct prompts", "ttft_idle_ms", " ms"),
+    ("TTFT p50, shared system prompt (2nd+ requests)", "ttft_shared_ms", " ms"),
+    ("TTFT, shared system prompt, 1st request", "ttft_shared_first_ms", " ms"),
+    ("prefill tok/s, long prompt", "prefill_tps", ""),
+    ("aggregate tok/s, 4 streams", "agg4_tps", ""),
+    ("aggregate tok/s, 8 streams", "agg8_tps", ""),
+    ("aggregate tok/s, 16 streams", "agg16_tps", ""),
+    ("TTFT p50 / p99, 8 streams", ("ttft8_p50_ms", "ttft8_p99_ms"), " ms"),
+    ("TTFT p50 / p99, 16 streams", ("ttft16_p50_ms", "ttft16_p99_ms"), " ms"),
+    ("peak RSS through 8 streams", "rss8_mb", " MB"),
+    ("peak RSS, whole run", "rss_peak_mb", " MB"),
+)
+# ~1,000 tokens of system prompt (23 records of ~43 tokens) and a ~2,000-token document
+# (56 paragraphs of ~35 tokens): within conch's default 2,048-token context with the answer.
+SYSTEM_PROMPT = "You are the archivist of a coastal town. Use these records when you answer.\n" + "\n".join(
+    f"Record {i}: the lighthouse on cape {i} was built in {1800 + i * 3}, has a lamp of {10 + i % 7} wicks, "
+    f"and its keeper logs {i * 11 % 97} ships a month." for i in range(23))
+
+
+def _long_prompt(tag: int) -> str:
+    return (f"Document {tag}.\n" + " ".join(
+        f"Paragraph {i}: the harbor master of port {i + tag} counted {i * 13 % 89} boats, {i * 7 % 53} nets "
+        f"and {i % 11} storms in year {1900 + i}." for i in range(56)) + "\nSummarize the document.")
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1000
+
+
+def measure_vs(base: str, model: str, pid: int, plan: VsPlan) -> dict[str, Any]:
+    """Every figure of the yardstick on one running server (``pid``: its process, for RSS)."""
+    out: dict[str, Any] = {"errors": []}
+    body = serving.body
+
+    def run(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        recs = asyncio.run(serving.sequential(base, payloads))
+        out["errors"] += [r["error"] for r in recs if r["error"]]
+        return recs
+
+    run([body(model, "Warm-up: hello", 4)])  # loads conch's model; connects
+    recs = run([body(model, f"Request {100 + i}. {QUESTION}", 8) for i in range(plan.ttft_runs)])
+    out["ttft_idle_ms"] = _ms(serving.median([r["ttft_s"] for r in recs]))
+    recs = run([body(model, f"Request {200 + i}. {QUESTION}", plan.decode_tokens) for i in range(plan.decode_runs)])
+    out["decode_tps"] = serving.median([r["decode_tps"] for r in recs])
+    out["decode_tokens"] = [r["tokens"] for r in recs]
+    recs = run([body(model, f"Question {i}: when was the lighthouse on cape {i * 3 % 23} built?", 8,
+                     system=SYSTEM_PROMPT) for i in range(plan.ttft_runs + 1)])
+    out["ttft_shared_first_ms"] = _ms(recs[0]["ttft_s"])
+    out["ttft_shared_ms"] = _ms(serving.median([r["ttft_s"] for r in recs[1:]]))
+    out["shared_prompt_tokens"] = recs[0]["prompt_tokens"]
+    recs = run([body(model, _long_prompt(i), 4) for i in range(plan.prefill_runs)])
+    out["prefill_tps"] = serving.median([r["prompt_tokens"] / r["ttft_s"] for r in recs
+                                         if r["prompt_tokens"] and r["ttft_s"]])
+    out["prefill_prompt_tokens"] = recs[0]["prompt_tokens"]
+    for n in plan.streams:
+        def payload(s: int, r: int, n: int = n) -> dict[str, Any]:
+            return body(model, f"Stream {n}.{s}.{r}. {QUESTION}", plan.stream_tokens)
+
+        recs, wall = asyncio.run(serving.closed_loop(base, n, plan.rounds, payload))
+        ok = [r for r in recs if not r["error"]]
+        out["errors"] += [r["error"] for r in recs if r["error"]][:3]
+        out[f"agg{n}_tps"] = sum(r["tokens"] for r in ok) / wall if ok and wall > 0 else None
+        ttfts = [r["ttft_s"] for r in ok]
+        out[f"ttft{n}_p50_ms"] = _ms(serving.percentile(ttfts, 0.5))
+        out[f"ttft{n}_p99_ms"] = _ms(serving.percentile(ttfts, 0.99))
+        out[f"tokens{n}"] = [min((r["tokens"] for r in ok), default=0), max((r["tokens"] for r in ok), default=0)]
+        if n == 8:
+            out["rss8_mb"] = serving.peak_rss_mb(pid)
+    out["rss_peak_mb"] = serving.peak_rss_mb(pid)
+    return out
+
+
+_PROBE = """
+import json
+import conch.inference.engines.llama.engine as eng
+from conch.config import load_settings
+from conch.inference import engines
+from conch.inference.bundled import ensure_bundled_model
+from conch.inference.store import ModelStore
+
+seen = {}
+real = eng.open_context
+def spy(model, **kw):
+    seen.update(kw)
+    return real(model, **kw)
+eng.open_context = spy
+s = load_settings()
+rec = ensure_bundled_model(ModelStore(s))
+e = engines.load_engine(rec, s)
+print("PROBE " + json.dumps({"model": rec.id, "n_threads": e.n_threads, "n_threads_batch": e.n_threads_batch,
+      "n_parallel": e.n_parallel, "n_ctx_seq": e.n_ctx, "kv_total": seen.get("n_ctx"),
+      "kv_unified": bool(seen.get("kv_unified"))}))
+e.unload()
+"""
+
+
+def _conch_env(tmp: Path) -> dict[str, str]:
+    """conch as a user starts it: no CONCH_* settings, a fresh data directory, no config file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    return {**env, "CONCH_DATA_DIR": str(tmp / "data"), "CONCH_CONFIG": str(tmp / "no-config.toml"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
+
+
+def conch_defaults(tmp: Path) -> dict[str, Any]:
+    """Threads, slots and KV size conch's engine chooses by default (its model loaded, in a child)."""
+    r = subprocess.run([sys.executable, "-c", _PROBE], env=_conch_env(tmp), capture_output=True, text=True,
+                       timeout=300)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if line is None:
+        raise RuntimeError(f"could not read conch's defaults: {(r.stderr.strip().splitlines() or [''])[-1]}")
+    return dict(json.loads(line[6:]))
+
+
+def _llama_server_settings(log: Path) -> str:
+    """What llama-server chose, from its log: threads, slots, context per slot, unified KV."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = []
+    if m := re.findall(r"n_threads = (\d+) \(n_threads_batch = (\d+)\)", text):
+        found.append(f"threads {m[-1][0]}/{m[-1][1]}")
+    if m := re.findall(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'", text):
+        slots, per, unified = m[-1]
+        found.append(f"{slots} slots, {per} ctx/slot" + (", unified KV" if unified == "true" else ""))
+    return "; ".join(found)
+
+
+def _run_vs(name: str, extra: list[str] | None, path: str, model: str, conch: dict[str, Any], binary: Path | None,
+            tmp: Path, plan: VsPlan) -> dict[str, Any]:
+    """One server (``extra`` None: conch; else llama-server with these flags) up, measured, stopped."""
+    port = serving.free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = LOGS / f"vs-{name.split(',')[0]}{'-matched' if extra else ''}.log"
+    log.unlink(missing_ok=True)
+    try:
+        if extra is None:
+            if not conch:
+                raise RuntimeError("conch's defaults could not be read")
+            cmd = [sys.executable, "-m", "conch.cli.main", "models", "serve", "--port", str(port)]
+            env, ready = _conch_env(tmp), base + "/v1/models"
+            settings = (f"threads {conch['n_threads']}/{conch['n_threads_batch']}; {conch['n_parallel']} "
+                        f"slots, {conch['n_ctx_seq']} ctx/seq"
+                        f"{', unified KV of ' + str(conch['kv_total']) if conch['kv_unified'] else ''}")
+        else:
+            if binary is None:
+                raise RuntimeError("llama-server is not built")
+            cmd = [str(binary), "-m", path, "--port", str(port), *extra]
+            env, ready, settings = _llama_server_env(), base + "/health", ""
+        with serving.server(cmd, env, ready, log) as proc:
+            res = measure_vs(base, model, proc.pid, plan)
+        res["settings"] = settings or _llama_server_settings(log)
+        res["command"] = (" ".join(["llama-server -m MODEL --port PORT", *extra]) if extra is not None
+                          else "conch models serve --port PORT")
+        return res
+    except Exception as exc:  # one server failing must not hide the others
+        print(f"    not run: {exc}", flush=True)
+        return {"not_run": str(exc)}
+
+
+def _median_of_rounds(got: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last round's record with every figure replaced by its median over the rounds that ran."""
+    ok = [r for r in got if "not_run" not in r]
+    if not ok:
+        return got[-1]
+    out = dict(ok[-1])
+    for key, value in out.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            med = serving.median([r.get(key) for r in ok])
+            out[key] = round(med) if isinstance(value, int) and med is not None else med
+    out["errors"] = [e for r in ok for e in r.get("errors", [])]
+    out["rounds"] = len(ok)
+    return out
+
+
+def vs_llama_server(plan: VsPlan = VsPlan()) -> dict[str, dict[str, Any]]:
+    """conch against llama-server, each at its defaults, then llama-server with conch's settings."""
+    path = model_path()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True,
+                           text=True).stdout.strip()
+    print(f"conch vs llama-server, {datetime.date.today()}, {os.cpu_count()} CPUs, commit {commit}"
+          f"{' (src/ has uncommitted changes)' if dirty else ''}", flush=True)
+    try:
+        binary: Path | None = serving.build_llama_server()
+    except Exception as exc:
+        print(f"  llama-server: not run: {exc}", flush=True)
+        binary = None
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        try:
+            conch = conch_defaults(tmp)
+        except Exception as exc:
+            print(f"  conch: not run: {exc}", flush=True)
+            conch = {}
+        model = conch.get("model", "smollm2-135m-instruct")
+        runs: list[tuple[str, list[str] | None]] = [("conch", None)]
+        if binary is not None:
+            runs.append(("llama-server", []))
+            if conch:
+                runs.append(("llama-server, conch's settings",
+                             ["-t", str(conch["n_threads"]), "-tb", str(conch["n_threads_batch"]),
+                              "-np", str(conch["n_parallel"]), "-c", str(conch["kv_total"] or conch["n_ctx_seq"]),
+                              *(["--kv-unified"] if conch["kv_unified"] else [])]))
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in runs}
+        for rnd in range(plan.repeat):
+            k = rnd % len(runs)  # each round starts with the next server: load bursts hit all alike
+            for name, extra in runs[k:] + runs[:k]:
+                print(f"  {'round ' + str(rnd + 1) + ': ' if plan.repeat > 1 else ''}running {name} "
+                      f"(load average {os.getloadavg()[0]:.1f}) ...", flush=True)
+                rounds[name].append(_run_vs(name, extra, path, model, conch, binary, tmp, plan))
+            if plan.repeat > 1:
+                for name, got in rounds.items():
+                    r = got[-1]
+                    print(f"    {name}: " + ("not run" if "not_run" in r else
+                          f"decode {_fmt(r.get('decode_tps'))} tok/s, TTFT idle {_fmt(r.get('ttft_idle_ms'))} ms, "
+                          f"8 streams {_fmt(r.get('agg8_tps'))} tok/s"), flush=True)
+        results = {name: _median_of_rounds(got) for name, got in rounds.items()}
+    print(f"  done (load average {os.getloadavg()[0]:.1f})", flush=True)
+    report_vs(results, plan)
+    return results
+
+
+def report_vs(results: dict[str, dict[str, Any]], plan: VsPlan) -> None:
+    names = list(results)
+    print("\n| | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+
+    def cell(row: dict[str, Any], key: str | tuple[str, ...], unit: str) -> str:
+        if "not_run" in row:
+            return "not run"
+        if isinstance(key, tuple):
+            return " / ".join(_fmt(row.get(k)) for k in key) + unit
+        return _fmt(row.get(key), unit)
+
+    for label, key, unit in VS_ROWS:
+        print(f"| {label} | " + " | ".join(cell(results[n], key, unit) for n in names) + " |")
+    for name, row in results.items():
+        if "not_run" in row:
+            print(f"{name}: not run ({row['not_run']})")
+            continue
+        print(f"{name}: {row.get('command')} ({row.get('settings') or 'settings not reported'}); prompt tokens: "
+              f"shared system {row.get('shared_prompt_tokens')}, long {row.get('prefill_prompt_tokens')}; "
+              f"tokens/stream at 16 streams {row.get('tokens16')}")
+        if row.get("errors"):
+            print(f"  errors: {row['errors'][:3]}")
+    print(f"\n(1-stream decode: median of {plan.decode_runs} x {plan.decode_tokens} tokens; TTFT p50 of "
+          f"{plan.ttft_runs} requests of 8 tokens; streams send {plan.rounds} x {plan.stream_tokens} tokens each, "
+          "back to back; p99 of so few requests is about the maximum"
+          + (f"; medians of {plan.repeat} runs of every server, order rotated)" if plan.repeat > 1 else ")"))
+    conch = results.get("conch", {})
+    for peer in names[1:]:
+        other = results[peer]
+        print(f"\nconch / {peer}:")
+        if "not_run" in other or "not_run" in conch:
+            print("  not measured")
+            continue
+        for label, key, higher, target in VS_TARGETS:
+            a, b = conch.get(key), other.get(key)
+            if not a or not b:
+                print(f"  {label}: not measured")
+                continue
+            ratio = a / b
+            met = ratio >= target if higher else ratio <= target
+            print(f"  {label}: {ratio:.2f}x (target {'>=' if higher else '<='} {target:.1f}x) "
+                  f"{'met' if met else 'MISSED'}")
+        for label, key, _ in VS_INFO:
+            a, b = conch.get(key), other.get(key)
+            print(f"  {label}: {a / b:.2f}x" if a and b else f"  {label}: not measured")
+
+
 def _fmt(v: Any, unit: str = "") -> str:
     return "-" if v is None else f"{v:,.1f}{unit}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Every table; ``benchmarks/run.py`` calls it with no arguments."""
+    ap = argparse.ArgumentParser(description="conch against llama-cpp-python and llama-server (CPU)")
+    ap.add_argument("--vs-llama-server", action="store_true", help="run only the comparison with llama-server")
+    ap.add_argument("--quick", action="store_true", help="few tokens and requests: checks the harness")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every server in the llama-server comparison, order rotated; medians reported")
+    a = ap.parse_args(argv or [])
+    plan = dataclasses.replace(QUICK if a.quick else VsPlan(), repeat=max(1, a.repeat))
+    if a.vs_llama_server:
+        vs_llama_server(plan)
+        return
+    if a.quick:
+        global DECODE_TOKENS, TTFT_RUNS, CONCURRENT_TOKENS, EMBED_TEXTS
+        DECODE_TOKENS, TTFT_RUNS, CONCURRENT_TOKENS, EMBED_TEXTS = 16, 3, 16, EMBED_TEXTS[:200]
     path = model_path()
     print(f"SmolLM2-135M-Instruct Q4_1, n_ctx={N_CTX}, threads={THREADS} (batch: {os.cpu_count()}), cpus={os.cpu_count()}")
     results: dict[str, dict[str, Any]] = {}
     for name, fn in (("llama-cpp-python in-process", bench_in_process),
                      ("llama-cpp-python server", bench_llama_cpp_server),
+                     ("llama-server", bench_llama_server),
                      ("conch", bench_conch),
                      ("conch, cache_prompt off", lambda p: bench_conch(p, cache_prompt=False))):
         print(f"  running {name} ...", flush=True)
@@ -386,10 +774,11 @@ def main() -> None:
         except Exception as exc:  # one runtime failing must not hide the others
             print(f"    not run: {exc}")
             results[name] = {"not_run": str(exc)}
-    floor, peer, conch, fresh = (results.get(n, {}) for n in results)
+    floor, peer, cpp, conch, fresh = (results.get(n, {}) for n in results)
     # Without prefix reuse: in-process after Llama.reset(); conch with cache_prompt off.
     conch = {**conch, "ttft_fresh_p50_ms": fresh.get("ttft_p50_ms")}
-    cols = {"llama-cpp-python in-process": floor, "llama-cpp-python server": peer, "conch": conch}
+    cols = {"llama-cpp-python in-process": floor, "llama-cpp-python server": peer, "llama-server": cpp,
+            "conch": conch}
     rows = [("decode tokens/s (1 stream)", "decode_tps", ""),
             ("TTFT p50, distinct, prefix reuse", "ttft_p50_ms", " ms"),
             ("TTFT p50, distinct, no reuse", "ttft_fresh_p50_ms", " ms"),
@@ -416,9 +805,18 @@ def main() -> None:
             print(f"  TTFT overhead vs in-process (p50), {label}: {conch[key] - floor[key]:+.1f} ms (target <= 10 ms)")
     print(f"  4-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg4_tps'), peer.get('agg4_tps'))} (target >= 1.3x)")
     print(f"  8-stream aggregate vs llama-cpp-python server: {ratio(conch.get('agg8_tps'), peer.get('agg8_tps'))}")
+    for label, key in (("single-stream tokens/s", "decode_tps"), ("4-stream aggregate", "agg4_tps"),
+                       ("8-stream aggregate", "agg8_tps"), ("TTFT p50, distinct prompts", "ttft_p50_ms"),
+                       ("embeddings/s", "embed_per_s"), ("RSS with the model loaded", "rss_mb")):
+        print(f"  {label} vs llama-server: {ratio(conch.get(key), cpp.get(key))}")
     print(f"  embeddings/s vs in-process: {ratio(conch.get('embed_per_s'), floor.get('embed_per_s'))}")
     print(f"  RSS with the model loaded: {_fmt(conch.get('rss_mb'), ' MB')} (target <= 400 MB)"
           f"; after embeddings too: {_fmt(conch.get('rss_mb_after_all'), ' MB')}")
+    print("\n=== conch vs llama-server (the yardstick) ===", flush=True)
+    try:
+        vs_llama_server(plan)
+    except Exception as exc:  # one section failing must not hide the rest
+        print(f"  the llama-server comparison failed: {exc}")
     apis()
 
 
@@ -440,4 +838,4 @@ if __name__ == "__main__":
         args = [a for a in sys.argv[2:] if a != "--sequential"]
         compare_with(Path(args[0]), int(args[1]) if len(args) > 1 else 5, sequential="--sequential" in sys.argv)
     else:
-        main()
+        main(sys.argv[1:])

@@ -3,9 +3,9 @@
 Pass names to run a subset: ``python benchmarks/run.py lang inference``.
 
 Before the suites run, every peer they compare with is checked (Nushell and Prefect installed into
-``.bench-cache``); the first table says which peers are ready, and why any is not, so a missing
-column in a later table is never a silent dash. ``make bench`` installs the Python peers
-through the ``bench`` extra.
+``.bench-cache``, llama.cpp's llama-server built there); the first table says which peers are
+ready, and why any is not, so a missing column in a later table is never a silent dash. ``make
+bench`` installs the Python peers through the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ def _litellm() -> None:
     providers.find_litellm()
 
 
+def _llama_server() -> None:
+    import serving
+
+    serving.build_llama_server()  # once: about 10 minutes on two cores; then found in .bench-cache
+
+
 def _curl() -> None:
     if shutil.which("curl") is None:
         raise RuntimeError("curl is not on PATH")
@@ -66,6 +72,7 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
     "inference": [
         ("llama-cpp-python in-process", _imports("llama_cpp")),
         ("llama-cpp-python server", _imports("llama_cpp.server.app")),
+        ("llama.cpp llama-server (built into .bench-cache)", _llama_server),
     ],
     "models": [
         ("curl", _curl),
