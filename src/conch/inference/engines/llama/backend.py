@@ -52,6 +52,48 @@ def fast_calls() -> Any:
     return _fast
 
 
+_OMP_PAUSE_SOFT = 1  # omp_pause_soft in omp.h
+_omp_pause: Any = None
+_omp_pause_looked_up = False
+
+
+def release_openmp_threads() -> None:
+    """Give back the calling thread's OpenMP worker threads, when llama.cpp runs on OpenMP.
+
+    libgomp keeps a pool of worker threads for every thread that ever started a parallel
+    region, and once the pools together hold more threads than there are CPUs it stops
+    spinning at barriers and sleeps on a futex instead; ggml meets at a barrier after every
+    graph node, so from then on a decode step costs a few hundred futex round trips. Measured
+    on a 16-core machine: decoding from a second thread after the loading thread had computed
+    ran at 48 tokens/s instead of 292. So a thread that computed once (a load, an embedding, an
+    idle decode worker) releases its pool, and only the thread that decodes keeps one.
+    """
+    global _omp_pause, _omp_pause_looked_up
+    if not _omp_pause_looked_up:
+        _omp_pause_looked_up = True
+        _omp_pause = _find_omp_pause()
+    if _omp_pause is not None:
+        _omp_pause(_OMP_PAUSE_SOFT)
+
+
+def _find_omp_pause() -> Any:
+    """``omp_pause_resource_all`` of the libgomp llama.cpp loaded, if it loaded one."""
+    try:
+        with open("/proc/self/maps") as fh:
+            path = next((line.split()[-1] for line in fh if "libgomp" in line and "/" in line), None)
+    except OSError:
+        return None
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).omp_pause_resource_all
+    except (OSError, AttributeError):  # an OpenMP older than 5.0
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
 def open_model(path: str, *, n_gpu_layers: int | None = None, main_gpu: int = 0) -> Any:
     """The GGUF file mapped into memory as a llama.cpp model (``llama_cpp._internals.LlamaModel``),
     with ``n_gpu_layers`` of its layers on the GPU (None: llama.cpp's default)."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from conch.inference.engines.base import ContextLengthExceeded, EngineError
-from conch.inference.engines.llama.backend import init_backend, open_context
+from conch.inference.engines.llama.backend import init_backend, open_context, release_openmp_threads
 
 EMBED_SEQS = 32
 # Tokens packed into one embedding decode (a longer input goes alone). llama.cpp keeps a logits
@@ -67,6 +67,14 @@ class Embedder:
                 self._ctx = None
 
     def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        try:
+            return self._embed(inputs)
+        finally:
+            # Embeddings run on whichever thread asked; it must not keep a second OpenMP pool
+            # beside the decode worker's (backend.release_openmp_threads says why).
+            release_openmp_threads()
+
+    def _embed(self, inputs: list[list[int]]) -> list[list[float]]:
         llama_cpp = init_backend()
         for toks in inputs:
             if len(toks) > self.n_ctx:

@@ -30,7 +30,12 @@ from conch.inference.engines.base import (
     Unsupported,
 )
 from conch.inference.engines.llama import sampling
-from conch.inference.engines.llama.backend import init_backend, open_context, open_model
+from conch.inference.engines.llama.backend import (
+    init_backend,
+    open_context,
+    open_model,
+    release_openmp_threads,
+)
 from conch.inference.engines.llama.embeddings import Embedder
 from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.scheduler import Scheduler
@@ -101,8 +106,12 @@ class LlamaEngine:
             raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
                               "llama.cpp quantizes the V cache only with flash attention")
         kv_tokens = self._n_ctx_req * (2 if self.n_parallel > 1 else 1)
-        # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
-        _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with)
+        try:
+            # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
+            _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with)
+        finally:
+            # Loading may have computed on this thread; only the decode worker keeps OpenMP threads.
+            release_openmp_threads()
 
     def _load_with(self, n_gpu_layers: int) -> None:
         """Load the model and its contexts with ``n_gpu_layers`` on the GPU; on failure free them."""

@@ -36,7 +36,7 @@ from conch.inference.engines.base import (
     TokenLogprob,
 )
 from conch.inference.engines.llama import sampling
-from conch.inference.engines.llama.backend import fast_calls, init_backend
+from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
 from conch.inference.engines.llama.kv_pool import KVPool
 
 log = logging.getLogger(__name__)
@@ -261,6 +261,11 @@ class Scheduler:
         while True:
             # The previous step's tokens (and any errors) go out before the next step or a wait.
             self._flush()
+            if not self._active and not self._pending:
+                # Going idle: give the OpenMP threads back, so that a busy model elsewhere in
+                # the process keeps its barriers spinning (backend.release_openmp_threads).
+                # Unlocked: a request arriving meanwhile only finds the pool made anew.
+                release_openmp_threads()
             with self._cond:
                 while not self._stop and not self._active and not self._pending:
                     self._cond.wait()
