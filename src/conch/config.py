@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     n_threads_batch: int | None = None  # prompt and multi-sequence steps; None: as n_threads
     n_parallel: int = 4
     cache_prompt: bool = True  # reuse KV of shared prompt prefixes (bitwise the same output, faster first token)
+    # Speculative decoding by prompt lookup: up to this many tokens drafted per step from where
+    # the text repeats (docs/inference.md); the output is unchanged. 0 turns it off.
+    draft_max: int = 8
     hf_endpoint: str | None = None
     hf_token: str | None = None
     ollama_url: str = "http://127.0.0.1:11434"

@@ -126,7 +126,12 @@ def test_a_reader_that_falls_behind_gets_the_same_tokens_in_fewer_events(engine:
         text, lps, n = "", [], 0
         async for ev in gen:
             if delay_first and events == 0:
-                await asyncio.sleep(1.0)  # the engine runs on; its tokens wait in the queue
+                # The engine runs on to the end; its tokens wait in the queue.
+                for _ in range(600):
+                    if not engine.busy:
+                        break
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(0.3)  # its last step's events reach the queue
             events += 1
             text += ev.text
             lps.extend(ev.logprobs or [])

@@ -36,6 +36,7 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
             n_parallel=settings.n_parallel,
             cache_prompt=settings.cache_prompt,
             max_queue=settings.max_queue,
+            draft_max=settings.draft_max,
             runtime=runtime,
         )
         engine.load()

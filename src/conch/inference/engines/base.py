@@ -65,6 +65,9 @@ class EngineStats:
     engine's worker thread only."""
 
     completion_tokens: int = 0
+    # Speculative decoding: tokens drafted into steps, and those of them that were kept.
+    draft_tokens: int = 0
+    draft_accepted_tokens: int = 0
 
 
 @dataclass

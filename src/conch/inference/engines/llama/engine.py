@@ -67,6 +67,7 @@ class LlamaEngine:
         cache_prompt: bool = True,
         n_batch: int = 512,
         max_queue: int = 64,
+        draft_max: int = 0,
         chat_template: str | None = None,
         runtime: RuntimeOptions | None = None,
     ) -> None:
@@ -82,6 +83,7 @@ class LlamaEngine:
         self.n_parallel = max(1, n_parallel)
         self.n_batch = n_batch
         self.max_queue = max_queue
+        self.draft_max = draft_max
         self._template_override = chat_template
         self.n_ctx = n_ctx
         self.n_embd = 0
@@ -173,6 +175,7 @@ class LlamaEngine:
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
+                draft_max=self.draft_max,
             )
             self.scheduler.start()
 

@@ -38,12 +38,18 @@ from conch.inference.engines.base import (
 from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
 from conch.inference.engines.llama.kv_pool import KVPool
+from conch.inference.engines.llama.speculative import NgramDrafter
 
 log = logging.getLogger(__name__)
 
 # Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
 # prompt then delays the running streams by one chunk at a time instead of all at once.
 PREFILL_CHUNK_BUSY = 128
+# Speculative drafts (speculative.py) are decoded only while few sequences generate: a drafted
+# position costs nearly a whole token of compute once a step is large, and is thrown away when
+# the draft is wrong. At most this many drafted tokens go into one step.
+SPEC_MAX_STREAMS = 4
+SPEC_STEP_TOKENS = 32
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Job:
     stop_hit: str | None = None
     # The scheduler's events of the current step, sent to the event loop together (_flush).
     outbox: list[tuple[Job, TokenEvent]] = field(default_factory=list)
+    drafter: NgramDrafter | None = None  # made when the job first generates, if drafting is on
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:
@@ -129,6 +136,7 @@ class Scheduler:
         max_queue: int,
         cache_prompt: bool,
         stats: EngineStats,
+        draft_max: int = 0,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -137,6 +145,7 @@ class Scheduler:
         self.n_batch = n_batch
         self.max_queue = max_queue
         self.stats = stats
+        self.draft_max = max(0, draft_max)  # tokens drafted per sequence and step; 0: no drafting
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
@@ -254,10 +263,8 @@ class Scheduler:
         llama_cpp = init_backend()
         fast = fast_calls()
         ctx = self._ctx.ctx
-        vocab = self._vocab
         batch = self._batch
         pool = self.pool
-        append_text = sampling.append_text
         while True:
             # The previous step's tokens (and any errors) go out before the next step or a wait.
             self._flush()
@@ -301,10 +308,12 @@ class Scheduler:
 
             active = self._make_room(active)
 
-            # Generating sequences first (one token each), then prompt chunks with what is left.
+            # Generating sequences first (one token each, and a draft of the next few when
+            # drafting pays), then prompt chunks with what is left.
             n = 0
-            sample_at: list[tuple[Job, int]] = []
+            sample_at: list[tuple[Job, int, list[int]]] = []
             generating: list[Job] = []
+            spare = self._draft_room(active)
             for job in active:
                 if job.n_past >= len(job.tokens):
                     generating.append(job)
@@ -313,10 +322,19 @@ class Scheduler:
                     batch.n_seq_id[n] = 1
                     batch.seq_id[n][0] = job.seq
                     batch.logits[n] = 1
-                    sample_at.append((job, n))
+                    draft = self._draft(job, spare) if spare > 0 else []
+                    sample_at.append((job, n, draft))
                     n += 1
+                    for k, tok in enumerate(draft):
+                        batch.token[n] = tok
+                        batch.pos[n] = job.n_past + 1 + k
+                        batch.n_seq_id[n] = 1
+                        batch.seq_id[n][0] = job.seq
+                        batch.logits[n] = 1
+                        n += 1
+                    spare -= len(draft)
             prefilled: list[tuple[Job, int]] = []
-            budget = self._prefill_budget(len(generating))
+            budget = min(self._prefill_budget(len(generating)), self.n_batch - n)
             for job in active:
                 remaining = len(job.tokens) - job.n_past
                 if remaining <= 0 or budget <= 0:
@@ -333,7 +351,7 @@ class Scheduler:
                 prefilled.append((job, take))
                 if take == remaining:
                     batch.logits[n - 1] = 1
-                    sample_at.append((job, n - 1))
+                    sample_at.append((job, n - 1, []))
             batch.n_tokens = n
 
             rc = llama_cpp.llama_decode(ctx, batch)
@@ -348,31 +366,67 @@ class Scheduler:
                 job.n_past += 1
 
             finished: list[tuple[Job, str]] = []
-            for job, idx in sample_at:
-                tok = fast.llama_sampler_sample(job.sampler, ctx, idx)
-                if job.params.logprobs is not None and not self._is_eog(tok):
-                    job.pending_logprobs.append(sampling.token_logprob(
-                        init_backend().llama_get_logits_ith(ctx, idx), self.n_vocab, tok, job.params.logprobs, self._piece))
-                eog = self._eog.get(tok)
-                if eog is None:
-                    eog = self._eog[tok] = bool(fast.llama_vocab_is_eog(vocab, tok))
-                if eog:
-                    finished.append((job, "stop"))
-                    continue
-                job.n_gen += 1
-                self.stats.completion_tokens += 1
-                job.last_token = tok
-                job.generated.append(tok)
-                piece = self._piece(tok)
-                reason = append_text(job, job.decoder.decode(piece))
-                if reason is None and job.n_gen >= job.max_tokens:
-                    reason = "length"
-                if reason is not None:
-                    finished.append((job, reason))
+            for job, idx, draft in sample_at:
+                # One sampler draw per emitted token, in order; a drafted token is kept while it
+                # is the token just drawn, and then the logits after it give the next draw.
+                kept = 0
+                while True:
+                    reason = self._emit(job, fast.llama_sampler_sample(job.sampler, ctx, idx + kept), idx + kept)
+                    if reason is not None:
+                        finished.append((job, reason))
+                        break
+                    if kept < len(draft) and job.last_token == draft[kept]:
+                        kept += 1
+                        continue
+                    break
+                if draft:
+                    job.n_past += kept
+                    if kept < len(draft):  # the cells of the drafted tokens not kept
+                        llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
+                    self.stats.draft_tokens += len(draft)
+                    self.stats.draft_accepted_tokens += kept
+                    if job.drafter is not None:
+                        job.drafter.judge(len(draft), kept)
             if finished:
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
+
+    def _emit(self, job: Job, tok: int, idx: int) -> str | None:
+        """Take a sampled token into the job's output; the finish reason if it ends the job."""
+        if job.params.logprobs is not None and not self._is_eog(tok):
+            job.pending_logprobs.append(sampling.token_logprob(
+                init_backend().llama_get_logits_ith(self._ctx.ctx, idx), self.n_vocab, tok, job.params.logprobs,
+                self._piece))
+        if self._is_eog(tok):
+            return "stop"
+        job.n_gen += 1
+        self.stats.completion_tokens += 1
+        job.last_token = tok
+        job.generated.append(tok)
+        if job.drafter is not None:
+            job.drafter.extend((tok,))
+        reason = sampling.append_text(job, job.decoder.decode(self._piece(tok)))
+        if reason is None and job.n_gen >= job.max_tokens:
+            reason = "length"
+        return reason
+
+    def _draft_room(self, active: list[Job]) -> int:
+        """Drafted tokens this step may hold: none when many sequences generate, else what the
+        batch and the KV pool have left after the step's own tokens."""
+        if not self.draft_max:
+            return 0
+        generating = sum(1 for j in active if j.n_past >= len(j.tokens))
+        if not generating or generating > SPEC_MAX_STREAMS:
+            return 0
+        need = self._step_need(active)
+        return max(0, min(SPEC_STEP_TOKENS, self.n_batch - need, self.pool.free() - need))
+
+    def _draft(self, job: Job, room: int) -> list[int]:
+        if job.drafter is None:
+            job.drafter = NgramDrafter(job.tokens + job.generated)
+        # Never draft past the job's token budget: what cannot be emitted need not be checked.
+        return job.drafter.draft(min(self.draft_max, room, job.max_tokens - job.n_gen - 1))
 
     def _prefill_budget(self, generating: int) -> int:
         """Prompt tokens to decode this step: all that fit when nobody is waiting for tokens,
@@ -381,6 +435,19 @@ class Scheduler:
             return self.n_batch
         return max(0, min(self.n_batch - generating, PREFILL_CHUNK_BUSY))
 
+    def _step_need(self, jobs: list[Job]) -> int:
+        """KV cells the next step writes, drafts aside: a token per generating sequence and
+        the prompt chunks that fit the prefill budget."""
+        generating = sum(1 for j in jobs if j.n_past >= len(j.tokens))
+        budget, need = self._prefill_budget(generating), generating
+        for j in jobs:
+            remaining = len(j.tokens) - j.n_past
+            if remaining > 0 and budget > 0:
+                take = min(remaining, budget)
+                need += take
+                budget -= take
+        return need
+
     def _make_room(self, active: list[Job]) -> list[Job]:
         """Ensure the next step fits the KV pool, preempting the newest sequences if needed.
 
@@ -388,17 +455,7 @@ class Scheduler:
         and it waits at the head of the queue, so its stream pauses and later resumes.
         """
 
-        def step_need(jobs: list[Job]) -> int:
-            generating = sum(1 for j in jobs if j.n_past >= len(j.tokens))
-            budget, need = self._prefill_budget(generating), generating
-            for j in jobs:
-                remaining = len(j.tokens) - j.n_past
-                if remaining > 0 and budget > 0:
-                    take = min(remaining, budget)
-                    need += take
-                    budget -= take
-            return need
-
+        step_need = self._step_need
         pool = self.pool
         need = step_need(active)
         if pool.free() >= need:
