@@ -421,3 +421,21 @@ def test_queue_full_is_429(busy_server: RunningServer) -> None:
                     client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=2)  # type: ignore[arg-type]
     with busy_server.client() as c:
         assert c.get("/v1/health").status_code == 200
+
+
+def test_speculative_decoding_is_on_by_default_and_counted(inference_server: RunningServer) -> None:
+    """A reply that copies its input is drafted by prompt lookup (draft_max, default 8): /metrics
+    counts drafted and kept tokens, and the answer is what greedy decoding gives (the engine
+    tests compare with drafting off token for token)."""
+    code = "def area(width, height):\n    result = width * height\n    return result\n"
+    messages = [{"role": "user", "content": f"Repeat this code exactly:\n\n{code}"}]
+    drafted = _metric(inference_server, "conch_inference_draft_tokens_total")
+    kept = _metric(inference_server, "conch_inference_draft_accepted_tokens_total")
+    client = inference_server.openai()
+    first = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=60, temperature=0)  # type: ignore[arg-type]
+    assert first.choices[0].message.content
+    more_drafted = _metric(inference_server, "conch_inference_draft_tokens_total") - drafted
+    more_kept = _metric(inference_server, "conch_inference_draft_accepted_tokens_total") - kept
+    assert more_drafted > 0 and 0 < more_kept <= more_drafted
+    again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=60, temperature=0)  # type: ignore[arg-type]
+    assert again.choices[0].message.content == first.choices[0].message.content

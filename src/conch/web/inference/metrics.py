@@ -40,6 +40,11 @@ class _ServingCollector(Collector):
             ("generated_tokens", "Tokens sampled by the engines (including cancelled streams).", generated),
             ("generation_seconds", "Wall time of completed generations.", m.gen_seconds),
             ("embedded_inputs", "Inputs embedded.", m.embedded_inputs),
+            # Speculative decoding, summed over the loaded models
+            ("draft_tokens", "Tokens drafted by prompt lookup (speculative decoding).",
+             sum(getattr(e.stats, "draft_tokens", 0) for e in engines)),
+            ("draft_accepted_tokens", "Drafted tokens kept (each equal to the token drawn).",
+             sum(getattr(e.stats, "draft_accepted_tokens", 0) for e in engines)),
         )
         for name, help_, value in counters:
             yield CounterMetricFamily(f"conch_inference_{name}", help_, value=value)
