@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "agent_server", "inference", "models", "providers", "studio", "orchestration", "marketplace", "gpu"]
+SUITES = ["lang", "agent_server", "inference", "speculative", "models", "providers", "studio", "orchestration", "marketplace", "gpu"]
 
 
 def _imports(module: str) -> Callable[[], None]:
@@ -74,6 +74,7 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("llama-cpp-python server", _imports("llama_cpp.server.app")),
         ("llama.cpp llama-server (built into .bench-cache)", _llama_server),
     ],
+    "speculative": [("llama.cpp llama-server (built into .bench-cache)", _llama_server)],
     "models": [
         ("curl", _curl),
         ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),
