@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     # Speculative decoding by prompt lookup: up to this many tokens drafted per step from where
     # the text repeats (docs/inference.md); the output is unchanged. 0 turns it off.
     draft_max: int = 8
+    # Prompt prefixes of prompt_cache_min_tokens or more keep their KV under <data_dir>/kv-cache
+    # across restarts, least recently used deleted past prompt_cache_disk_mb (0: off; docs/inference.md).
+    prompt_cache_disk_mb: int = 512
+    prompt_cache_min_tokens: int = 256
     hf_endpoint: str | None = None
     hf_token: str | None = None
     ollama_url: str = "http://127.0.0.1:11434"

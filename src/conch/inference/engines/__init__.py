@@ -38,6 +38,9 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
             max_queue=settings.max_queue,
             draft_max=settings.draft_max,
             runtime=runtime,
+            prompt_cache_dir=settings.data_dir / "kv-cache",
+            prompt_cache_max_bytes=settings.prompt_cache_disk_mb << 20,
+            prompt_cache_min_tokens=settings.prompt_cache_min_tokens,
         )
         engine.load()
         return engine

@@ -62,9 +62,13 @@ class ChatInputError(ValueError):
 class EngineStats:
     """What an engine counts itself: tokens sampled, cancelled streams included (the server's
     ``generated_tokens``; the serving layer counts what reached a client). Written by the
-    engine's worker thread only."""
+    engine's worker thread only (the prompt cache's saves: by its writer thread)."""
 
     completion_tokens: int = 0
+    # The prompt cache on disk (llama.cpp engine): prefix tokens loaded instead of prefilled,
+    # and tokens written (docs/inference.md, "Prompt cache across restarts").
+    prompt_cache_restored_tokens: int = 0
+    prompt_cache_saved_tokens: int = 0
     # Speculative decoding: tokens drafted into steps, and those of them that were kept.
     draft_tokens: int = 0
     draft_accepted_tokens: int = 0

@@ -16,6 +16,9 @@ gets 512-token micro-batches by default (``n_ubatch``, conch.inference.offload, 
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.inference.device import math_threads
@@ -38,6 +41,7 @@ from conch.inference.engines.llama.backend import (
 )
 from conch.inference.engines.llama.embeddings import Embedder
 from conch.inference.engines.llama.grammar import plan_constraints
+from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
 from conch.inference.offload import Placement, RuntimeOptions, load_placed
@@ -45,6 +49,8 @@ from conch.inference.tool_calls import render_messages
 
 if TYPE_CHECKING:
     from conch.inference.chat import ChatSpec
+
+log = logging.getLogger(__name__)
 
 # Largest micro-batch: ggml's CPU flash attention takes its tiled path from 64 query rows
 # (GGML_FA_TILE_Q), and that path's results depend on the batch split and the KV cell layout.
@@ -70,6 +76,9 @@ class LlamaEngine:
         draft_max: int = 0,
         chat_template: str | None = None,
         runtime: RuntimeOptions | None = None,
+        prompt_cache_dir: str | os.PathLike[str] | None = None,
+        prompt_cache_max_bytes: int = 0,
+        prompt_cache_min_tokens: int = 256,
     ) -> None:
         self.model_id = model_id
         self.path = path
@@ -85,6 +94,11 @@ class LlamaEngine:
         self.max_queue = max_queue
         self.draft_max = draft_max
         self._template_override = chat_template
+        # Long prompt prefixes saved across restarts (prompt_cache.py): off without a directory.
+        self._prompt_cache_dir = prompt_cache_dir
+        self._prompt_cache_max_bytes = prompt_cache_max_bytes
+        self._prompt_cache_min_tokens = prompt_cache_min_tokens
+        self.prompt_cache: PromptCache | None = None
         self.n_ctx = n_ctx
         self.n_embd = 0
         self.n_vocab = 0
@@ -177,12 +191,40 @@ class LlamaEngine:
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
                 draft_max=self.draft_max,
             )
+            pool = self.scheduler.pool
+            # Where a prefill's micro-batches end decides which prefix reuse is exact (kv_pool.py).
+            pool.n_batch, pool.n_ubatch = self.n_batch, min(self.n_batch, self.runtime.n_ubatch)
+            pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
+
+    def _open_prompt_cache(self, n_gpu_layers: int, kv_total: int) -> PromptCache | None:
+        if self._prompt_cache_dir is None or self._prompt_cache_max_bytes <= 0 or not self.cache_prompt:
+            return None
+        opts = self.runtime
+        # What makes a saved state foreign besides the model file (prompt_cache.py): a state
+        # computed with other micro-batches, threads or on another device need not match bit
+        # for bit what this context computes (greedy outputs differ between 1 and 2 threads).
+        config = {
+            "n_ctx": self.n_ctx, "kv_total": kv_total, "kv_cache_type": opts.kv_cache_type,
+            "flash_attn": opts.flash_attn, "n_ubatch": min(self.n_batch, opts.n_ubatch), "n_gpu_layers": n_gpu_layers,
+            "n_threads": self.n_threads, "n_threads_batch": self.n_threads_batch,
+        }
+        try:
+            return PromptCache(
+                Path(self._prompt_cache_dir), model_id=self.model_id, model_path=self.path, config=config,
+                max_bytes=self._prompt_cache_max_bytes, min_tokens=self._prompt_cache_min_tokens, stats=self.stats,
+            )
+        except OSError as exc:
+            log.warning("prompt cache of %s disabled: %s", self.model_id, exc)
+            return None
 
     def unload(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+        if self.prompt_cache is not None:
+            self.prompt_cache.close()  # the saves under way finish
+            self.prompt_cache = None
         # The contexts before the model they were made from.
         for part in (self._embedder, self._ctx, self._model):
             if part is not None:

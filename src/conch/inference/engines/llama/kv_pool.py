@@ -4,6 +4,18 @@ Any sequence may grow to ``n_ctx``; the pool holds ``kv_total`` cells (two full 
 several sequences run). A finished sequence keeps its cells as a cached prefix; a new request
 takes the idle sequence sharing the longest prefix with its prompt and skips that much
 prefill. Idle prefixes are evicted, largest first, when running sequences need the room.
+
+With a :class:`~conch.inference.engines.llama.prompt_cache.PromptCache` (``disk``, set by the
+engine), long prefixes are also saved when their sequence is released, and a request whose
+prompt a saved prefix covers further than any in memory gets it loaded into its sequence.
+
+Lone rows. ggml's CPU flash attention computes a micro-batch of *one* row over 512 KV cells
+or more on another path (split-KV: the cells cut into one chunk per thread, each summed in
+FP16) than a micro-batch of several rows (one FP16 sum over all cells). The two differ well
+beyond the last bit. So a reused prefix is cut back until the re-decoded tail ends the way a
+fresh prefill of the prompt ends (its last micro-batch one row or several), and only cells a
+prefill computed alongside other rows count as exact (``seq_exact``): the last prompt token
+and generated tokens (decoded one row per step) are left out of what goes to disk.
 """
 
 from __future__ import annotations
@@ -11,8 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from conch.inference.engines.llama.backend import init_backend
+from conch.inference.engines.llama.prompt_cache import common_prefix
 
 if TYPE_CHECKING:
+    from conch.inference.engines.llama.prompt_cache import PromptCache
     from conch.inference.engines.llama.scheduler import Job
 
 
@@ -26,6 +40,16 @@ class KVPool:
         self.free_seqs: list[int] = list(range(n_seqs))
         # Tokens still in the KV cache of each idle sequence, for prompt-prefix reuse.
         self.seq_cache: dict[int, list[int]] = {}
+        # Of those, how many lead cells hold what a fresh prefill computes (see "Lone rows").
+        self.seq_exact: dict[int, int] = {}
+        # Running sequences: (exact cells, cells reused) when they were assigned.
+        self._reused: dict[int, tuple[int, int]] = {}
+        # The scheduler's prompt step (n_batch) and llama.cpp's micro-batch (n_ubatch), which
+        # decide where a prefill's micro-batches end; set by the engine.
+        self.n_batch = 512
+        self.n_ubatch = 63
+        # Long prefixes saved across restarts (prompt_cache.py); None: memory only.
+        self.disk: PromptCache | None = None
 
     def used(self) -> int:
         return sum(j.n_past for j in self._active) + sum(len(c) for c in self.seq_cache.values())
@@ -36,6 +60,7 @@ class KVPool:
     def clear(self, seq: int) -> None:
         init_backend().llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
         self.seq_cache[seq] = []
+        self.seq_exact[seq] = 0
 
     def evict_idle(self, need: int) -> None:
         """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free."""
@@ -51,34 +76,95 @@ class KVPool:
         # With nothing running, the oldest request always gets in (a prompt is < n_ctx).
         return not self._active or self.free() >= need
 
-    def assign(self, job: Job) -> None:
-        """Give the job the idle sequence whose cached tokens share the longest prefix with its prompt."""
-        llama_cpp = init_backend()
+    def _best_cached(self, tokens: list[int]) -> tuple[int, int]:
+        """The idle sequence whose cached tokens share the longest prefix with ``tokens``."""
         best, best_len = self.free_seqs[-1], -1
         for seq in self.free_seqs:
-            cached = self.seq_cache.get(seq, [])
-            n = 0
-            for a, b in zip(cached, job.tokens, strict=False):
-                if a != b:
-                    break
-                n += 1
+            n = common_prefix(self.seq_cache.get(seq, []), tokens)
             if n > best_len:
                 best, best_len = seq, n
-        self.free_seqs.remove(best)
+        return best, best_len
+
+    def _lone_tail(self, n: int, start: int) -> bool:
+        """Whether prefilling tokens ``start..n-1`` alone ends with a one-row micro-batch."""
+        step = (n - start - 1) % self.n_batch + 1
+        return (step - 1) % self.n_ubatch + 1 == 1
+
+    def fit_keep(self, n: int, keep: int) -> int:
+        """``keep`` (cells reused of an ``n``-token prompt) cut back until the re-decoded tail
+        ends as a fresh prefill ends, so the first token's logits are the same (see "Lone rows")."""
+        lone = self._lone_tail(n, 0)
+        while keep > 0 and self._lone_tail(n, keep) != lone:
+            keep -= 1
+        return keep
+
+    def assign(self, job: Job) -> None:
+        """Give the job the idle sequence whose cached tokens share the longest prefix with its
+        prompt, or one loaded with a saved prefix from disk when that covers more."""
+        llama_cpp = init_backend()
+        n = len(job.tokens)
+        best, best_len = self._best_cached(job.tokens)
         # At least one prompt token is decoded again: its logits give the first sample. With
         # micro-batches under EXACT_UBATCH the reused prefix holds exactly the KV a fresh
         # prefill would compute, so reuse never changes an output.
-        keep = min(best_len, len(job.tokens) - 1) if self.cache_prompt else 0
-        if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
-            job.n_past = keep
+        keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
+        restored = self._restore(job, keep) if self.disk is not None and self.cache_prompt else None
+        if restored is not None:
+            best = restored
+            self._reused[best] = (job.n_past, job.n_past)
         else:
-            llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, -1, -1)
-            job.n_past = 0
+            if self.disk is not None:
+                # A failed restore emptied its sequence, which may have been the best one.
+                best, best_len = self._best_cached(job.tokens)
+                keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
+            if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
+                job.n_past = keep
+            else:
+                llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, -1, -1)
+                job.n_past = 0
+            self._reused[best] = (min(job.n_past, self.seq_exact.get(best, 0)), job.n_past)
+        self.free_seqs.remove(best)
         self.seq_cache.pop(best, None)
+        self.seq_exact.pop(best, None)
         job.seq = best
+
+    def _restore(self, job: Job, keep: int) -> int | None:
+        """Load the saved prefix covering most of the job's prompt into a free sequence when it
+        beats ``keep`` (the best prefix in memory) by ``min_tokens``; the sequence, or None.
+
+        The saved cells are what a prefill computed (micro-batches under EXACT_UBATCH), copied
+        byte for byte, so a restored prefix gives the outputs a fresh prefill would."""
+        disk = self.disk
+        assert disk is not None
+        n = len(job.tokens)
+        if n - 1 - keep < disk.min_tokens:
+            return None
+        entry, shared = disk.lookup(job.tokens)
+        if entry is None:
+            return None
+        usable = self.fit_keep(n, min(shared, n - 1))
+        if usable - keep < disk.min_tokens:
+            return None
+        # The free sequence whose cached prefix is shortest: the cheapest to lose.
+        seq = min(self.free_seqs, key=lambda s: len(self.seq_cache.get(s, [])))
+        # The whole state is loaded, then cut to the shared prefix: it must fit meanwhile.
+        if self.free() + len(self.seq_cache.get(seq, [])) < entry.n_cells:
+            return None
+        self.clear(seq)
+        pool_empty = not self._active and not any(self.seq_cache.values())
+        if not disk.restore(self._ctx, seq, entry, pool_empty=pool_empty):
+            return None
+        llama_cpp = init_backend()
+        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, usable, -1):
+            llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
+            return None
+        job.n_past = usable
+        disk.stats.prompt_cache_restored_tokens += usable
+        return seq
 
     def release(self, job: Job, *, keep: bool) -> None:
         """Give the job's sequence back; with ``keep`` its cells stay as a reusable prefix."""
+        exact, reused = self._reused.pop(job.seq, (0, 0))
         if keep:
             # The next prompt sharing a prefix skips that much prefill.
             n_prompt = len(job.tokens)
@@ -86,6 +172,14 @@ class KVPool:
                 self.seq_cache[job.seq] = job.tokens[: job.n_past]
             else:
                 self.seq_cache[job.seq] = job.tokens + job.generated[: job.n_past - n_prompt]
+            # Cells this job prefilled are exact if all it reused was; its last prompt token
+            # may have been a lone row, and generated tokens were.
+            if exact >= reused:
+                exact = max(reused, min(job.n_past, n_prompt) - 1)
+            self.seq_exact[job.seq] = exact
+            if self.disk is not None and self.cache_prompt:
+                # Long prefixes (system prompts, tool lists) outlive a restart.
+                self.disk.save(self._ctx, job.seq, self.seq_cache[job.seq], exact)
         else:
             self.clear(job.seq)
         self.free_seqs.append(job.seq)
