@@ -2,7 +2,7 @@
 
 Times are Unix seconds (floats) so that leases and backoff compare without time-zone
 parsing; records render them as ISO-8601 UTC. Created by the ``orchestration`` Alembic
-branch (``0002_orchestration``, ``0004_checkpoints``), never by ``metadata.create_all``.
+branch (``0002_orchestration``, ``0004_checkpoints``, ``0005_task_threads``), never by ``metadata.create_all``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,14 @@ tasks = _keyed_by_id(
     sa.Column("approval_timeout_s", sa.Float, nullable=True),
     sa.Column("pending", sa.JSON, nullable=True),
     sa.Column("wait_until", sa.Float, nullable=True),
+    # Threads and forks: the thread the task continues, the task (and its checkpoint step) it
+    # was forked from, the messages its conversation starts from before its goal; and the
+    # tool-call protocol it ran with (native | json).
+    sa.Column("thread_id", sa.String, nullable=True, index=True),
+    sa.Column("forked_from", sa.String, nullable=True),
+    sa.Column("fork_checkpoint", sa.Integer, nullable=True),
+    sa.Column("history", sa.JSON, nullable=True),
+    sa.Column("protocol", sa.String, nullable=True),
 )
 
 workflows = _keyed_by_id(
