@@ -16,6 +16,22 @@ sandbox, step recorded in the database).
 
 Targets (issue 11): conch >= 10x Prefect's steps/s on both shapes; agent-loop overhead per
 step <= 5 ms p50.
+
+Agents: checkpoints and approvals (issue 20; ``--agents-only`` runs just these), every server
+a ``conch serve`` process on SQLite against the scripted model (it answers at once):
+- checkpoint overhead: tasks/s of 20 concurrent 10-step tasks (9 calls of the pure ``len``,
+  then a final answer), from the first ``POST /tasks`` to the last task's ``complete``
+  event; this tree's server against conch at the parent of the commit that added
+  checkpoints (its ``src`` taken with ``git archive``), both up at once, measured in
+  alternation, the median of 5 rounds each (and CPU per step, from /proc). Target: with
+  >= 0.9x without.
+- resume latency: a task is killed (SIGKILL of its server) while its 4th model request is in
+  flight; the server restarts on the same data directory; the time from its first ``200`` to
+  ``/health`` to the resumed task's first new step (its event, on the task's stream).
+  Target: <= 1 s.
+- approval round trip: one task whose 20 ``len`` calls each ask (``{"tools": {"len":
+  "ask"}}``); at each ``interrupt`` event, the time from sending ``POST .../approve`` to the
+  approved call's ``step`` event. Target: p50 <= 50 ms.
 """
 
 from __future__ import annotations
@@ -102,6 +118,325 @@ def conch_runs() -> dict[str, Any]:
             server.stop()
             model.stop()
     return out
+
+
+# -- agents: checkpoints and approvals (issue 20) -----------------------------------------
+
+TASKS = "/api/v1/orchestration/tasks"
+AGENT_TASKS = 20  # concurrent tasks per overhead round
+AGENT_ROUNDS = 5  # overhead rounds per server
+RESUME_ROUNDS = 5
+APPROVALS = 20
+# The commit that added checkpoints; "without" is conch at its parent.
+CHECKPOINTS_FILE = "src/conch/orchestration/checkpoints.py"
+
+
+def _serve(src: Path, data_dir: Path, log: Path, **conch: str) -> tuple[subprocess.Popen[bytes], str, float]:  # fmt: skip
+    """``conch serve`` from ``src`` on ``data_dir``: its process, URL and the time
+    (``perf_counter``) of its first ``200`` to ``/health`` (asked every 10 ms)."""
+    import httpx
+
+    sys.path.insert(0, str(ROOT))
+    from tests.orchestration.servers import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    env.update({"PYTHONPATH": str(src), "CONCH_DATA_DIR": str(data_dir),
+                "CONCH_CONFIG": str(data_dir / "none.toml")})  # fmt: skip
+    env.update({f"CONCH_{k.upper()}": v for k, v in conch.items()})
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conch.cli.main", "serve", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    with httpx.Client(timeout=2) as c:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"conch serve exited: {log.read_text()[-2000:]}")
+            try:
+                if c.get(url + "/health").status_code == 200:
+                    return proc, url, time.perf_counter()
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("conch serve did not start")
+            time.sleep(0.01)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+class _Events:
+    """A task's event stream read in a thread: ``(arrival perf_counter, event, data)``."""
+
+    def __init__(self, url: str, task_id: str, after: int = 0) -> None:
+        import queue
+        import threading
+
+        self.queue: queue.Queue[tuple[float, str, Any]] = queue.Queue()
+        self.last_id = after
+        self._url = f"{url}{TASKS}/{task_id}/events?last_event_id={after}"
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        import httpx
+
+        name, data = "message", ""
+        try:
+            with httpx.stream("GET", self._url, timeout=None) as r:
+                for line in r.iter_lines():
+                    if line.startswith("event: "):
+                        name = line[7:]
+                    elif line.startswith("id: "):
+                        self.last_id = int(line[4:])
+                    elif line.startswith("data: "):
+                        data = line[6:]
+                    elif not line:
+                        self.queue.put((time.perf_counter(), name, json.loads(data)))
+                        name, data = "message", ""
+        except Exception as exc:  # the server was killed: the reader ends
+            self.queue.put((time.perf_counter(), "closed", repr(exc)))
+
+    def wait(self, done: Any, timeout: float = 60) -> tuple[float, str, Any]:
+        """The first event ``done(name, data)`` accepts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            at, name, data = self.queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            if done(name, data):
+                return at, name, data
+            if name in ("complete", "error", "closed"):
+                raise RuntimeError(f"the task ended before the awaited event: {name} {data}")
+
+
+def _old_src(tmp: Path) -> tuple[Path, str]:
+    """conch's ``src`` at the parent of the commit that added checkpoints, and its commit."""
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%h", "--", CHECKPOINTS_FILE],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()[-1]  # fmt: skip
+    parent = subprocess.run(
+        ["git", "rev-parse", "--short", f"{added}^"], cwd=ROOT, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    archive = subprocess.run(["git", "archive", parent, "src"], cwd=ROOT, capture_output=True, check=True)  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+    return tmp / "src", parent
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by a process and its children (the sandbox workers); None
+    where ``/proc`` cannot say."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids = [pid, *map(int, f.read().split())]
+        total = 0
+        for p in pids:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
+def _batch(url: str, goal: str, n: int, pid: int | None = None) -> tuple[float, float | None]:
+    """Seconds from the first of ``n`` concurrent task POSTs to the last one's end, and the
+    CPU seconds the server ``pid`` used meanwhile."""
+    import httpx
+
+    cpu = _cpu_s(pid) if pid else None
+    with httpx.Client(base_url=url, timeout=120) as c:
+        started = time.perf_counter()
+        ids = [
+            c.post(TASKS, json={"goal": goal, "tools": ["len"], "max_steps": 12}).json()["id"]
+            for _ in range(n)
+        ]
+        for task_id in ids:  # a finished task's stream replays and ends at once
+            with c.stream("GET", f"{TASKS}/{task_id}/events") as r:
+                for line in r.iter_lines():
+                    if line in ("event: complete", "event: error"):
+                        break
+        elapsed = time.perf_counter() - started
+        after = _cpu_s(pid) if pid else None
+        for task_id in ids:
+            record = c.get(f"{TASKS}/{task_id}").json()
+            if record["status"] != "succeeded" or len(record["steps"]) != 10:
+                raise RuntimeError(f"task {task_id}: {record['status']}, {len(record['steps'])} steps")  # fmt: skip
+    return elapsed, (after - cpu if after is not None and cpu is not None else None)
+
+
+def checkpoint_overhead(model: Any, tmp: Path) -> dict[str, Any]:
+    from tests.orchestration.scripted_model import final, tool
+
+    goal = model.script_by_position(
+        "bench checkpoints", *[tool("len", value=[1, 2, 3]) for _ in range(9)], final("done")
+    )
+    old_src, parent = _old_src(tmp / "old")
+    servers = {}
+    try:
+        for name, src in (("with", SRC), ("without", old_src)):
+            proc, url, _ = _serve(src, tmp / f"data-{name}", tmp / f"{name}.log", models_url=model.v1)  # fmt: skip
+            servers[name] = (proc, url)
+            _batch(url, goal, AGENT_TASKS)  # warm: sandbox workers, imports, SQLite
+        rates: dict[str, list[float]] = {"with": [], "without": []}
+        cpu: dict[str, list[float]] = {"with": [], "without": []}
+        for i in range(AGENT_ROUNDS):
+            for name in ("with", "without") if i % 2 == 0 else ("without", "with"):
+                proc, url = servers[name]
+                seconds, used = _batch(url, goal, AGENT_TASKS, proc.pid)
+                rates[name].append(AGENT_TASKS / seconds)
+                if used is not None:
+                    cpu[name].append(1000 * used / (AGENT_TASKS * 10))
+    finally:
+        for proc, _ in servers.values():
+            _stop(proc)
+    with_, without = statistics.median(rates["with"]), statistics.median(rates["without"])
+    return {"with": with_, "without": without, "ratio": with_ / without, "rounds": rates,
+            "without_commit": parent,
+            "cpu_ms_per_step": {k: statistics.median(v) for k, v in cpu.items() if v}}  # fmt: skip
+
+
+def resume_latency(model: Any, tmp: Path) -> dict[str, Any]:
+    import httpx
+    from tests.orchestration.scripted_model import final, tool
+
+    data, log = tmp / "data-resume", tmp / "resume.log"
+    latencies, startups = [], []
+    proc, url, _ = _serve(SRC, data, log, models_url=model.v1)
+    try:
+        for i in range(RESUME_ROUNDS):
+            # The 4th model request hangs the first time it is asked: the server is killed
+            # then; the resumed task asks it again and is answered at once.
+            goal = model.script_by_position(
+                f"bench resume {i}",
+                *[tool("len", value=[1, 2, 3]) for _ in range(3)],
+                {"delay_first": 60, "content": tool("len", value=[1, 2, 3])},
+                *[tool("len", value=[1, 2, 3]) for _ in range(2)],
+                final("done"),
+            )
+            asked = len(model.requests_for(goal))
+            with httpx.Client(base_url=url, timeout=60) as c:
+                task_id = c.post(TASKS, json={"goal": goal, "tools": ["len"], "max_steps": 10}).json()["id"]  # fmt: skip
+                deadline = time.monotonic() + 60
+                while len(model.requests_for(goal)) < asked + 4:  # the 4th is in flight
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the task did not reach its 4th model request")
+                    time.sleep(0.01)
+                time.sleep(0.05)
+                steps = len(c.get(f"{TASKS}/{task_id}").json()["steps"])
+            proc.kill()
+            proc.wait(10)
+            spawned = time.perf_counter()
+            proc, url, healthy = _serve(SRC, data, log, models_url=model.v1)
+            startups.append(healthy - spawned)
+            events = _Events(url, task_id)
+            at, _, _ = events.wait(lambda n, d, k=steps: n == "step" and d["index"] >= k)
+            latencies.append(at - healthy)
+            with httpx.Client(base_url=url, timeout=60) as c:
+                record = c.get(f"{TASKS}/{task_id}").json()
+                while record["status"] in ("pending", "running"):
+                    time.sleep(0.05)
+                    record = c.get(f"{TASKS}/{task_id}").json()
+            if record["status"] != "succeeded" or len(record["steps"]) != 7:
+                raise RuntimeError(f"resumed task {task_id}: {record['status']}, {len(record['steps'])} steps")  # fmt: skip
+    finally:
+        _stop(proc)
+    return {"median_s": statistics.median(latencies), "max_s": max(latencies),
+            "seconds": latencies, "startup_s": statistics.median(startups)}  # fmt: skip
+
+
+def approval_round_trip(model: Any, tmp: Path) -> dict[str, Any]:
+    import httpx
+    from tests.orchestration.scripted_model import final, tool
+
+    goal = model.script_by_position(
+        "bench approvals", *[tool("len", value=[1, 2, 3]) for _ in range(APPROVALS)], final("done")
+    )
+    proc, url, _ = _serve(SRC, tmp / "data-approvals", tmp / "approvals.log", models_url=model.v1)
+    trips, answers = [], []
+    try:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            task = c.post(TASKS, json={"goal": goal, "tools": ["len"], "max_steps": APPROVALS + 2,
+                                       "approvals": {"tools": {"len": "ask"}}}).json()  # fmt: skip
+            events = _Events(url, task["id"])
+            for i in range(APPROVALS):
+                events.wait(lambda n, d: n == "interrupt")
+                sent = time.perf_counter()
+                r = c.post(f"{TASKS}/{task['id']}/approve")
+                answers.append(time.perf_counter() - sent)
+                if r.status_code != 200:
+                    raise RuntimeError(f"approve: {r.status_code} {r.text}")
+                at, _, _ = events.wait(lambda n, d, i=i: n == "step" and d["index"] == i)
+                trips.append(at - sent)
+            events.wait(lambda n, d: n in ("complete", "error"))
+            record = c.get(f"{TASKS}/{task['id']}").json()
+            if record["status"] != "succeeded" or len(record["steps"]) != APPROVALS + 1:
+                raise RuntimeError(f"approvals task: {record['status']}, {len(record['steps'])} steps")  # fmt: skip
+    finally:
+        _stop(proc)
+    ordered = sorted(trips)
+    return {"p50_ms": 1000 * statistics.median(trips),
+            "p95_ms": 1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
+            "approve_p50_ms": 1000 * statistics.median(answers), "n": len(trips)}  # fmt: skip
+
+
+def agent_runs() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.orchestration.scripted_model import ScriptedModel
+
+    model = ScriptedModel().start()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            (tmp / "old").mkdir()
+            return {
+                "overhead": checkpoint_overhead(model, tmp),
+                "resume": resume_latency(model, tmp),
+                "approval": approval_round_trip(model, tmp),
+            }
+    finally:
+        model.stop()
+
+
+def print_agents(r: dict[str, Any]) -> None:
+    o, res, a = r["overhead"], r["resume"], r["approval"]
+    rows = [
+        ("tasks/s with checkpoints", f"{o['with']:.2f}", "", ""),
+        (f"tasks/s without ({o['without_commit']})", f"{o['without']:.2f}", "", ""),
+        ("with / without", f"{o['ratio']:.2f}x", ">= 0.9x", o["ratio"] >= 0.9),
+        ("resume: /health -> first new step, median", f"{res['median_s'] * 1000:.0f} ms", "<= 1 s",
+         res["median_s"] <= 1),
+        ("resume: ... max", f"{res['max_s'] * 1000:.0f} ms", "<= 1 s", res["max_s"] <= 1),
+        ("approve -> its step, p50", f"{a['p50_ms']:.1f} ms", "<= 50 ms", a["p50_ms"] <= 50),
+        ("approve -> its step, p95", f"{a['p95_ms']:.1f} ms", "", ""),
+    ]  # fmt: skip
+    print(f"{'agents: checkpoints and approvals':<48}{'figure':>12}{'target':>12}  ")
+    for name, figure, target, ok in rows:
+        verdict = "" if target == "" else ("met" if ok else "MISSED")
+        print(f"{name:<48}{figure:>12}{target:>12}  {verdict}")
+    rounds = ", ".join(f"{k} " + "/".join(f"{x:.2f}" for x in v) for k, v in o["rounds"].items())
+    print(f"(overhead: {AGENT_TASKS} concurrent 10-step tasks, tasks/s per round: {rounds})")
+    if len(o["cpu_ms_per_step"]) == 2:
+        ms = o["cpu_ms_per_step"]
+        print(f"(CPU of the server and its sandbox workers per step, median: with {ms['with']:.2f} "
+              f"ms, without {ms['without']:.2f} ms: {ms['without'] / ms['with']:.2f}x the tasks/s "
+              "where the CPU is the limit)")  # fmt: skip
+    print(f"(resume: {len(res['seconds'])} rounds, "
+          + ", ".join(f"{x * 1000:.0f}" for x in res["seconds"])
+          + f" ms; restart to /health {res['startup_s']:.2f} s median)")  # fmt: skip
+    print(f"(approvals: {a['n']} round trips; the approve request itself answers in "
+          f"{a['approve_p50_ms']:.1f} ms p50)")  # fmt: skip
 
 
 PREFECT = r"""
@@ -206,7 +541,11 @@ def peer(script: str, name: str) -> dict[str, Any] | str:
     return f"{name} did not run: {tail[0]}"
 
 
-def main() -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if "--agents-only" in (argv or []):
+        agents = agent_runs()
+        print_agents(agents)
+        return {"agents": agents}
     results: dict[str, Any] = {
         "conch": conch_runs(),
         "prefect": peer(PREFECT, "Prefect 3"),
@@ -240,8 +579,10 @@ def main() -> dict[str, Any]:
             print(
                 f"{shape}: conch/Prefect = {ratio:.1f}x (target >= 10x): {'met' if ratio >= 10 else 'MISSED'}"
             )
+    results["agents"] = agent_runs()
+    print_agents(results["agents"])
     return results
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
