@@ -269,6 +269,35 @@ def test_thread_continues_the_conversation(server: Server, scripted: ScriptedMod
     assert bad.returncode == 1 and "400" in bad.stderr
 
 
+def test_workflow_steps_in_a_thread(server: Server, scripted: ScriptedModel) -> None:
+    ask = scripted.script("wf thread: ask", final("42"))
+    check = scripted.script("wf thread: check", final("checked"))
+    busy = scripted.script("wf thread: busy", {"delay": 2.0, "content": final("late")})
+    steps = [
+        {"id": "ask", "task": {"goal": ask, "tools": [], "thread_id": "wf-thread"}},
+        {"id": "check", "depends_on": ["ask"],
+         "task": {"goal": check, "tools": [], "thread_id": "wf-thread"}},
+    ]  # fmt: skip
+    with server.client() as c:
+        wf = c.post(f"{API}/workflows", json={"steps": steps}).json()
+        wf = wait_for(c, f"{API}/workflows/{wf['id']}", finished)
+        assert wf["status"] == "succeeded", wf
+        (request,) = scripted.requests_for(check)
+        assert conversation(request) == [
+            ("user", ask), ("assistant", final("42")), ("user", check),
+        ]  # fmt: skip
+        assert len(c.get(f"{API}/threads/wf-thread").json()["tasks"]) == 2
+        # Parallel steps in one thread: the one that finds it busy fails with Conflict.
+        pair = [
+            {"id": f"p{i}", "task": {"goal": busy, "tools": [], "thread_id": "wf-busy"}}
+            for i in range(2)
+        ]
+        wf = c.post(f"{API}/workflows", json={"steps": pair}).json()
+        wf = wait_for(c, f"{API}/workflows/{wf['id']}", finished)
+        kinds = sorted((s["error"] or {}).get("kind", "") for s in wf["steps"])
+        assert kinds == ["", "Conflict"], wf
+
+
 def test_openapi_documents_forks_and_threads(server: Server) -> None:
     with server.client() as c:
         doc = c.get("/api-docs/openapi.json").json()

@@ -975,11 +975,14 @@ class Orchestrator:
                 goal = interpolate(task.goal, scope)
             except KeyError as exc:
                 return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
-            record = await self.create_task(
-                goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
-                model=task.model, origin="workflow", approvals=task.approvals,
-                approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
-            )  # fmt: skip
+            try:
+                record = await self.create_task(
+                    goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
+                    model=task.model, origin="workflow", approvals=task.approvals,
+                    approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
+                )  # fmt: skip
+            except Conflict as exc:  # its thread is busy: the step fails (and may retry)
+                return False, None, {"kind": exc.kind, "message": exc.message}
             await self._db(self.store.set_step_task, wf_id, sid, record["id"])
         try:
             done = await self.wait_task(record["id"])

@@ -289,7 +289,7 @@ class Store:
                 self._lock_thread(conn, thread)
                 tk = t.tasks
                 earlier = conn.execute(
-                    sa.select(tk.c.id, tk.c.status)
+                    sa.select(tk.c.id, tk.c.status, tk.c.created_at)
                     .where(tk.c.thread_id == thread)
                     .order_by(tk.c.created_at, tk.c.id)
                 ).all()
@@ -301,6 +301,10 @@ class Store:
                     )
                 if earlier and new_thread:
                     raise Conflict(f"thread {thread!r} has tasks already: a fork starts a new thread")
+                if earlier:
+                    # A thread's order is its tasks' creation times: later than the last,
+                    # whatever the clocks of the servers that created them say.
+                    row = {**row, "created_at": max(row["created_at"], earlier[-1].created_at + 1e-3)}
                 if earlier and continues is not None:
                     last = conn.execute(sa.select(tk).where(tk.c.id == earlier[-1].id)).one()
                     row = {**row, "history": continues(last, self._notes(conn, last.id))}
