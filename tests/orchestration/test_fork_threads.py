@@ -397,3 +397,58 @@ def _across(ca: httpx.Client, cb: httpx.Client, scripted: ScriptedModel, tmp: Pa
     ]
     assert appended == ["1\n"]
     assert ca.get(f"{API}/tasks/{task_a['id']}").json() == task_a
+
+
+def test_fork_and_thread_task_resume_after_sigkill(tmp_path: Path, scripted: ScriptedModel) -> None:
+    """A fork and a thread's task, their new model turn in flight, survive a SIGKILL: the
+    restarted server resumes them from their own checkpoints and histories, and nothing kept
+    from the original or the thread is asked or run again."""
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    env = {"models_url": scripted.v1, "orchestration_lease_s": "3", "workers": "1"}
+    goal = scripted.script_by_position(
+        "restart fork: original", tool("append", path="r.log", content="1\n"), final("orig")
+    )
+    note = scripted.script_by_position(
+        "restart fork: note",
+        final("unused"),
+        {"delay_first": 8, "content": tool("append", path="r.log", content="2\n")},
+        final("fork done"),
+    )
+    later = scripted.script_by_position(
+        "restart thread: later", {"delay_first": 8, "content": final("later done")}
+    )
+    first = start_process_server(data, log, **env)
+    try:
+        with first.client() as c:
+            original = done(c, create(c, goal, ["append"], thread_id="restart-thread")["id"])
+            assert original["status"] == "succeeded", original
+            r = fork(c, original["id"], checkpoint=1, message=note)
+            assert r.status_code == 201, r.text
+            fork_id = r.json()["id"]
+            later_id = create(c, later, [], thread_id="restart-thread")["id"]
+            until_asked = wait_for(
+                c, f"{API}/tasks/{fork_id}", lambda _t: len(scripted.requests_for(note)) == 1
+            )
+            assert until_asked["status"] == "running"
+            wait_for(c, f"{API}/tasks/{later_id}", lambda _t: len(scripted.requests_for(later)) == 1)
+        first.kill()
+    finally:
+        first.stop()
+    second = start_process_server(data, log, **env)
+    try:
+        with second.client() as c:
+            forked = done(c, fork_id)
+            resumed = done(c, later_id)
+    finally:
+        second.stop()
+    assert forked["status"] == "succeeded" and forked["result"] == "fork done", forked
+    assert [s["action"] for s in forked["steps"]] == ["append", "append", "final"]
+    assert resumed["status"] == "succeeded" and resumed["result"] == "later done", resumed
+    # The original's turns were asked once each; the fork's in-flight turn twice.
+    assert len(scripted.requests_for(goal)) == 2
+    assert len(scripted.requests_for(note)) == 3
+    assert (data / "workspace" / "r.log").read_text() == "1\n2\n"
+    # The thread's task asked again with the same history.
+    one, two = scripted.requests_for(later)
+    assert one["messages"] == two["messages"]
+    assert conversation(two)[0] == ("user", goal)
