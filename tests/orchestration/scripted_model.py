@@ -2,7 +2,8 @@
 
 It stands in for a model (replies are scripted, so agent-loop behaviour is deterministic)
 and is proven with the official ``openai`` client in ``test_scripted_model.py``. The reply
-to a conversation is chosen by its goal (the first user message) and the number of
+to a conversation is chosen by its goal (its last user message that has a script, else its
+first user message: a task of a thread or a fork carries earlier goals before its own) and the number of
 requests made for it so far, so concurrent tasks each follow their own script; or, for a
 goal scripted with :meth:`ScriptedModel.script_by_position`, by the conversation's position
 (how many replies of the model it already holds), so that a request asked again after a
@@ -20,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,12 +74,15 @@ class ScriptedModel:
         return goal
 
     def requests_for(self, goal: str) -> list[dict[str, Any]]:
-        return [r for r in self.requests if _goal(r) == goal]
+        return [r for r in self.requests if self.goal_of(r) == goal]
+
+    def goal_of(self, body: dict[str, Any]) -> str:
+        return _goal(body, _Scripted(self))
 
     async def _chat(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.requests.append(body)
-        goal = _goal(body)
+        goal = self.goal_of(body)
         turn = self._turns.get(goal, 0)
         self._turns[goal] = turn + 1
         script = self.scripts.get(goal)
@@ -173,8 +177,22 @@ class ScriptedModel:
             self._thread.join(timeout=10)
 
 
-def _goal(body: dict[str, Any]) -> str:
-    for m in body.get("messages", []):
-        if m.get("role") == "user":
-            return str(m.get("content"))
-    return ""
+class _Scripted:
+    """The goals with a script, by turn or by position."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    def __contains__(self, goal: object) -> bool:
+        return goal in self.model.scripts or goal in self.model.positional
+
+
+def _goal(body: dict[str, Any], scripted: Container[str] = ()) -> str:
+    """The conversation's goal: its last user message that is a scripted goal (a later task
+    of a thread, or a fork's added message, has earlier goals before its own), else its
+    first user message."""
+    users = [str(m.get("content")) for m in body.get("messages", []) if m.get("role") == "user"]
+    for content in reversed(users):
+        if content in scripted:
+            return content
+    return users[0] if users else ""

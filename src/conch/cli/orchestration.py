@@ -1,4 +1,4 @@
-"""``conch tasks`` and ``conch workflows``: talk to a running agent server (``conch serve``).
+"""``conch tasks``, ``conch threads`` and ``conch workflows``: talk to a running agent server (``conch serve``).
 
 The server is ``--url`` (default ``http://<host>:<port>`` from the configuration) and the
 configured ``api_key`` is sent as a bearer token. Every command takes ``--json``.
@@ -19,11 +19,13 @@ API = "/api/v1/orchestration"
 
 tasks_app = typer.Typer(help="Agent tasks on the agent server.", no_args_is_help=True)
 workflows_app = typer.Typer(help="Workflows on the agent server.", no_args_is_help=True)
+threads_app = typer.Typer(help="Threads of agent tasks on the agent server.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(tasks_app, name="tasks")
     app.add_typer(workflows_app, name="workflows")
+    app.add_typer(threads_app, name="threads")
 
 
 def _call(url: str | None, method: str, path: str, body: Any = None) -> Any:
@@ -153,6 +155,55 @@ def tasks_reject(
         body["call_id"] = call_id
     task = _call(url, "POST", f"{API}/tasks/{task_id}/reject", body)
     _print(task, as_json, TASK_COLUMNS)
+
+
+@tasks_app.command("fork")
+def tasks_fork(
+    task_id: str,
+    checkpoint: Annotated[
+        int,
+        typer.Option("--checkpoint", help="Keep steps 0..N-1 of the task; the fork goes on from step N."),
+    ],
+    message: Annotated[
+        str | None,
+        typer.Option("--message", help="A user message added after the kept steps."),
+    ] = None,
+    tool_result: Annotated[
+        str | None,
+        typer.Option("--tool-result", help="Replaces the last kept step's tool result."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="The fork's step budget (kept steps count).")
+    ] = None,
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Start this new thread with the fork.")
+    ] = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new task from a checkpoint of a task (the original stays as it was)."""
+    body: dict[str, Any] = {"checkpoint": checkpoint}
+    for key, value in (
+        ("message", message), ("tool_result", tool_result), ("max_steps", max_steps),
+        ("thread_id", thread),
+    ):  # fmt: skip
+        if value is not None:
+            body[key] = value
+    task = _call(url, "POST", f"{API}/tasks/{task_id}/fork", body)
+    _print(task, as_json, [*TASK_COLUMNS[:2], "forked_from", "fork_checkpoint", *TASK_COLUMNS[2:]])
+
+
+# -- threads ------------------------------------------------------------------------------
+
+
+@threads_app.command("show")
+def threads_show(thread_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """A thread's tasks, oldest first."""
+    thread = _call(url, "GET", f"{API}/threads/{thread_id}")
+    if as_json:
+        echo_json(thread)
+        return
+    _print(thread["tasks"], False, TASK_COLUMNS)
 
 
 # -- workflows ----------------------------------------------------------------------------

@@ -11,7 +11,9 @@ completes:
   it came to (recorded with the step it completes);
 - ``ask`` ``{call_id, tool, args, effect, reason}``: the call waits for a person;
 - ``decision`` ``{call_id, decision: approve | reject, by, args | message}``: a person's
-  (or the approval timeout's) decision on it.
+  (or the approval timeout's) decision on it;
+- ``message`` ``{before, content}``: a user message added to the conversation before step
+  ``before``'s model request (a fork's added message).
 
 The agent loop makes the same requests in the same order given the same replies and
 results, so resuming is replaying: the n-th model request is answered with the n-th
@@ -24,9 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conch.orchestration.loop import Reply
+from conch.orchestration.errors import Invalid
+from conch.orchestration.loop import Reply, parse_action
 
-KINDS = ("model", "call", "result", "ask", "decision")
+KINDS = ("model", "call", "result", "ask", "decision", "message")
 
 
 class CheckpointError(Exception):
@@ -45,6 +48,8 @@ class Journal:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     # call_id -> the call's latest ``call``, ``ask`` or ``decision`` entry, with its kind
     last: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    # step index -> the user messages added before its model request
+    notes: dict[int, list[str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, entries: list[tuple[str, Any]]) -> Journal:
@@ -74,6 +79,11 @@ class Journal:
                 raise TypeError("usage is not an object")
             self.replies.append(Reply(text=str(data["reply"]), usage=dict(usage)))
             return
+        if kind == "message":
+            if not isinstance(data["content"], str):
+                raise TypeError("content is not a string")
+            self.notes.setdefault(int(data["before"]), []).append(data["content"])
+            return
         cid = str(data["call_id"])
         if kind == "result":
             if not isinstance(data["observation"], str):
@@ -87,3 +97,80 @@ class Journal:
         if kind == "decision" and data["decision"] not in ("approve", "reject"):
             raise ValueError(f"unknown decision {data['decision']!r}")
         self.last[cid] = (kind, data)
+
+
+def fork(
+    steps: list[dict[str, Any]],
+    entries: list[tuple[str, Any]],
+    checkpoint: int,
+    *,
+    tool_result: str | None = None,
+    message: str | None = None,
+) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """What a fork of a task at ``checkpoint`` starts from: the task's steps ``0 ..
+    checkpoint-1`` and the checkpoint entries that answer them (their model replies, their
+    calls' results, the approvals and messages before them), with the last kept call's
+    observation replaced by ``tool_result`` and ``message`` added before the next step's
+    model request. Replayed, these answer every model request and tool call of the kept
+    steps, so nothing before the fork point is asked or run again. :class:`Invalid` (naming
+    the field) when the checkpoint is out of range or does not hold the kept steps."""
+    final = bool(steps) and steps[-1].get("action") == "final"
+    most = len(steps) - 1 if final else len(steps)
+    if not 0 <= checkpoint <= most:
+        ends = " (its last step is the final answer)" if final else ""
+        raise Invalid(
+            f"checkpoint: the task has {len(steps)} recorded steps{ends}: a fork keeps steps "
+            f"0..checkpoint-1, with checkpoint from 0 to {most}",
+            where="checkpoint",
+        )
+    try:
+        journal = Journal.load(entries)
+    except CheckpointError as exc:
+        raise Invalid(f"checkpoint: {exc}", where="checkpoint") from None
+    # The model turns of the kept steps: one each, two for a step whose first reply was not
+    # an action (the loop's corrective retry).
+    turns = 0
+    for _index in range(checkpoint):
+        if turns < len(journal.replies):
+            try:
+                parse_action(journal.replies[turns].text)
+            except ValueError:
+                turns += 1
+        turns += 1
+    if turns > len(journal.replies):
+        raise Invalid(
+            f"checkpoint: the task's checkpoint does not hold the model replies of steps "
+            f"0..{checkpoint - 1} (it has {len(journal.replies)}): it cannot be forked there",
+            where="checkpoint",
+        )
+    kept_calls = {call_id(i) for i in range(checkpoint)}
+    last_call = call_id(checkpoint - 1)
+    out: list[tuple[str, dict[str, Any]]] = []
+    edited = False
+    for kind, data in entries:
+        if kind == "model":
+            keep = int(data["turn"]) < turns
+        elif kind == "message":
+            keep = int(data["before"]) < checkpoint
+        else:
+            keep = str(data["call_id"]) in kept_calls
+        if not keep:
+            continue
+        data = dict(data)
+        if tool_result is not None and kind == "result" and data["call_id"] == last_call:
+            data.update(observation=tool_result, error=None, edited=True)
+            edited = True
+        out.append((kind, data))
+    kept = [dict(s) for s in steps[:checkpoint]]
+    if tool_result is not None:
+        if not edited:
+            why = (
+                "a fork at checkpoint 0 keeps no step"
+                if checkpoint == 0
+                else f"step {checkpoint - 1} made no tool call whose result could be replaced"
+            )
+            raise Invalid(f"tool_result: {why}", where="tool_result")
+        kept[-1].update(observation=tool_result, error=None)
+    if message is not None:
+        out.append(("message", {"before": checkpoint, "content": message}))
+    return kept, out

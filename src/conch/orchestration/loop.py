@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,10 +236,14 @@ async def run_agent_loop(
     on_step: StepFn | None = None,
     observation_chars: int = 4000,
     run_call: CallFn | None = None,
+    history: list[dict[str, Any]] | None = None,
+    notes: Mapping[int, list[str]] | None = None,
 ) -> Outcome:
     """Run the loop. Tool calls go to ``run_call`` when given (it may raise
     :class:`Interrupt`, which stops the loop and propagates), else to ``call_tool``, whose
-    result envelope becomes the observation."""
+    result envelope becomes the observation. ``history``: messages placed between the system
+    message and the goal (earlier tasks of a thread); ``notes``: user messages added before
+    step ``i``'s model request, by ``i`` (a fork's added message)."""
     if run_call is None:
         if call_tool is None:
             raise TypeError("run_agent_loop needs call_tool or run_call")
@@ -253,11 +257,14 @@ async def run_agent_loop(
     schema = action_schema(tools)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(system, tools)},
+        *(history or ()),
         {"role": "user", "content": goal},
     ]
     out = Outcome(status="running")
     allowed = set(tools)
     for index in range(max_steps):
+        if notes:
+            messages.extend({"role": "user", "content": n} for n in notes.get(index, ()))
         started = time.perf_counter()
         usage: dict[str, int] = {}
         reply = await chat(messages, schema)
@@ -337,3 +344,33 @@ async def run_agent_loop(
         "message": f"no final answer within max_steps={max_steps} steps",
     }
     return out
+
+
+def transcript(
+    goal: str,
+    steps: list[dict[str, Any]],
+    *,
+    history: list[dict[str, Any]] | None = None,
+    notes: Mapping[int, list[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """The conversation (less the system message) that :func:`run_agent_loop` held after
+    these recorded steps, its final answer included: the history, the goal, each step's
+    action and observation, the notes where they were added. What a later task of the same
+    thread starts from. It must build the messages as the loop does."""
+    messages: list[dict[str, Any]] = [*(history or ()), {"role": "user", "content": goal}]
+    notes = notes or {}
+    for step in steps:
+        index = int(step["index"])
+        messages.extend({"role": "user", "content": n} for n in notes.get(index, ()))
+        if step["action"] == "final":
+            action: dict[str, Any] = {"final": step["args"].get("final")}
+        else:
+            action = {"tool": step["action"], "args": step["args"]}
+        messages.append({"role": "assistant", "content": json.dumps(action, ensure_ascii=False)})
+        if step["action"] != "final":
+            messages.append({"role": "user", "content": f"Observation: {step['observation']}"})
+    # Notes added after the last step (its model request failed, or was never answered).
+    after = max((int(s["index"]) for s in steps), default=-1)
+    for index in sorted(i for i in notes if i > after):
+        messages.extend({"role": "user", "content": n} for n in notes[index])
+    return messages

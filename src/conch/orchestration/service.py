@@ -46,7 +46,7 @@ from conch.orchestration.approvals import (
     merge,
     parse_policy,
 )
-from conch.orchestration.checkpoints import CheckpointError, Journal, call_id
+from conch.orchestration.checkpoints import CheckpointError, Journal, call_id, fork
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
 from conch.orchestration.loop import (
@@ -56,6 +56,7 @@ from conch.orchestration.loop import (
     ToolResult,
     observation_of,
     run_agent_loop,
+    transcript,
     unknown_tools,
 )
 from conch.orchestration.models import ModelClient
@@ -77,6 +78,11 @@ POLL_S = 0.5
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def _conversation(task: Any, notes: dict[int, list[str]]) -> list[dict[str, Any]]:
+    """The conversation a finished task of a thread leaves to the next one."""
+    return transcript(task.goal, list(task.steps), history=task.history, notes=notes)
 
 
 class Orchestrator:
@@ -306,8 +312,11 @@ class Orchestrator:
         origin: str = "api",
         approvals: Any = None,
         approval_timeout_s: float | None = None,
+        thread_id: str | None = None,
     ) -> dict[str, Any]:
-        """Record a task and start it in the background; returns the task record."""
+        """Record a task and start it in the background; returns the task record. In a
+        thread (``thread_id``) it starts from the conversation of the thread's last task
+        (``409`` while a task of the thread is active)."""
         agent_id = agent or DEFAULT_AGENT
         spec = await self._db(self.agents.get, agent_id)
         if spec is None:
@@ -345,10 +354,86 @@ class Orchestrator:
             "approval_timeout_s": approval_timeout_s,
             "pending": None,
             "wait_until": None,
+            "thread_id": thread_id,
         }
-        record = await self._db(self.store.insert_task, row)
-        self._launch(task_id, spec, row, resume=False)
+        record = await self._db(
+            functools.partial(self.store.insert_task, row, continues=_conversation)
+        )
+        # In a thread its history was made in the store: the run reads the row back.
+        self._launch(task_id, spec, row if thread_id is None else None, resume=False)
         return record  # type: ignore[no-any-return]
+
+    async def fork_task(
+        self,
+        task_id: str,
+        *,
+        checkpoint: int,
+        tool_result: str | None = None,
+        message: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a new task from task ``task_id``'s steps ``0..checkpoint-1`` (its history
+        up to step ``checkpoint``), with the last kept call's result replaced by
+        ``tool_result`` and ``message`` added after them. The fork replays the copied
+        checkpoint of the kept steps: no model turn before the fork point is asked again and
+        no tool call runs again. The original is not changed (it may be running)."""
+        loaded = await self._db(self.store.checkpoint, task_id)
+        if loaded is None:
+            raise NotFound(f"no task {task_id!r}")
+        original, entries = loaded
+        steps, copied = fork(
+            list(original.steps), entries, checkpoint, tool_result=tool_result, message=message
+        )
+        if max_steps is None:
+            max_steps = original.max_steps
+        if max_steps <= checkpoint:
+            raise Invalid(
+                f"max_steps: the fork keeps {checkpoint} steps and counts them: give "
+                f"max_steps above {checkpoint}",
+                where="max_steps",
+            )
+        usage: dict[str, int] = {}
+        for step in steps:
+            for key, value in (step.get("usage") or {}).items():
+                usage[key] = usage.get(key, 0) + value
+        new_id = _new_id("task")
+        row = {
+            "id": new_id,
+            **{c: getattr(original, c) for c in ("goal", "tools", "agent", "model", "history")},
+            **{c: getattr(original, c) for c in ("approvals", "approval_timeout_s")},
+            "max_steps": max_steps,
+            "status": "pending",
+            "steps": steps,
+            "result": None,
+            "error": None,
+            "usage": usage,
+            "created_at": time.time(),
+            "started_at": None,
+            "finished_at": None,
+            "origin": "api",
+            "owner": self.instance,
+            "lease_until": self._lease(),
+            "pending": None,
+            "wait_until": None,
+            "thread_id": thread_id,
+            "forked_from": task_id,
+            "fork_checkpoint": checkpoint,
+        }
+        record = await self._db(
+            functools.partial(
+                self.store.insert_task, row, copied, new_thread=thread_id is not None
+            )
+        )
+        self._launch(new_id, None, row, resume=False)
+        return record  # type: ignore[no-any-return]
+
+    async def get_thread(self, thread_id: str) -> dict[str, Any]:
+        """A thread: its tasks, oldest first (``404`` for a thread with none)."""
+        tasks = await self._db(self.store.thread, thread_id)
+        if not tasks:
+            raise NotFound(f"no thread {thread_id!r}")
+        return {"id": thread_id, "tasks": tasks}
 
     def _launch(
         self, task_id: str, spec: AgentSpec | None, row: dict[str, Any] | None, *, resume: bool
@@ -450,6 +535,10 @@ class Orchestrator:
                 row = await self._db(self.store.task_row, task_id)
                 if row is None:
                     return
+            if row.get("forked_from") is not None:
+                # A fork starts from the checkpoint copied from its original: a resume.
+                await self._run_task_body(task_id, spec, None, stream, True)
+                return
         assert row is not None
         if spec is None:
             spec = await self._db(self.agents.get, row["agent"])
@@ -556,6 +645,8 @@ class Orchestrator:
                 run_call=run_call,
                 on_step=on_step,
                 observation_chars=chars,
+                history=row.get("history"),
+                notes=journal.notes,
             )
         except Interrupt as stop:
             timeout = row.get("approval_timeout_s")
@@ -884,11 +975,14 @@ class Orchestrator:
                 goal = interpolate(task.goal, scope)
             except KeyError as exc:
                 return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
-            record = await self.create_task(
-                goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
-                model=task.model, origin="workflow", approvals=task.approvals,
-                approval_timeout_s=task.approval_timeout_s,
-            )  # fmt: skip
+            try:
+                record = await self.create_task(
+                    goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
+                    model=task.model, origin="workflow", approvals=task.approvals,
+                    approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
+                )  # fmt: skip
+            except Conflict as exc:  # its thread is busy: the step fails (and may retry)
+                return False, None, {"kind": exc.kind, "message": exc.message}
             await self._db(self.store.set_step_task, wf_id, sid, record["id"])
         try:
             done = await self.wait_task(record["id"])

@@ -33,6 +33,8 @@ class TaskRequest(BaseModel):
     approvals: ApprovalPolicy | None = None
     # A call waiting for a person longer than this is rejected (default: the server's).
     approval_timeout_s: float | None = Field(default=None, gt=0)
+    # The thread it continues: it starts from the conversation of the thread's last task.
+    thread_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class StepSpec(BaseModel):

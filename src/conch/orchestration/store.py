@@ -23,9 +23,10 @@ Waiting. A task whose tool call needs a person's approval is ``waiting``: no ser
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -160,6 +161,9 @@ def task_record(row: Any) -> dict[str, Any]:
         "approvals": row.approvals or {},
         "approval_timeout_s": row.approval_timeout_s,
         "approval_deadline": iso(row.wait_until),
+        "thread_id": row.thread_id,
+        "forked_from": row.forked_from,
+        "fork_checkpoint": row.fork_checkpoint,
     }
 
 
@@ -264,11 +268,79 @@ class Store:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    def insert_task(self, row: dict[str, Any]) -> dict[str, Any]:
+    def insert_task(
+        self,
+        row: dict[str, Any],
+        entries: list[tuple[str, dict[str, Any]]] | None = None,
+        *,
+        continues: Callable[[Any, dict[int, list[str]]], list[dict[str, Any]]] | None = None,
+        new_thread: bool = False,
+    ) -> dict[str, Any]:
+        """Record a task (with its first checkpoint ``entries``: a fork's copy). A task with
+        a ``thread_id`` joins that thread: Conflict if a task of the thread is still active,
+        or (``new_thread``) if the thread has tasks at all; otherwise its ``history`` is
+        ``continues(last, notes)``, the conversation of the thread's last task (the task's
+        row and the notes of its checkpoint), when the thread has one."""
+        from conch.orchestration.errors import Conflict
+
         with self.tx() as conn:
+            thread = row.get("thread_id")
+            if thread is not None:
+                self._lock_thread(conn, thread)
+                tk = t.tasks
+                earlier = conn.execute(
+                    sa.select(tk.c.id, tk.c.status, tk.c.created_at)
+                    .where(tk.c.thread_id == thread)
+                    .order_by(tk.c.created_at, tk.c.id)
+                ).all()
+                active = [r.id for r in earlier if r.status in TASK_ACTIVE]
+                if active:
+                    raise Conflict(
+                        f"thread {thread!r}: task {active[0]!r} is still active; wait for it "
+                        "to finish (or cancel it) before adding to the thread"
+                    )
+                if earlier and new_thread:
+                    raise Conflict(f"thread {thread!r} has tasks already: a fork starts a new thread")
+                if earlier:
+                    # A thread's order is its tasks' creation times: later than the last,
+                    # whatever the clocks of the servers that created them say.
+                    row = {**row, "created_at": max(row["created_at"], earlier[-1].created_at + 1e-3)}
+                if earlier and continues is not None:
+                    last = conn.execute(sa.select(tk).where(tk.c.id == earlier[-1].id)).one()
+                    row = {**row, "history": continues(last, self._notes(conn, last.id))}
             conn.execute(sa.insert(t.tasks).values(**row))
+            if entries:
+                self._checkpoint(conn, row["id"], entries)
             got = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == row["id"])).one()
         return task_record(got)
+
+    def _lock_thread(self, conn: Connection, thread: str) -> None:
+        """Serialise the tasks added to one thread (PostgreSQL: a transaction-scoped advisory
+        lock on the thread id's hash; SQLite has one writer anyway)."""
+        if not self.postgres:
+            return
+        digest = hashlib.blake2b(f"conch-thread:{thread}".encode(), digest_size=8).digest()
+        key = int.from_bytes(digest, "big", signed=True)
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
+
+    def _notes(self, conn: Connection, id: str) -> dict[int, list[str]]:
+        """The user messages a task's checkpoint added, by the step they came before."""
+        c = t.checkpoints
+        out: dict[int, list[str]] = {}
+        for data in conn.execute(
+            sa.select(c.c.data).where(c.c.task_id == id, c.c.kind == "message").order_by(c.c.seq)
+        ).scalars():
+            out.setdefault(int(data["before"]), []).append(str(data["content"]))
+        return out
+
+    def thread(self, thread: str) -> list[dict[str, Any]]:
+        """The tasks of a thread, oldest first."""
+        tk = t.tasks
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(tk).where(tk.c.thread_id == thread).order_by(tk.c.created_at, tk.c.id)
+            ).all()
+        return [task_record(r) for r in rows]
 
     def start_task(self, id: str, owner: str, lease_until: float) -> bool:
         now = time.time()

@@ -72,6 +72,41 @@ class RejectRequest(BaseModel):
     )
 
 
+class ForkRequest(BaseModel):
+    """Start a new task from a task's checkpoint (the original is not changed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: int = Field(
+        ge=0,
+        description="Keep steps 0..checkpoint-1 of the task (its history up to step "
+        "`checkpoint`); the fork's first new model request is step `checkpoint`. From 0 to "
+        "the number of recorded steps (less the final answer's).",
+    )
+    tool_result: str | None = Field(
+        default=None,
+        description="Replaces the observation of the last kept step's tool call "
+        "(needs checkpoint >= 1).",
+    )
+    message: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A user message added after the kept steps, before the next model request.",
+    )
+    max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="The fork's step budget, kept steps included (default: the original's).",
+    )
+    thread_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Start this new thread with the fork (`409` if the thread has tasks).",
+    )
+
+
 # -- the task record, as the OpenAPI document describes it (the routes return plain JSON) --
 
 TaskStatus = Literal["pending", "running", "waiting", "succeeded", "failed", "cancelled"]
@@ -123,11 +158,23 @@ class TaskRecord(BaseModel):
     approval_deadline: str | None = Field(
         description="When the pending calls are rejected if no one decides."
     )
+    thread_id: str | None = Field(
+        default=None, description="The thread whose conversation the task continues."
+    )
+    forked_from: str | None = Field(default=None, description="The task it was forked from.")
+    fork_checkpoint: int | None = Field(
+        default=None, description="The fork kept the original's steps 0..fork_checkpoint-1."
+    )
+
+
+class ThreadRecord(BaseModel):
+    id: str
+    tasks: list[TaskRecord] = Field(description="The thread's tasks, oldest first.")
 
 
 class CheckpointEntry(BaseModel):
     seq: int
-    kind: Literal["model", "call", "result", "ask", "decision"]
+    kind: Literal["model", "call", "result", "ask", "decision", "message"]
     data: dict[str, Any]
     created_at: str
 
@@ -285,7 +332,9 @@ async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
 
 @router.post("/tasks", status_code=201, openapi_extra=_schema_body(TaskRequest))
 async def create_task(request: Request, orch: OrchestratorDep) -> Response:
-    """Create a task `{goal, tools, max_steps, agent?, model?}`; it runs in the background."""
+    """Create a task `{goal, tools, max_steps, agent?, model?, thread_id?}`; it runs in the
+    background. With `thread_id` it continues the conversation of the thread's last task
+    (`409` while a task of the thread is still pending, running or waiting)."""
     body = await parse_body(request, TaskRequest)
     return await _call(orch.create_task(**body.model_dump()), 201)
 
@@ -348,6 +397,44 @@ async def task_checkpoint(task_id: str, orch: OrchestratorDep) -> Response:
     """The task's checkpoint: every model reply and tool call as it completed, and every
     approval asked for and decided (what a restarted server resumes it from)."""
     return await _call(orch.task_checkpoint(task_id))
+
+
+@router.post(
+    "/tasks/{task_id}/fork",
+    status_code=201,
+    openapi_extra=_schema_body(ForkRequest),
+    responses={
+        201: {"model": TaskRecord, "description": "The new task (`forked_from`, "
+              "`fork_checkpoint`), running from the kept steps."},
+        400: {"description": "Bad body: `error.where` names the field (`checkpoint` out of "
+              "range or not in the checkpoint, `tool_result` with no call to replace, "
+              "`max_steps` not above `checkpoint`, unknown fields)."},
+        404: {"description": "No such task."},
+        409: {"description": "`thread_id` names a thread that has tasks."},
+    },
+)  # fmt: skip
+async def fork_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+    """Start a new task from a checkpoint of this one (any status, running included): the
+    history up to step `checkpoint`, optionally with the last kept tool result replaced and a
+    user message added. Kept model turns and tool calls are replayed from the copied
+    checkpoint, not asked or run again; the original stays as it was."""
+    body = await parse_body(request, ForkRequest)
+    return await _call(orch.fork_task(task_id, **body.model_dump()), 201)
+
+
+# -- threads ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/threads/{thread_id}",
+    responses={
+        200: {"model": ThreadRecord, "description": "The thread's tasks, oldest first."},
+        404: {"description": "No task has this thread_id."},
+    },
+)
+async def get_thread(thread_id: str, orch: OrchestratorDep) -> Response:
+    """A thread `{id, tasks}`: the tasks created with this `thread_id`, oldest first."""
+    return await _call(orch.get_thread(thread_id))
 
 
 # -- workflows ----------------------------------------------------------------------------
