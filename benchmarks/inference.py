@@ -50,6 +50,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -567,21 +568,21 @@ e.unload()
 """
 
 
-def _conch_env(tmp: Path) -> dict[str, str]:
-    """conch as a user starts it: no CONCH_* settings, a fresh data directory, no config file."""
+def _conch_env(tmp: Path, src: Path) -> dict[str, str]:
+    """conch (from ``src``) as a user starts it: no CONCH_* settings, a fresh data directory, no config file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
     return {**env, "CONCH_DATA_DIR": str(tmp / "data"), "CONCH_CONFIG": str(tmp / "no-config.toml"),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
+            "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH")) if p)}
 
 
-def conch_defaults(tmp: Path) -> dict[str, Any]:
+def conch_defaults(tmp: Path, src: Path) -> dict[str, Any]:
     """Threads, slots and KV size conch's engine chooses by default (its model loaded, in a child)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE], env=_conch_env(tmp), capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", _PROBE], env=_conch_env(tmp, src), capture_output=True, text=True,
                        timeout=300)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("PROBE ")), None)
     if line is None:
         raise RuntimeError(f"could not read conch's defaults: {(r.stderr.strip().splitlines() or [''])[-1]}")
-    return dict(json.loads(line[6:]))
+    return {**json.loads(line[6:]), "src": str(src)}
 
 
 def _llama_server_settings(log: Path) -> str:
@@ -608,7 +609,7 @@ def _run_vs(name: str, extra: list[str] | None, path: str, model: str, conch: di
             if not conch:
                 raise RuntimeError("conch's defaults could not be read")
             cmd = [sys.executable, "-m", "conch.cli.main", "models", "serve", "--port", str(port)]
-            env, ready = _conch_env(tmp), base + "/v1/models"
+            env, ready = _conch_env(tmp, Path(conch["src"])), base + "/v1/models"
             settings = (f"threads {conch['n_threads']}/{conch['n_threads_batch']}; {conch['n_parallel']} "
                         f"slots, {conch['n_ctx_seq']} ctx/seq"
                         f"{', unified KV of ' + str(conch['kv_total']) if conch['kv_unified'] else ''}")
@@ -643,16 +644,24 @@ def _median_of_rounds(got: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def vs_llama_server(plan: VsPlan = VsPlan()) -> dict[str, dict[str, Any]]:
-    """conch against llama-server, each at its defaults, then llama-server with conch's settings."""
+def vs_llama_server(plan: VsPlan = VsPlan(), conch_src: Path | None = None) -> dict[str, dict[str, Any]]:
+    """conch against llama-server, each at its defaults, then llama-server with conch's settings.
+
+    ``conch_src``: the ``src`` folder conch runs from (default: this checkout's; e.g. ``git
+    archive <commit> src`` unpacked elsewhere, to measure a commit while the checkout changes).
+    """
     path = model_path()
     LOGS.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True,
-                           text=True).stdout.strip()
-    print(f"conch vs llama-server, {datetime.date.today()}, {os.cpu_count()} CPUs, commit {commit}"
-          f"{' (src/ has uncommitted changes)' if dirty else ''}", flush=True)
+    src = (conch_src or ROOT / "src").resolve()
+    if src == (ROOT / "src").resolve():
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True).stdout.strip()
+        what = f"commit {commit}{' (src/ has uncommitted changes)' if dirty else ''}"
+    else:
+        what = f"conch from {src}"
+    print(f"conch vs llama-server, {datetime.date.today()}, {os.cpu_count()} CPUs, {what}", flush=True)
     try:
         binary: Path | None = serving.build_llama_server()
     except Exception as exc:
@@ -661,7 +670,7 @@ def vs_llama_server(plan: VsPlan = VsPlan()) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         try:
-            conch = conch_defaults(tmp)
+            conch = conch_defaults(tmp, src)
         except Exception as exc:
             print(f"  conch: not run: {exc}", flush=True)
             conch = {}
@@ -750,12 +759,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="conch against llama-cpp-python and llama-server (CPU)")
     ap.add_argument("--vs-llama-server", action="store_true", help="run only the comparison with llama-server")
     ap.add_argument("--quick", action="store_true", help="few tokens and requests: checks the harness")
+    ap.add_argument("--conch-src", type=Path, help="the src folder conch runs from in the llama-server comparison")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of every server in the llama-server comparison, order rotated; medians reported")
     a = ap.parse_args(argv or [])
     plan = dataclasses.replace(QUICK if a.quick else VsPlan(), repeat=max(1, a.repeat))
     if a.vs_llama_server:
-        vs_llama_server(plan)
+        vs_llama_server(plan, a.conch_src)
         return
     if a.quick:
         global DECODE_TOKENS, TTFT_RUNS, CONCURRENT_TOKENS, EMBED_TEXTS
@@ -814,7 +824,7 @@ def main(argv: list[str] | None = None) -> None:
           f"; after embeddings too: {_fmt(conch.get('rss_mb_after_all'), ' MB')}")
     print("\n=== conch vs llama-server (the yardstick) ===", flush=True)
     try:
-        vs_llama_server(plan)
+        vs_llama_server(plan, a.conch_src)
     except Exception as exc:  # one section failing must not hide the rest
         print(f"  the llama-server comparison failed: {exc}")
     apis()
@@ -833,6 +843,8 @@ def apis() -> None:
 
 
 if __name__ == "__main__":
+    # stopped with SIGTERM: unwind, so the servers it started are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(sys.argv) > 2 and sys.argv[1] == "--compare-with":
         # python benchmarks/inference.py --compare-with /path/to/old/src [rounds] [--sequential]
         args = [a for a in sys.argv[2:] if a != "--sequential"]

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import openai
 import pytest
 from httpx_sse import connect_sse
 
-from tests.web.conftest import RunningServer
+from tests.web.conftest import RunningServer, start_server
 from tests.web.openai_shapes import CHAT_CHUNK, CHAT_COMPLETION, check, check_error
 
 MODEL = "smollm2-135m-instruct"
@@ -439,3 +440,34 @@ def test_speculative_decoding_is_on_by_default_and_counted(inference_server: Run
     assert more_drafted > 0 and 0 < more_kept <= more_drafted
     again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=60, temperature=0)  # type: ignore[arg-type]
     assert again.choices[0].message.content == first.choices[0].message.content
+
+
+def test_a_long_system_prompt_survives_a_restart(tmp_path: Path) -> None:
+    """The prompt cache on disk through the server: a restarted server loads the system
+    prompt's KV from <data_dir>/kv-cache (counted in /metrics) and answers the same."""
+    system = "You are a careful assistant. " + " ".join(f"Rule {i}: be brief and exact." for i in range(40))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hi."}]
+    answers = []
+    for run in range(2):
+        running, server, thread = start_server(tmp_path / "data", n_parallel=1, n_ctx=1024,
+                                               prompt_cache_min_tokens=64)
+        try:
+            restored = _metric(running, "conch_inference_prompt_cache_restored_tokens_total")
+            reply = running.openai().chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=8, temperature=0  # type: ignore[arg-type]
+            )
+            answers.append(reply.choices[0].message.content)
+            restored = _metric(running, "conch_inference_prompt_cache_restored_tokens_total") - restored
+            if run == 0:
+                assert restored == 0
+                deadline = time.monotonic() + 30  # saved by a writer thread once the sequence is idle
+                while not list((tmp_path / "data" / "kv-cache").rglob("*.kv")):
+                    assert time.monotonic() < deadline, "no prompt cache file was written"
+                    time.sleep(0.1)
+                assert _metric(running, "conch_inference_prompt_cache_saved_tokens_total") >= 64
+            else:
+                assert restored >= 64
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+    assert answers[0] == answers[1]

@@ -45,6 +45,11 @@ class _ServingCollector(Collector):
              sum(getattr(e.stats, "draft_tokens", 0) for e in engines)),
             ("draft_accepted_tokens", "Drafted tokens kept (each equal to the token drawn).",
              sum(getattr(e.stats, "draft_accepted_tokens", 0) for e in engines)),
+            # The prompt cache on disk (docs/inference.md, "Prompt cache across restarts")
+            ("prompt_cache_restored_tokens", "Prompt tokens whose KV was loaded from disk instead of computed.",
+             sum(getattr(e.stats, "prompt_cache_restored_tokens", 0) for e in engines)),
+            ("prompt_cache_saved_tokens", "Prompt tokens whose KV was saved to disk.",
+             sum(getattr(e.stats, "prompt_cache_saved_tokens", 0) for e in engines)),
         )
         for name, help_, value in counters:
             yield CounterMetricFamily(f"conch_inference_{name}", help_, value=value)
