@@ -3,10 +3,12 @@
 The orchestrator records, in ``orch_checkpoints``, every step of an agent task as it
 completes:
 
-- ``model`` ``{turn, reply, usage}``: the model's reply to the task's ``turn``-th request
-  (a corrective retry is a turn of its own);
+- ``model`` ``{turn, reply, usage, tool_calls?}``: the model's reply to the task's
+  ``turn``-th request (a corrective retry is a turn of its own); ``tool_calls`` ``[{id,
+  name, arguments}]`` with the native protocol when the reply called tools;
 - ``call`` ``{index, call_id, tool, args, effect}``: a tool call starting (its result not
-  known yet);
+  known yet); ``call_id`` is ``call_{index}`` for the one call of a step, ``call_{index}_{k}``
+  for the ``k``-th of several calls of one native model turn;
 - ``result`` ``{index, call_id, tool, args, observation, error}``: what the model was told
   it came to (recorded with the step it completes);
 - ``ask`` ``{call_id, tool, args, effect, reason}``: the call waits for a person;
@@ -24,18 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conch.orchestration.loop import Reply
+from conch.orchestration.loop import Reply, call_id
+
+__all__ = ["KINDS", "CheckpointError", "Journal", "call_id"]
 
 KINDS = ("model", "call", "result", "ask", "decision")
 
 
 class CheckpointError(Exception):
     """The checkpoint cannot be read back (the task cannot be resumed from it)."""
-
-
-def call_id(index: int) -> str:
-    """The id of step ``index``'s tool call (one call per step)."""
-    return f"call_{index}"
 
 
 @dataclass
@@ -72,7 +71,18 @@ class Journal:
             usage = data.get("usage") or {}
             if not isinstance(usage, dict):
                 raise TypeError("usage is not an object")
-            self.replies.append(Reply(text=str(data["reply"]), usage=dict(usage)))
+            calls = data.get("tool_calls")
+            if calls is not None:
+                if not isinstance(calls, list):
+                    raise TypeError("tool_calls is not a list")
+                calls = [
+                    {"id": str(c.get("id") or ""), "name": str(c["name"]),
+                     "arguments": str(c.get("arguments") or "")}
+                    for c in calls
+                ]  # fmt: skip
+            self.replies.append(
+                Reply(text=str(data["reply"]), usage=dict(usage), tool_calls=calls or None)
+            )
             return
         cid = str(data["call_id"])
         if kind == "result":

@@ -46,16 +46,19 @@ from conch.orchestration.approvals import (
     merge,
     parse_policy,
 )
-from conch.orchestration.checkpoints import CheckpointError, Journal, call_id
+from conch.orchestration.checkpoints import CheckpointError, Journal
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
 from conch.orchestration.loop import (
     Interrupt,
     ModelError,
+    Outcome,
     Reply,
     ToolResult,
+    ToolsUnsupported,
     observation_of,
     run_agent_loop,
+    run_native_loop,
     unknown_tools,
 )
 from conch.orchestration.models import ModelClient
@@ -306,8 +309,11 @@ class Orchestrator:
         origin: str = "api",
         approvals: Any = None,
         approval_timeout_s: float | None = None,
+        protocol: str | None = None,
     ) -> dict[str, Any]:
-        """Record a task and start it in the background; returns the task record."""
+        """Record a task and start it in the background; returns the task record.
+        ``protocol``: ``native`` or ``json`` forces the tool-call protocol; ``auto`` (or
+        None) chooses it when the task starts (the model's tool support)."""
         agent_id = agent or DEFAULT_AGENT
         spec = await self._db(self.agents.get, agent_id)
         if spec is None:
@@ -319,6 +325,8 @@ class Orchestrator:
             raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
         if max_steps < 1:
             raise Invalid("max_steps: must be at least 1", where="max_steps")
+        if protocol not in (None, "auto", "native", "json"):
+            raise Invalid("protocol: must be native, json or auto", where="protocol")
         policy = merge(self.policy, spec.approvals, parse_policy(approvals))
         if approval_timeout_s is None:
             approval_timeout_s = self.settings.approval_timeout_s
@@ -345,6 +353,8 @@ class Orchestrator:
             "approval_timeout_s": approval_timeout_s,
             "pending": None,
             "wait_until": None,
+            # Forced, or chosen (and recorded) when the task starts.
+            "protocol": None if protocol == "auto" else protocol,
         }
         record = await self._db(self.store.insert_task, row)
         self._launch(task_id, spec, row, resume=False)
@@ -459,8 +469,17 @@ class Orchestrator:
         chars = self.settings.agent_observation_chars
         usage: dict[str, int] = {}
         turns = 0
-        # The result of the call being completed, recorded with its step.
+        # The results of the calls being completed, recorded with their step.
         completing: list[tuple[str, dict[str, Any]]] = []
+        # The tool-call protocol: recorded on the task before its first model turn, and
+        # kept for its whole run (its checkpoint is replayed in it). A task recorded
+        # without one but with model replies ran before there was a choice: JSON.
+        protocol: str | None = row.get("protocol")
+        chosen = protocol is None  # not forced: may fall back to JSON
+        if protocol is None:
+            protocol = "json" if journal.replies else await self.models.protocol(row["model"])
+            if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
+                return
 
         async def record(kind: str, data: dict[str, Any]) -> None:
             if not await self._db(self.store.add_checkpoint, task_id, owner, kind, data):
@@ -476,15 +495,31 @@ class Orchestrator:
             await record("model", {"turn": turn, "reply": reply.text, "usage": reply.usage})
             return reply
 
-        def completed(index: int, cid: str, name: str, args: dict[str, Any], done: ToolResult) -> ToolResult:  # fmt: skip
-            completing.append(
-                ("result", {"index": index, "call_id": cid, "tool": name, "args": args,
-                            "observation": done.observation, "error": done.error})
-            )  # fmt: skip
+        async def chat_tools(messages: list[dict[str, Any]], specs: list[dict[str, Any]]) -> Reply:  # fmt: skip
+            nonlocal turns
+            turn, turns = turns, turns + 1
+            if turn < len(journal.replies):
+                return journal.replies[turn]
+            reply = await self.models.chat_tools(row["model"], messages, specs)
+            entry: dict[str, Any] = {"turn": turn, "reply": reply.text, "usage": reply.usage}
+            if reply.tool_calls:
+                entry["tool_calls"] = reply.tool_calls
+            await record("model", entry)
+            return reply
+
+        async def completed(index: int, cid: str, name: str, args: dict[str, Any], done: ToolResult) -> ToolResult:  # fmt: skip
+            entry = {"index": index, "call_id": cid, "tool": name, "args": args,
+                     "observation": done.observation, "error": done.error}  # fmt: skip
+            if protocol == "native":
+                # One of perhaps several calls of the turn, which end at different times:
+                # each result is recorded as it comes, so that a call that completed is
+                # not taken for one that was interrupted if the server dies meanwhile.
+                await record("result", entry)
+            else:
+                completing.append(("result", entry))  # recorded with its step
             return done
 
-        async def run_call(index: int, name: str, args: dict[str, Any]) -> ToolResult:
-            cid = call_id(index)
+        async def run_call(index: int, name: str, args: dict[str, Any], cid: str) -> ToolResult:
             done = journal.results.get(cid)
             if done is not None:
                 ran = done["args"]
@@ -501,7 +536,7 @@ class Orchestrator:
                 if rule == "deny":
                     message = f"{name} was not run: {why}"
                     error = {"kind": "PermissionError", "message": message}
-                    return completed(index, cid, name, args, ToolResult(f"PermissionError: {message}", error))  # fmt: skip
+                    return await completed(index, cid, name, args, ToolResult(f"PermissionError: {message}", error))  # fmt: skip
                 if rule == "ask":
                     raise Interrupt([{**item, "reason": why}])
             else:
@@ -520,7 +555,7 @@ class Orchestrator:
                 elif data["decision"] == "reject":
                     message = data.get("message") or f"a person rejected the call of {name}"
                     error = {"kind": "RejectedError", "message": message}
-                    return completed(index, cid, name, args, ToolResult(message, error))
+                    return await completed(index, cid, name, args, ToolResult(message, error))
                 else:
                     run_args = data["args"]
             await record("call", {"index": index, "call_id": cid, "tool": name,
@@ -528,7 +563,7 @@ class Orchestrator:
             envelope = await self.executor.run(Job("call", builtin=name, kwargs=run_args))
             observation, failure = observation_of(envelope, chars)
             done_args = run_args if run_args != args else None
-            return completed(
+            return await completed(
                 index, cid, name, run_args, ToolResult(observation, failure, done_args)
             )
 
@@ -546,21 +581,37 @@ class Orchestrator:
                 raise asyncio.CancelledError()
             self._notify(stream)
 
+        async def run_loop(protocol: str) -> Outcome:
+            common: dict[str, Any] = {
+                "goal": row["goal"], "tools": row["tools"], "max_steps": row["max_steps"],
+                "system": system, "run_call": run_call, "on_step": on_step,
+                "observation_chars": chars,
+            }  # fmt: skip
+            if protocol == "native":
+                return await run_native_loop(chat=chat_tools, **common)
+            return await run_agent_loop(chat=chat, **common)
+
         try:
-            outcome = await run_agent_loop(
-                goal=row["goal"],
-                tools=row["tools"],
-                max_steps=row["max_steps"],
-                system=system,
-                chat=chat,
-                run_call=run_call,
-                on_step=on_step,
-                observation_chars=chars,
-            )
+            try:
+                outcome = await run_loop(protocol)
+            except ToolsUnsupported:
+                if not chosen or turns != 1 or journal.replies:
+                    raise
+                # Refused at the first turn: nothing happened yet, so the task starts over
+                # with JSON actions (and the model gets them from now on).
+                turns = 0
+                protocol = "json"
+                if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
+                    return
+                outcome = await run_loop(protocol)
         except Interrupt as stop:
             timeout = row.get("approval_timeout_s")
             until = time.time() + timeout if timeout else None
-            if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage)):  # fmt: skip
+            # Results of the turn's calls that completed while others wait are kept: they
+            # are not run again when the task resumes.
+            done_entries = completing[:]
+            completing.clear()
+            if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage), done_entries):  # fmt: skip
                 await self._step_status(task_id, row, "waiting")
             return
         except ModelError as exc:
@@ -887,7 +938,7 @@ class Orchestrator:
             record = await self.create_task(
                 goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
                 model=task.model, origin="workflow", approvals=task.approvals,
-                approval_timeout_s=task.approval_timeout_s,
+                approval_timeout_s=task.approval_timeout_s, protocol=task.protocol,
             )  # fmt: skip
             await self._db(self.store.set_step_task, wf_id, sid, record["id"])
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -33,6 +33,9 @@ class TaskRequest(BaseModel):
     approvals: ApprovalPolicy | None = None
     # A call waiting for a person longer than this is rejected (default: the server's).
     approval_timeout_s: float | None = Field(default=None, gt=0)
+    # The tool-call protocol: the model API's tools (native), JSON actions (json), or
+    # native when the model supports tools (auto, the default).
+    protocol: Literal["native", "json", "auto"] | None = None
 
 
 class StepSpec(BaseModel):

@@ -85,14 +85,27 @@ class PendingCall(BaseModel):
     reason: str = Field(description="Why it waits: the policy's rule, or an interruption.")
 
 
+class StepCall(BaseModel):
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    observation: str
+    error: dict[str, Any] | None
+
+
 class TaskStep(BaseModel):
     index: int
-    action: str = Field(description='The tool called, or "final".')
+    action: str = Field(description='The tool called (the first, for several), or "final".')
     args: dict[str, Any]
     observation: str | None
     error: dict[str, Any] | None
     elapsed_ms: int
     usage: dict[str, int]
+    calls: list[StepCall] | None = Field(
+        default=None,
+        description="Native protocol: every tool call of this model turn (run concurrently); "
+        "`action`, `args`, `observation` and `error` repeat the first one's.",
+    )
 
 
 class TaskRecord(BaseModel):
@@ -122,6 +135,10 @@ class TaskRecord(BaseModel):
     approval_timeout_s: float | None
     approval_deadline: str | None = Field(
         description="When the pending calls are rejected if no one decides."
+    )
+    protocol: Literal["native", "json"] | None = Field(
+        description="The tool-call protocol the task runs with: the model API's tools "
+        "(native) or JSON actions (json); null until it starts, unless the request forced one."
     )
 
 
@@ -285,7 +302,8 @@ async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
 
 @router.post("/tasks", status_code=201, openapi_extra=_schema_body(TaskRequest))
 async def create_task(request: Request, orch: OrchestratorDep) -> Response:
-    """Create a task `{goal, tools, max_steps, agent?, model?}`; it runs in the background."""
+    """Create a task `{goal, tools, max_steps, agent?, model?, protocol?}`; it runs in the
+    background."""
     body = await parse_body(request, TaskRequest)
     return await _call(orch.create_task(**body.model_dump()), 201)
 
