@@ -10,7 +10,15 @@ goal scripted with :meth:`ScriptedModel.script_by_position`, by the conversation
 restart gets the same reply. Every request body is kept for inspection.
 
 ``POST /effects/NAME?delay_ms=N`` stands in for a side effect outside the server (an agent's
-``http_post``): each request is counted at once under NAME, then answered after N ms.
+``http_post``): each request is counted at once under NAME, then answered after N ms; the
+time each request came in and was answered is kept in ``effect_spans``.
+
+Tool support, as the agent server asks for it (``GET /v1/models/{id}``): a model named in
+``tool_models`` lists ``capabilities: ["chat", "tools"]``; one named in ``no_tools`` lists
+no capabilities (as OpenAI does) but answers a request carrying ``tools`` with a 400 naming
+them; any other lists ``["chat"]`` (as conch's inference server does for a local model), so
+the agent server uses JSON actions. A scripted reply ``native(call(...), ...)`` answers with
+native ``tool_calls`` (OpenAI shape, ``finish_reason: "tool_calls"``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,16 @@ def tool(name: str, **args: Any) -> str:
     return json.dumps({"tool": name, "args": args})
 
 
+def call(name: str, **args: Any) -> dict[str, Any]:
+    """One native tool call of a :func:`native` reply."""
+    return {"name": name, "arguments": args}
+
+
+def native(*calls: dict[str, Any], content: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A reply with native tool calls (``extra``: ``delay``, ``delay_first``)."""
+    return {"tool_calls": list(calls), "content": content, **extra}
+
+
 @dataclass
 class ScriptedModel:
     url: str = ""
@@ -50,6 +68,10 @@ class ScriptedModel:
     fallback: Callable[[dict[str, Any]], Reply] | None = None
     positional: dict[str, list[Reply]] = field(default_factory=dict)
     effects: dict[str, int] = field(default_factory=dict)
+    # name -> [(came in, answered)] in time.monotonic() seconds
+    effect_spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    tool_models: set[str] = field(default_factory=set)
+    no_tools: set[str] = field(default_factory=set)
     _asked: dict[tuple[str, int], int] = field(default_factory=dict)
     _turns: dict[str, int] = field(default_factory=dict)
     _server: Any = None
@@ -82,6 +104,12 @@ class ScriptedModel:
     async def _chat(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.requests.append(body)
+        if body.get("tools") and body.get("model") in self.no_tools:
+            return JSONResponse(
+                {"error": {"message": f"{body['model']} does not support tools",
+                           "type": "invalid_request_error", "param": "tools"}},
+                400,
+            )  # fmt: skip
         goal = self.goal_of(body)
         turn = self._turns.get(goal, 0)
         self._turns[goal] = turn + 1
@@ -94,14 +122,15 @@ class ScriptedModel:
             self._asked[(goal, position)] = asked + 1
             reply = replies[min(position, len(replies) - 1)]
             if isinstance(reply, dict) and "delay_first" in reply:
-                reply = {"content": reply.get("content", ""),
-                         "delay": reply["delay_first"] if asked == 0 else 0}  # fmt: skip
+                reply = {**reply, "delay": reply["delay_first"] if asked == 0 else 0}
         elif script is not None:
             reply = script[min(turn, len(script) - 1)]
         elif self.fallback is not None:
             reply = self.fallback(body)
         else:
             reply = final("done")
+        message: dict[str, Any] = {"role": "assistant"}
+        finish = "stop"
         if isinstance(reply, dict):
             if reply.get("delay"):
                 await asyncio.sleep(reply["delay"])
@@ -111,8 +140,19 @@ class ScriptedModel:
                     reply["status"],
                 )
             text = reply.get("content", "")
+            if reply.get("tool_calls"):
+                finish = "tool_calls"
+                message["tool_calls"] = [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:12]}",
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                    }
+                    for c in reply["tool_calls"]
+                ]
         else:
             text = reply
+        message["content"] = text
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -122,8 +162,8 @@ class ScriptedModel:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
+                        "message": message,
+                        "finish_reason": finish,
                     }
                 ],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
@@ -132,11 +172,22 @@ class ScriptedModel:
 
     async def _effect(self, request: Request) -> JSONResponse:
         name = request.path_params["name"]
+        came = time.monotonic()
         self.effects[name] = self.effects.get(name, 0) + 1
         delay_ms = float(request.query_params.get("delay_ms", "0"))
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
+        self.effect_spans.setdefault(name, []).append((came, time.monotonic()))
         return JSONResponse({"effect": name, "count": self.effects[name]})
+
+    async def _model(self, request: Request) -> JSONResponse:
+        name = request.path_params["name"]
+        info: dict[str, Any] = {"id": name, "object": "model", "created": 0, "owned_by": "scripted"}
+        if name in self.tool_models:
+            info["capabilities"] = ["chat", "tools"]
+        elif name not in self.no_tools:
+            info["capabilities"] = ["chat"]
+        return JSONResponse(info)
 
     def start(self) -> ScriptedModel:
         import uvicorn
@@ -145,6 +196,7 @@ class ScriptedModel:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/effects/{name}", self._effect, methods=["POST"]),
+                Route("/v1/models/{name:path}", self._model, methods=["GET"]),
             ]
         )
         # IPPROTO_TCP spelled out: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on

@@ -55,6 +55,9 @@ def test_sigkill_then_resume_from_checkpoints(tmp_path: Path, scripted: Scripted
         "allow_network": "true",
         "network_allow": '["127.0.0.1"]',
         "orchestration_lease_s": "3",
+        # Three calls hold a sandbox for seconds (an outside effect, two sleeps): with the
+        # default two, the others' quick calls could wait for one past the moment of the kill.
+        "workers": "4",
     }
     effect_url = scripted.url + "/effects/outside"
     # Between two tool calls: the model's second turn is in flight when the server dies.

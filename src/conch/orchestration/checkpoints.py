@@ -3,10 +3,12 @@
 The orchestrator records, in ``orch_checkpoints``, every step of an agent task as it
 completes:
 
-- ``model`` ``{turn, reply, usage}``: the model's reply to the task's ``turn``-th request
-  (a corrective retry is a turn of its own);
+- ``model`` ``{turn, reply, usage, tool_calls?}``: the model's reply to the task's
+  ``turn``-th request (a corrective retry is a turn of its own); ``tool_calls`` ``[{id,
+  name, arguments}]`` with the native protocol when the reply called tools;
 - ``call`` ``{index, call_id, tool, args, effect}``: a tool call starting (its result not
-  known yet);
+  known yet); ``call_id`` is ``call_{index}`` for the one call of a step, ``call_{index}_{k}``
+  for the ``k``-th of several calls of one native model turn;
 - ``result`` ``{index, call_id, tool, args, observation, error}``: what the model was told
   it came to (recorded with the step it completes);
 - ``ask`` ``{call_id, tool, args, effect, reason}``: the call waits for a person;
@@ -27,18 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.orchestration.errors import Invalid
-from conch.orchestration.loop import Reply, parse_action
+from conch.orchestration.loop import Reply, call_id, parse_action
+
+__all__ = ["KINDS", "CheckpointError", "Journal", "call_id"]
 
 KINDS = ("model", "call", "result", "ask", "decision", "message")
 
 
 class CheckpointError(Exception):
     """The checkpoint cannot be read back (the task cannot be resumed from it)."""
-
-
-def call_id(index: int) -> str:
-    """The id of step ``index``'s tool call (one call per step)."""
-    return f"call_{index}"
 
 
 @dataclass
@@ -77,7 +76,18 @@ class Journal:
             usage = data.get("usage") or {}
             if not isinstance(usage, dict):
                 raise TypeError("usage is not an object")
-            self.replies.append(Reply(text=str(data["reply"]), usage=dict(usage)))
+            calls = data.get("tool_calls")
+            if calls is not None:
+                if not isinstance(calls, list):
+                    raise TypeError("tool_calls is not a list")
+                calls = [
+                    {"id": str(c.get("id") or ""), "name": str(c["name"]),
+                     "arguments": str(c.get("arguments") or "")}
+                    for c in calls
+                ]  # fmt: skip
+            self.replies.append(
+                Reply(text=str(data["reply"]), usage=dict(usage), tool_calls=calls or None)
+            )
             return
         if kind == "message":
             if not isinstance(data["content"], str):
@@ -99,6 +109,11 @@ class Journal:
         self.last[cid] = (kind, data)
 
 
+def _step_of(cid: str) -> int:
+    """The step of a call id: ``call_{index}`` or ``call_{index}_{k}``."""
+    return int(cid.split("_")[1])
+
+
 def fork(
     steps: list[dict[str, Any]],
     entries: list[tuple[str, Any]],
@@ -106,6 +121,7 @@ def fork(
     *,
     tool_result: str | None = None,
     message: str | None = None,
+    native: bool = False,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """What a fork of a task at ``checkpoint`` starts from: the task's steps ``0 ..
     checkpoint-1`` and the checkpoint entries that answer them (their model replies, their
@@ -113,7 +129,9 @@ def fork(
     observation replaced by ``tool_result`` and ``message`` added before the next step's
     model request. Replayed, these answer every model request and tool call of the kept
     steps, so nothing before the fork point is asked or run again. :class:`Invalid` (naming
-    the field) when the checkpoint is out of range or does not hold the kept steps."""
+    the field) when the checkpoint is out of range or does not hold the kept steps.
+    ``native``: the task used the native tool-call protocol (one model turn per step, calls
+    ``call_{index}_{k}`` when a turn made several; the last of them is the one edited)."""
     final = bool(steps) and steps[-1].get("action") == "final"
     most = len(steps) - 1 if final else len(steps)
     if not 0 <= checkpoint <= most:
@@ -129,8 +147,8 @@ def fork(
         raise Invalid(f"checkpoint: {exc}", where="checkpoint") from None
     # The model turns of the kept steps: one each, two for a step whose first reply was not
     # an action (the loop's corrective retry).
-    turns = 0
-    for _index in range(checkpoint):
+    turns = checkpoint if native else 0
+    for _index in range(0 if native else checkpoint):
         if turns < len(journal.replies):
             try:
                 parse_action(journal.replies[turns].text)
@@ -143,8 +161,11 @@ def fork(
             f"0..{checkpoint - 1} (it has {len(journal.replies)}): it cannot be forked there",
             where="checkpoint",
         )
-    kept_calls = {call_id(i) for i in range(checkpoint)}
     last_call = call_id(checkpoint - 1)
+    if native and checkpoint > 0:
+        calls = steps[checkpoint - 1].get("calls") or []
+        if calls:
+            last_call = str(calls[-1]["call_id"])
     out: list[tuple[str, dict[str, Any]]] = []
     edited = False
     for kind, data in entries:
@@ -153,7 +174,7 @@ def fork(
         elif kind == "message":
             keep = int(data["before"]) < checkpoint
         else:
-            keep = str(data["call_id"]) in kept_calls
+            keep = _step_of(str(data["call_id"])) < checkpoint
         if not keep:
             continue
         data = dict(data)
@@ -170,7 +191,13 @@ def fork(
                 else f"step {checkpoint - 1} made no tool call whose result could be replaced"
             )
             raise Invalid(f"tool_result: {why}", where="tool_result")
-        kept[-1].update(observation=tool_result, error=None)
+        last = kept[-1]
+        calls = [dict(c) for c in last.get("calls") or []]
+        if calls:
+            calls[-1].update(observation=tool_result, error=None)
+            last["calls"] = calls
+        if len(calls) <= 1:
+            last.update(observation=tool_result, error=None)
     if message is not None:
         out.append(("message", {"before": checkpoint, "content": message}))
     return kept, out

@@ -1,5 +1,10 @@
-"""The agent loop: ask the model for one JSON action at a time, run the tool, feed back the
-observation, until a final answer or the step budget runs out.
+"""The agent loop: ask the model for its next action, run the tools, feed back the
+observations, until a final answer or the step budget runs out. Two protocols:
+
+- ``native`` (:func:`run_native_loop`): the tools go to the model API as ``tools``; a reply's
+  ``tool_calls`` are run (several of one turn concurrently) and each result goes back as a
+  ``tool`` message; a reply without tool calls is the final answer.
+- ``json`` (:func:`run_agent_loop`), for models without tool support, described below.
 
 An action is ``{"tool": NAME, "args": {...}}`` or ``{"final": ANSWER}``. The model is asked to
 answer with a JSON Schema generated from the chosen tools' declared parameters (an ``anyOf``
@@ -17,6 +22,7 @@ tool call stop the loop to wait for a person: :class:`Interrupt`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,6 +43,15 @@ class ModelError(Exception):
 class Reply:
     text: str
     usage: dict[str, int] = field(default_factory=dict)
+    # Native protocol: the reply's tool calls ``{id, name, arguments}`` (arguments as the
+    # model wrote them: a JSON string), in order; None for a reply without any.
+    tool_calls: list[dict[str, str]] | None = None
+
+
+def call_id(index: int, k: int | None = None) -> str:
+    """The id of a tool call of step ``index``: ``call_{index}`` for the one call of a step,
+    ``call_{index}_{k}`` for the ``k``-th of several calls in one model turn (native)."""
+    return f"call_{index}" if k is None else f"call_{index}_{k}"
 
 
 @dataclass
@@ -49,6 +64,11 @@ class ToolResult:
     args: dict[str, Any] | None = None
 
 
+class ToolsUnsupported(ModelError):
+    """The model server refused a request carrying ``tools``: the model has no tool support
+    (the JSON-action protocol is used for it from then on)."""
+
+
 class Interrupt(Exception):
     """Raised by a call function: these calls wait for a person's decision, and the loop
     stops here (to be resumed from the task's checkpoint once they are decided)."""
@@ -59,9 +79,11 @@ class Interrupt(Exception):
 
 
 ChatFn = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Reply]]
+# Native protocol: (messages, the API's ``tools``) -> the reply.
+ToolsChatFn = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Awaitable[Reply]]
 ToolFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-# A tool call of step ``index``: (index, tool, args) -> what the model is told.
-CallFn = Callable[[int, str, dict[str, Any]], Awaitable[ToolResult]]
+# A tool call of step ``index``: (index, tool, args, call id) -> what the model is told.
+CallFn = Callable[[int, str, dict[str, Any], str], Awaitable[ToolResult]]
 StepFn = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -225,6 +247,20 @@ def _ms(since: float) -> int:
     return int((time.perf_counter() - since) * 1000)
 
 
+def _call_fn(call_tool: ToolFn | None, run_call: CallFn | None, chars: int) -> CallFn:
+    if run_call is not None:
+        return run_call
+    if call_tool is None:
+        raise TypeError("the agent loop needs call_tool or run_call")
+    tool_fn = call_tool
+
+    async def run_envelope(_index: int, name: str, args: dict[str, Any], _cid: str) -> ToolResult:
+        observation, error = observation_of(await tool_fn(name, args), chars)
+        return ToolResult(observation, error)
+
+    return run_envelope
+
+
 async def run_agent_loop(
     *,
     goal: str,
@@ -244,16 +280,7 @@ async def run_agent_loop(
     result envelope becomes the observation. ``history``: messages placed between the system
     message and the goal (earlier tasks of a thread); ``notes``: user messages added before
     step ``i``'s model request, by ``i`` (a fork's added message)."""
-    if run_call is None:
-        if call_tool is None:
-            raise TypeError("run_agent_loop needs call_tool or run_call")
-        tool_fn = call_tool
-
-        async def run_envelope(_index: int, name: str, args: dict[str, Any]) -> ToolResult:
-            observation, error = observation_of(await tool_fn(name, args), observation_chars)
-            return ToolResult(observation, error)
-
-        run_call = run_envelope
+    run_call = _call_fn(call_tool, run_call, observation_chars)
     schema = action_schema(tools)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(system, tools)},
@@ -313,7 +340,7 @@ async def run_agent_loop(
                 }
                 observation = f"{error['kind']}: {problem}"
             else:
-                done = await run_call(index, name, args)
+                done = await run_call(index, name, args, call_id(index))
                 observation, error = done.observation, done.error
                 if done.args is not None:
                     # The call ran with a person's edit of the arguments: the conversation
@@ -352,16 +379,22 @@ def transcript(
     *,
     history: list[dict[str, Any]] | None = None,
     notes: Mapping[int, list[str]] | None = None,
+    native: bool = False,
 ) -> list[dict[str, Any]]:
-    """The conversation (less the system message) that :func:`run_agent_loop` held after
-    these recorded steps, its final answer included: the history, the goal, each step's
-    action and observation, the notes where they were added. What a later task of the same
-    thread starts from. It must build the messages as the loop does."""
+    """The conversation (less the system message) that the loop held after these recorded
+    steps, its final answer included: the history, the goal, each step's action and
+    observation, the notes where they were added. What a later task of the same thread
+    starts from. It must build the messages as the loops do: ``native`` for
+    :func:`run_native_loop` (an assistant message with ``tool_calls`` and one ``tool``
+    message per call, the final answer as text), else :func:`run_agent_loop`'s JSON actions."""
     messages: list[dict[str, Any]] = [*(history or ()), {"role": "user", "content": goal}]
     notes = notes or {}
     for step in steps:
         index = int(step["index"])
         messages.extend({"role": "user", "content": n} for n in notes.get(index, ()))
+        if native:
+            messages.extend(_native_turn(step))
+            continue
         if step["action"] == "final":
             action: dict[str, Any] = {"final": step["args"].get("final")}
         else:
@@ -374,3 +407,201 @@ def transcript(
     for index in sorted(i for i in notes if i > after):
         messages.extend({"role": "user", "content": n} for n in notes[index])
     return messages
+
+
+def _native_turn(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """A recorded native step as the messages of its turn (call ids as recorded: the
+    model's own ids are not kept, and any consistent ids pair calls with results)."""
+    if step["action"] == "final":
+        return [{"role": "assistant", "content": str(step["args"].get("final") or "")}]
+    calls = step.get("calls") or [
+        {"call_id": call_id(int(step["index"])), "tool": step["action"], "args": step["args"],
+         "observation": step["observation"]}
+    ]  # fmt: skip
+    tool_calls = [
+        {
+            "id": c["call_id"],
+            "type": "function",
+            "function": {"name": c["tool"], "arguments": json.dumps(c["args"], ensure_ascii=False)},
+        }
+        for c in calls
+    ]
+    results = [{"role": "tool", "tool_call_id": c["call_id"], "content": c["observation"]} for c in calls]
+    return [{"role": "assistant", "content": None, "tool_calls": tool_calls}, *results]
+
+
+# -- the native protocol ------------------------------------------------------------------
+
+
+def tool_specs(tools: list[str]) -> list[dict[str, Any]]:
+    """The chosen builtins as the chat API's ``tools`` (OpenAI function tools)."""
+    out = []
+    for name in tools:
+        b = lookup(name)
+        if b is None:
+            raise KeyError(name)
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": f"{b.signature}: {b.description}",
+                    "parameters": tool_parameters(name),
+                },
+            }
+        )
+    return out
+
+
+def native_system_prompt(base: str, tools: list[str]) -> str:
+    if not tools:
+        return f"{base}\n\nAnswer directly."
+    return (
+        f"{base}\n\nCall the tools you need (several at once when they do not depend on "
+        "each other); when you have the answer, reply with it as plain text."
+    )
+
+
+def _call_args(name: str, raw: str, allowed: set[str], tools: list[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:  # fmt: skip
+    """A tool call's arguments, and the error the model is told instead of running it."""
+    if name not in allowed:
+        problem = f"unknown tool {name!r}; the tools are: {', '.join(tools) or 'none'}"
+        return {}, {"kind": "NameError", "message": problem}
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        return {}, {"kind": "TypeError", "message": f"the arguments of {name} are not JSON: {exc}"}
+    if not isinstance(args, dict):
+        return {}, {"kind": "TypeError", "message": f"the arguments of {name} are not an object"}
+    wrong = check_args(name, args)
+    if wrong is not None:
+        return args, {"kind": "TypeError", "message": wrong}
+    return args, None
+
+
+async def run_native_loop(
+    *,
+    goal: str,
+    tools: list[str],
+    max_steps: int,
+    system: str,
+    chat: ToolsChatFn,
+    call_tool: ToolFn | None = None,
+    on_step: StepFn | None = None,
+    observation_chars: int = 4000,
+    run_call: CallFn | None = None,
+    history: list[dict[str, Any]] | None = None,
+    notes: Mapping[int, list[str]] | None = None,
+) -> Outcome:
+    """The loop with the model API's own tool calls (``history`` and ``notes`` as in
+    :func:`run_agent_loop`). Each model turn is one step (``max_steps``
+    counts turns): a reply with ``tool_calls`` runs them all, concurrently, each through
+    ``run_call`` (ids: :func:`call_id`); a reply without is the final answer (its text).
+
+    The turn's step is ``{index, action, args, observation, error, elapsed_ms, usage,
+    calls}``: ``calls`` lists ``{call_id, tool, args, observation, error}`` for every call of
+    the turn, and ``action``/``args``/``observation``/``error`` repeat the first one's (as
+    in a JSON-protocol step). When calls of the turn raise :class:`Interrupt`, the others
+    still run to their end, and one :class:`Interrupt` with every pending call propagates."""
+    run = _call_fn(call_tool, run_call, observation_chars)
+    specs = tool_specs(tools)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": native_system_prompt(system, tools)},
+        *(history or ()),
+        {"role": "user", "content": goal},
+    ]
+    out = Outcome(status="running")
+    allowed = set(tools)
+
+    async def one(
+        index: int, cid: str, call: dict[str, str], edited: set[str]
+    ) -> dict[str, Any]:
+        name = call["name"]
+        args, error = _call_args(name, call.get("arguments") or "", allowed, tools)
+        if error is not None:
+            observation = f"{error['kind']}: {error['message']}"
+        else:
+            done = await run(index, name, args, cid)
+            observation, error = done.observation, done.error
+            if done.args is not None:
+                args = done.args  # a person's edit: the conversation shows it as it ran
+                edited.add(cid)
+        return {"call_id": cid, "tool": name, "args": args,
+                "observation": observation, "error": error}  # fmt: skip
+
+    for index in range(max_steps):
+        started = time.perf_counter()
+        if notes:
+            messages.extend({"role": "user", "content": n} for n in notes.get(index, ()))
+        reply = await chat(messages, specs)
+        usage: dict[str, int] = {}
+        _add_usage(usage, reply.usage)
+        _add_usage(out.usage, usage)
+        if not reply.tool_calls:
+            step: dict[str, Any] = {
+                "index": index, "action": "final", "args": {"final": reply.text},
+                "observation": None, "error": None, "elapsed_ms": _ms(started), "usage": usage,
+            }  # fmt: skip
+            out.steps.append(step)
+            if on_step is not None:
+                await on_step(step)
+            out.status = "succeeded"
+            out.result = reply.text
+            return out
+        several = len(reply.tool_calls) > 1
+        ids = [call_id(index, k if several else None) for k in range(len(reply.tool_calls))]
+        edited: set[str] = set()
+
+        got = await asyncio.gather(
+            *(one(index, cid, c, edited) for cid, c in zip(ids, reply.tool_calls, strict=True)),
+            return_exceptions=True,
+        )
+        pending: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        for item in got:
+            if isinstance(item, Interrupt):
+                pending.extend(item.pending)
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                calls.append(item)
+        if pending:
+            raise Interrupt(pending)
+        first = calls[0]
+        step = {
+            "index": index, "action": first["tool"], "args": first["args"],
+            "observation": first["observation"], "error": first["error"],
+            "elapsed_ms": _ms(started), "usage": usage, "calls": calls,
+        }  # fmt: skip
+        out.steps.append(step)
+        if on_step is not None:
+            await on_step(step)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply.text or None,
+                "tool_calls": [
+                    {
+                        "id": c.get("id") or cid,
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": json.dumps(done["args"], ensure_ascii=False)
+                            if cid in edited
+                            else c.get("arguments") or "{}",
+                        },
+                    }
+                    for cid, c, done in zip(ids, reply.tool_calls, calls, strict=True)
+                ],
+            }
+        )
+        for cid, c, done in zip(ids, reply.tool_calls, calls, strict=True):
+            messages.append(
+                {"role": "tool", "tool_call_id": c.get("id") or cid, "content": done["observation"]}
+            )
+    out.status = "failed"
+    out.error = {
+        "kind": "LimitError",
+        "message": f"no final answer within max_steps={max_steps} steps (model turns)",
+    }
+    return out

@@ -6,15 +6,24 @@ names to its providers; a ``local:`` prefix is conch's own and is stripped. Each
 carries ``response_format: {"type": "json_schema"}`` so that a server able to constrain
 decoding (conch's, through a llama.cpp grammar) only produces valid actions; a server that
 refuses the field is asked again without it, and the loop's lenient parser takes over.
+
+With the native protocol (:meth:`ModelClient.chat_tools`) a request carries ``tools`` and
+``tool_choice: "auto"`` instead, and the reply's ``tool_calls`` are read back.
+:meth:`ModelClient.protocol` says which protocol a model gets (docs/orchestration.md,
+"Tool-call protocols").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
-from conch.orchestration.loop import ModelError, Reply
+from conch.orchestration.loop import ModelError, Reply, ToolsUnsupported
+
+Protocol = Literal["native", "json"]
 
 MAX_TOKENS = 512
 
@@ -34,6 +43,8 @@ class ModelClient:
         self._timeout = timeout
         # Models whose server refused response_format: asked without it from then on.
         self._unconstrained: set[str] = set()
+        # The protocol of each model asked about (wire name -> native | json).
+        self._protocols: dict[str, Protocol] = {}
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -86,12 +97,91 @@ class ModelClient:
         usage = data.get("usage") or {}
         return Reply(text=str(text), usage={k: v for k, v in usage.items() if isinstance(v, int)})
 
+    async def protocol(self, model: str) -> Protocol:
+        """``native`` unless the model is known to lack tool support: the server's
+        ``GET /models/{id}`` lists ``capabilities`` without ``"tools"`` (conch's inference
+        server, for its local models), or a request carrying ``tools`` was refused with a
+        400 naming them (:meth:`chat_tools`). Asked once per model and remembered."""
+        name = wire_model(model)
+        known = self._protocols.get(name)
+        if known is not None:
+            return known
+        url = f"{self.base_url}/models/{quote(name, safe='/:')}"
+        try:
+            response = await self._http().get(url)
+        except httpx.HTTPError:
+            return "native"  # not remembered: the chat request says whether it is reachable
+        found: Protocol = "native"
+        if response.status_code == 200:
+            try:
+                caps = response.json().get("capabilities")
+            except (ValueError, AttributeError):
+                caps = None
+            if isinstance(caps, list) and "tools" not in caps:
+                found = "json"
+        self._protocols[name] = found
+        return found
+
+    async def chat_tools(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> Reply:
+        """A chat turn with the API's ``tools``; :class:`ToolsUnsupported` when the server
+        refuses them (a 400 naming tools), and the model is JSON-protocol from then on."""
+        name = wire_model(model)
+        body: dict[str, Any] = {
+            "model": name,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": MAX_TOKENS,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        response = await self._post(body)
+        if response.status_code == 400 and tools and "tool" in response.text.lower():
+            self._protocols[name] = "json"
+            raise ToolsUnsupported(
+                f"the model server refused tools for model {model!r}: {_message(response)}"
+            )
+        if response.status_code != 200:
+            raise ModelError(
+                f"the model server answered {response.status_code} for model {model!r}: "
+                f"{_message(response)}"
+            )
+        try:
+            data = response.json()
+            message = data["choices"][0]["message"]
+            text = message.get("content") or ""
+            calls = [
+                {
+                    "id": str(c.get("id") or ""),
+                    "name": str(c["function"]["name"]),
+                    "arguments": _arguments(c["function"].get("arguments")),
+                }
+                for c in message.get("tool_calls") or []
+            ]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise ModelError("the model server's reply is not a chat completion") from None
+        usage = data.get("usage") or {}
+        return Reply(
+            text=str(text),
+            usage={k: v for k, v in usage.items() if isinstance(v, int)},
+            tool_calls=calls or None,
+        )
+
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
         url = f"{self.base_url}/chat/completions"
         try:
             return await self._http().post(url, json=body)
         except httpx.HTTPError as exc:
             raise ModelError(f"cannot reach the model server at {self.base_url}: {exc}") from exc
+
+
+def _arguments(value: Any) -> str:
+    # OpenAI sends a JSON string; some servers send the object itself.
+    if value is None:
+        return "{}"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _message(response: httpx.Response) -> str:

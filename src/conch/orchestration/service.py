@@ -46,16 +46,19 @@ from conch.orchestration.approvals import (
     merge,
     parse_policy,
 )
-from conch.orchestration.checkpoints import CheckpointError, Journal, call_id, fork
+from conch.orchestration.checkpoints import CheckpointError, Journal, fork
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
 from conch.orchestration.loop import (
     Interrupt,
     ModelError,
+    Outcome,
     Reply,
     ToolResult,
+    ToolsUnsupported,
     observation_of,
     run_agent_loop,
+    run_native_loop,
     transcript,
     unknown_tools,
 )
@@ -82,7 +85,10 @@ def _new_id(prefix: str) -> str:
 
 def _conversation(task: Any, notes: dict[int, list[str]]) -> list[dict[str, Any]]:
     """The conversation a finished task of a thread leaves to the next one."""
-    return transcript(task.goal, list(task.steps), history=task.history, notes=notes)
+    return transcript(
+        task.goal, list(task.steps), history=task.history, notes=notes,
+        native=task.protocol == "native",
+    )  # fmt: skip
 
 
 class Orchestrator:
@@ -313,10 +319,13 @@ class Orchestrator:
         approvals: Any = None,
         approval_timeout_s: float | None = None,
         thread_id: str | None = None,
+        protocol: str | None = None,
     ) -> dict[str, Any]:
         """Record a task and start it in the background; returns the task record. In a
         thread (``thread_id``) it starts from the conversation of the thread's last task
-        (``409`` while a task of the thread is active)."""
+        (``409`` while a task of the thread is active). ``protocol``: ``native`` or ``json``
+        forces the tool-call protocol; ``auto`` (or None) chooses it when the task starts
+        (the model's tool support)."""
         agent_id = agent or DEFAULT_AGENT
         spec = await self._db(self.agents.get, agent_id)
         if spec is None:
@@ -328,6 +337,8 @@ class Orchestrator:
             raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
         if max_steps < 1:
             raise Invalid("max_steps: must be at least 1", where="max_steps")
+        if protocol not in (None, "auto", "native", "json"):
+            raise Invalid("protocol: must be native, json or auto", where="protocol")
         policy = merge(self.policy, spec.approvals, parse_policy(approvals))
         if approval_timeout_s is None:
             approval_timeout_s = self.settings.approval_timeout_s
@@ -355,6 +366,8 @@ class Orchestrator:
             "pending": None,
             "wait_until": None,
             "thread_id": thread_id,
+            # Forced, or chosen (and recorded) when the task starts.
+            "protocol": None if protocol == "auto" else protocol,
         }
         record = await self._db(
             functools.partial(self.store.insert_task, row, continues=_conversation)
@@ -383,8 +396,9 @@ class Orchestrator:
             raise NotFound(f"no task {task_id!r}")
         original, entries = loaded
         steps, copied = fork(
-            list(original.steps), entries, checkpoint, tool_result=tool_result, message=message
-        )
+            list(original.steps), entries, checkpoint, tool_result=tool_result, message=message,
+            native=original.protocol == "native",
+        )  # fmt: skip
         if max_steps is None:
             max_steps = original.max_steps
         if max_steps <= checkpoint:
@@ -401,7 +415,8 @@ class Orchestrator:
         row = {
             "id": new_id,
             **{c: getattr(original, c) for c in ("goal", "tools", "agent", "model", "history")},
-            **{c: getattr(original, c) for c in ("approvals", "approval_timeout_s")},
+            # The same protocol: the copied checkpoint is replayed in it.
+            **{c: getattr(original, c) for c in ("approvals", "approval_timeout_s", "protocol")},
             "max_steps": max_steps,
             "status": "pending",
             "steps": steps,
@@ -548,8 +563,17 @@ class Orchestrator:
         chars = self.settings.agent_observation_chars
         usage: dict[str, int] = {}
         turns = 0
-        # The result of the call being completed, recorded with its step.
+        # The results of the calls being completed, recorded with their step.
         completing: list[tuple[str, dict[str, Any]]] = []
+        # The tool-call protocol: recorded on the task before its first model turn, and
+        # kept for its whole run (its checkpoint is replayed in it). A task recorded
+        # without one but with model replies ran before there was a choice: JSON.
+        protocol: str | None = row.get("protocol")
+        chosen = protocol is None  # not forced: may fall back to JSON
+        if protocol is None:
+            protocol = "json" if journal.replies else await self.models.protocol(row["model"])
+            if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
+                return
 
         async def record(kind: str, data: dict[str, Any]) -> None:
             if not await self._db(self.store.add_checkpoint, task_id, owner, kind, data):
@@ -565,15 +589,31 @@ class Orchestrator:
             await record("model", {"turn": turn, "reply": reply.text, "usage": reply.usage})
             return reply
 
-        def completed(index: int, cid: str, name: str, args: dict[str, Any], done: ToolResult) -> ToolResult:  # fmt: skip
-            completing.append(
-                ("result", {"index": index, "call_id": cid, "tool": name, "args": args,
-                            "observation": done.observation, "error": done.error})
-            )  # fmt: skip
+        async def chat_tools(messages: list[dict[str, Any]], specs: list[dict[str, Any]]) -> Reply:  # fmt: skip
+            nonlocal turns
+            turn, turns = turns, turns + 1
+            if turn < len(journal.replies):
+                return journal.replies[turn]
+            reply = await self.models.chat_tools(row["model"], messages, specs)
+            entry: dict[str, Any] = {"turn": turn, "reply": reply.text, "usage": reply.usage}
+            if reply.tool_calls:
+                entry["tool_calls"] = reply.tool_calls
+            await record("model", entry)
+            return reply
+
+        async def completed(index: int, cid: str, name: str, args: dict[str, Any], done: ToolResult) -> ToolResult:  # fmt: skip
+            entry = {"index": index, "call_id": cid, "tool": name, "args": args,
+                     "observation": done.observation, "error": done.error}  # fmt: skip
+            if protocol == "native":
+                # One of perhaps several calls of the turn, which end at different times:
+                # each result is recorded as it comes, so that a call that completed is
+                # not taken for one that was interrupted if the server dies meanwhile.
+                await record("result", entry)
+            else:
+                completing.append(("result", entry))  # recorded with its step
             return done
 
-        async def run_call(index: int, name: str, args: dict[str, Any]) -> ToolResult:
-            cid = call_id(index)
+        async def run_call(index: int, name: str, args: dict[str, Any], cid: str) -> ToolResult:
             done = journal.results.get(cid)
             if done is not None:
                 ran = done["args"]
@@ -590,7 +630,7 @@ class Orchestrator:
                 if rule == "deny":
                     message = f"{name} was not run: {why}"
                     error = {"kind": "PermissionError", "message": message}
-                    return completed(index, cid, name, args, ToolResult(f"PermissionError: {message}", error))  # fmt: skip
+                    return await completed(index, cid, name, args, ToolResult(f"PermissionError: {message}", error))  # fmt: skip
                 if rule == "ask":
                     raise Interrupt([{**item, "reason": why}])
             else:
@@ -609,7 +649,7 @@ class Orchestrator:
                 elif data["decision"] == "reject":
                     message = data.get("message") or f"a person rejected the call of {name}"
                     error = {"kind": "RejectedError", "message": message}
-                    return completed(index, cid, name, args, ToolResult(message, error))
+                    return await completed(index, cid, name, args, ToolResult(message, error))
                 else:
                     run_args = data["args"]
             await record("call", {"index": index, "call_id": cid, "tool": name,
@@ -617,7 +657,7 @@ class Orchestrator:
             envelope = await self.executor.run(Job("call", builtin=name, kwargs=run_args))
             observation, failure = observation_of(envelope, chars)
             done_args = run_args if run_args != args else None
-            return completed(
+            return await completed(
                 index, cid, name, run_args, ToolResult(observation, failure, done_args)
             )
 
@@ -635,23 +675,38 @@ class Orchestrator:
                 raise asyncio.CancelledError()
             self._notify(stream)
 
+        async def run_loop(protocol: str) -> Outcome:
+            common: dict[str, Any] = {
+                "goal": row["goal"], "tools": row["tools"], "max_steps": row["max_steps"],
+                "system": system, "run_call": run_call, "on_step": on_step,
+                "observation_chars": chars, "history": row.get("history"),
+                "notes": journal.notes,
+            }  # fmt: skip
+            if protocol == "native":
+                return await run_native_loop(chat=chat_tools, **common)
+            return await run_agent_loop(chat=chat, **common)
+
         try:
-            outcome = await run_agent_loop(
-                goal=row["goal"],
-                tools=row["tools"],
-                max_steps=row["max_steps"],
-                system=system,
-                chat=chat,
-                run_call=run_call,
-                on_step=on_step,
-                observation_chars=chars,
-                history=row.get("history"),
-                notes=journal.notes,
-            )
+            try:
+                outcome = await run_loop(protocol)
+            except ToolsUnsupported:
+                if not chosen or turns != 1 or journal.replies:
+                    raise
+                # Refused at the first turn: nothing happened yet, so the task starts over
+                # with JSON actions (and the model gets them from now on).
+                turns = 0
+                protocol = "json"
+                if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
+                    return
+                outcome = await run_loop(protocol)
         except Interrupt as stop:
             timeout = row.get("approval_timeout_s")
             until = time.time() + timeout if timeout else None
-            if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage)):  # fmt: skip
+            # Results of the turn's calls that completed while others wait are kept: they
+            # are not run again when the task resumes.
+            done_entries = completing[:]
+            completing.clear()
+            if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage), done_entries):  # fmt: skip
                 await self._step_status(task_id, row, "waiting")
             return
         except ModelError as exc:
@@ -980,6 +1035,7 @@ class Orchestrator:
                     goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
                     model=task.model, origin="workflow", approvals=task.approvals,
                     approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
+                    protocol=task.protocol,
                 )  # fmt: skip
             except Conflict as exc:  # its thread is busy: the step fails (and may retry)
                 return False, None, {"kind": exc.kind, "message": exc.message}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -35,6 +35,9 @@ class TaskRequest(BaseModel):
     approval_timeout_s: float | None = Field(default=None, gt=0)
     # The thread it continues: it starts from the conversation of the thread's last task.
     thread_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # The tool-call protocol: the model API's tools (native), JSON actions (json), or
+    # native when the model supports tools (auto, the default).
+    protocol: Literal["native", "json", "auto"] | None = None
 
 
 class StepSpec(BaseModel):

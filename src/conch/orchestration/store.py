@@ -164,6 +164,7 @@ def task_record(row: Any) -> dict[str, Any]:
         "thread_id": row.thread_id,
         "forked_from": row.forked_from,
         "fork_checkpoint": row.fork_checkpoint,
+        "protocol": row.protocol,
     }
 
 
@@ -402,6 +403,16 @@ class Store:
             ],
         )
 
+    def set_task_protocol(self, id: str, owner: str, protocol: str) -> bool:
+        """Record the tool-call protocol (native | json) a running task of ``owner`` uses;
+        False if it is no longer running as ``owner``'s."""
+        with self.tx() as conn:
+            row = self._lock_row(conn, t.tasks, id, "owner")
+            if row is None or row.status != "running" or row.owner != owner:
+                return False
+            conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(protocol=protocol))
+        return True
+
     def add_checkpoint(self, id: str, owner: str, kind: str, data: dict[str, Any]) -> bool:
         """Record one checkpoint entry of a running task held by ``owner``; False if the
         task is no longer running or no longer its (cancelled, or taken over)."""
@@ -443,15 +454,17 @@ class Store:
         pending: list[dict[str, Any]],
         wait_until: float | None,
         usage: dict[str, int],
+        entries: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> bool:
-        """A running task of ``owner`` stops to wait for a person: ``ask`` entries in its
+        """A running task of ``owner`` stops to wait for a person: ``entries`` (results of
+        calls of the same model turn that completed meanwhile) and ``ask`` entries in its
         checkpoint, status ``waiting`` with its ``pending`` calls, no server holding it, an
         ``interrupt`` event. False if it was no longer running as ``owner``'s."""
         with self.tx() as conn:
             row = self._lock_row(conn, t.tasks, id, "owner")
             if row is None or row.status != "running" or row.owner != owner:
                 return False
-            self._checkpoint(conn, id, [("ask", dict(p)) for p in pending])
+            self._checkpoint(conn, id, [*(entries or []), *(("ask", dict(p)) for p in pending)])
             conn.execute(
                 sa.update(t.tasks)
                 .where(t.tasks.c.id == id)

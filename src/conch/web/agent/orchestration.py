@@ -120,14 +120,27 @@ class PendingCall(BaseModel):
     reason: str = Field(description="Why it waits: the policy's rule, or an interruption.")
 
 
+class StepCall(BaseModel):
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    observation: str
+    error: dict[str, Any] | None
+
+
 class TaskStep(BaseModel):
     index: int
-    action: str = Field(description='The tool called, or "final".')
+    action: str = Field(description='The tool called (the first, for several), or "final".')
     args: dict[str, Any]
     observation: str | None
     error: dict[str, Any] | None
     elapsed_ms: int
     usage: dict[str, int]
+    calls: list[StepCall] | None = Field(
+        default=None,
+        description="Native protocol: every tool call of this model turn (run concurrently); "
+        "`action`, `args`, `observation` and `error` repeat the first one's.",
+    )
 
 
 class TaskRecord(BaseModel):
@@ -164,6 +177,10 @@ class TaskRecord(BaseModel):
     forked_from: str | None = Field(default=None, description="The task it was forked from.")
     fork_checkpoint: int | None = Field(
         default=None, description="The fork kept the original's steps 0..fork_checkpoint-1."
+    )
+    protocol: Literal["native", "json"] | None = Field(
+        description="The tool-call protocol the task runs with: the model API's tools "
+        "(native) or JSON actions (json); null until it starts, unless the request forced one."
     )
 
 
@@ -332,9 +349,9 @@ async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
 
 @router.post("/tasks", status_code=201, openapi_extra=_schema_body(TaskRequest))
 async def create_task(request: Request, orch: OrchestratorDep) -> Response:
-    """Create a task `{goal, tools, max_steps, agent?, model?, thread_id?}`; it runs in the
-    background. With `thread_id` it continues the conversation of the thread's last task
-    (`409` while a task of the thread is still pending, running or waiting)."""
+    """Create a task `{goal, tools, max_steps, agent?, model?, thread_id?, protocol?}`; it
+    runs in the background. With `thread_id` it continues the conversation of the thread's
+    last task (`409` while a task of the thread is still pending, running or waiting)."""
     body = await parse_body(request, TaskRequest)
     return await _call(orch.create_task(**body.model_dump()), 201)
 

@@ -108,7 +108,7 @@ class KVPool:
         # micro-batches under EXACT_UBATCH the reused prefix holds exactly the KV a fresh
         # prefill would compute, so reuse never changes an output.
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
-        restored = self._restore(job, keep) if self.disk is not None and self.cache_prompt else None
+        restored = self._restore(job, keep, best) if self.disk is not None and self.cache_prompt else None
         if restored is not None:
             best = restored
             self._reused[best] = (job.n_past, job.n_past)
@@ -128,7 +128,7 @@ class KVPool:
         self.seq_exact.pop(best, None)
         job.seq = best
 
-    def _restore(self, job: Job, keep: int) -> int | None:
+    def _restore(self, job: Job, keep: int, seq: int) -> int | None:
         """Load the saved prefix covering most of the job's prompt into a free sequence when it
         beats ``keep`` (the best prefix in memory) by ``min_tokens``; the sequence, or None.
 
@@ -145,8 +145,6 @@ class KVPool:
         usable = self.fit_keep(n, min(shared, n - 1))
         if usable - keep < disk.min_tokens:
             return None
-        # The free sequence whose cached prefix is shortest: the cheapest to lose.
-        seq = min(self.free_seqs, key=lambda s: len(self.seq_cache.get(s, [])))
         # The whole state is loaded, then cut to the shared prefix: it must fit meanwhile.
         if self.free() + len(self.seq_cache.get(seq, [])) < entry.n_cells:
             return None
