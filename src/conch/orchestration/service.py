@@ -575,8 +575,19 @@ class Orchestrator:
             if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
                 return
 
+        # A JSON-protocol model reply waits here to be written in the same transaction as
+        # what it leads to (its call starting, its step, its approval request): one write
+        # per step fewer, and still recorded before anything it asked for happens.
+        unwritten: list[tuple[str, dict[str, Any]]] = []
+
+        def take_unwritten(*more: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+            entries = [*unwritten, *more]
+            unwritten.clear()
+            return entries
+
         async def record(kind: str, data: dict[str, Any]) -> None:
-            if not await self._db(self.store.add_checkpoint, task_id, owner, kind, data):
+            entries = take_unwritten((kind, data))
+            if not await self._db(self.store.add_checkpoint, task_id, owner, entries):
                 # Cancelled (perhaps through another server), or taken over.
                 raise asyncio.CancelledError()
 
@@ -585,8 +596,11 @@ class Orchestrator:
             turn, turns = turns, turns + 1
             if turn < len(journal.replies):
                 return journal.replies[turn]
+            # A reply that was not an action is written before the model is asked again.
+            if unwritten and not await self._db(self.store.add_checkpoint, task_id, owner, take_unwritten()):  # fmt: skip
+                raise asyncio.CancelledError()
             reply = await self.models.chat(row["model"], messages, schema)
-            await record("model", {"turn": turn, "reply": reply.text, "usage": reply.usage})
+            unwritten.append(("model", {"turn": turn, "reply": reply.text, "usage": reply.usage}))
             return reply
 
         async def chat_tools(messages: list[dict[str, Any]], specs: list[dict[str, Any]]) -> Reply:  # fmt: skip
@@ -664,7 +678,7 @@ class Orchestrator:
         async def on_step(step: dict[str, Any]) -> None:
             for key, value in (step.get("usage") or {}).items():
                 usage[key] = usage.get(key, 0) + value
-            entries = completing[:]
+            entries = take_unwritten(*completing)
             completing.clear()
             if step["index"] < recorded_steps:
                 return  # replayed: recorded before
@@ -704,7 +718,7 @@ class Orchestrator:
             until = time.time() + timeout if timeout else None
             # Results of the turn's calls that completed while others wait are kept: they
             # are not run again when the task resumes.
-            done_entries = completing[:]
+            done_entries = take_unwritten(*completing)
             completing.clear()
             if await self._db(self.store.wait_task, task_id, owner, stop.pending, until, dict(usage), done_entries):  # fmt: skip
                 await self._step_status(task_id, row, "waiting")

@@ -413,14 +413,14 @@ class Store:
             conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(protocol=protocol))
         return True
 
-    def add_checkpoint(self, id: str, owner: str, kind: str, data: dict[str, Any]) -> bool:
-        """Record one checkpoint entry of a running task held by ``owner``; False if the
-        task is no longer running or no longer its (cancelled, or taken over)."""
+    def add_checkpoint(self, id: str, owner: str, entries: list[tuple[str, dict[str, Any]]]) -> bool:
+        """Record checkpoint entries ``(kind, data)`` of a running task held by ``owner``;
+        False if the task is no longer running or no longer its (cancelled, or taken over)."""
         with self.tx() as conn:
             row = self._lock_row(conn, t.tasks, id, "owner")
             if row is None or row.status != "running" or row.owner != owner:
                 return False
-            self._checkpoint(conn, id, [(kind, data)])
+            self._checkpoint(conn, id, entries)
         return True
 
     def checkpoint(self, id: str) -> tuple[Any, list[tuple[str, Any]]] | None:
