@@ -319,3 +319,56 @@ def test_sigkill_after_a_native_turn(tmp_path: Path, scripted: ScriptedModel) ->
     assert (w / "between.log").read_text() == "1\n2\n"
     assert positions(scripted, between) == Counter({0: 1, 1: 2, 2: 1})
     assert [s["action"] for s in rec["between"]["steps"]] == ["append", "append", "final"]
+
+
+def test_a_thread_and_a_fork_of_native_tasks(net_server: Server, scripted: ScriptedModel) -> None:
+    """A thread continues a native task's conversation as the model saw it (its tool calls
+    and tool messages, its answer as text), and a fork at a native turn with several calls
+    asks the model no turn before the fork point and runs no call again."""
+    first = scripted.script(
+        "native thread: note two things",
+        native(
+            call("append", path="thread-native.log", content="a\n"),
+            call("append", path="thread-native.log", content="b\n"),
+        ),
+        {"content": "noted both"},
+    )
+    second = scripted.script("native thread: what did you note?", {"content": "a and b"})
+    with net_server.client() as c:
+        a = done(c, create(c, {"goal": first, "tools": ["append"], "thread_id": "native-thread"})["id"])  # fmt: skip
+        assert a["status"] == "succeeded" and a["protocol"] == "native", a
+        b = done(c, create(c, {"goal": second, "tools": ["append"], "thread_id": "native-thread"})["id"])  # fmt: skip
+        assert b["status"] == "succeeded" and b["result"] == "a and b", b
+        # The fork keeps step 0 (the two calls), its last call's result edited.
+        r = c.post(f"{API}/tasks/{a['id']}/fork", json={"checkpoint": 1, "tool_result": "edited"})
+        assert r.status_code == 201, r.text
+        forked = done(c, r.json()["id"])
+    assert (ws(net_server) / "thread-native.log").read_text() in ("a\nb\n", "b\na\n")  # once each
+    last_of_a = scripted.requests_for(first)[1]["messages"]  # the first task's second turn
+    (b_request,) = scripted.requests_for(second)
+    # The thread's history: the first task's messages after its system message, its answer
+    # (the calls named by their call ids: the model's own ids are not kept).
+    history = b_request["messages"][1:-1]
+    assert _no_ids(history) == _no_ids([*last_of_a[1:], {"role": "assistant", "content": "noted both"}])
+    assert b_request["messages"][-1] == {"role": "user", "content": second}
+    assert [k["id"] for k in history[1]["tool_calls"]] == ["call_0_0", "call_0_1"]
+    assert [m["tool_call_id"] for m in history if m["role"] == "tool"] == ["call_0_0", "call_0_1"]
+    # The fork: one new model request (its second turn), with the edited last result.
+    assert forked["status"] == "succeeded" and forked["protocol"] == "native", forked
+    assert len(scripted.requests_for(first)) == 3
+    fork_request = scripted.requests_for(first)[-1]["messages"]
+    assistant, one, two = fork_request[-3:]
+    assert [one["tool_call_id"], two["tool_call_id"]] == [k["id"] for k in assistant["tool_calls"]]
+    assert one["content"] != "edited" and two["content"] == "edited"
+
+
+def _no_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        m = dict(m)
+        if "tool_calls" in m:
+            m["tool_calls"] = [{**k, "id": None} for k in m["tool_calls"]]
+        if "tool_call_id" in m:
+            m["tool_call_id"] = None
+        out.append(m)
+    return out
