@@ -62,6 +62,9 @@ class ModelOverrides(BaseModel):
     kv_cache_type: Literal["f16", "q8_0"] | None = None
     n_ubatch: int | None = None
     n_ctx: int | None = None
+    # Another local GGUF model (its id) proposing speculative drafts for this one; it must
+    # share this model's vocabulary (docs/inference.md, "Speculative decoding").
+    draft_model: str | None = None
 
 
 class Settings(BaseSettings):

@@ -41,6 +41,7 @@ class RuntimeOptions:
     n_ubatch: int
     n_ctx: int
     gpu_backend: bool  # llama.cpp has a GPU backend compiled in
+    draft_model: str | None = None  # another local model's id proposing speculative drafts
 
     @property
     def on_gpu(self) -> bool:
@@ -70,7 +71,7 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
     return RuntimeOptions(
         n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=str(pick("flash_attn")),
         kv_cache_type=str(pick("kv_cache_type")), n_ubatch=max(1, int(ubatch)), n_ctx=int(pick("n_ctx")),
-        gpu_backend=gpu_backend,
+        gpu_backend=gpu_backend, draft_model=getattr(over, "draft_model", None) if over is not None else None,
     )
 
 

@@ -118,6 +118,9 @@ class LlamaEngine:
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
         opts = self.runtime
+        if opts.draft_model:
+            raise EngineError(f"model_overrides.{self.model_id}.draft_model = {opts.draft_model!r}: a draft model "
+                              "is not supported yet (prompt-lookup drafting, draft_max, is on without it)")
         if opts.kv_cache_type != "f16" and opts.flash_attn == "off":
             raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
                               "llama.cpp quantizes the V cache only with flash attention")
