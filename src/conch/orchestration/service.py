@@ -70,7 +70,7 @@ from conch.orchestration.spec import (
     parse_workflow,
     plan,
 )
-from conch.orchestration.store import INTERRUPTED, TASK_DONE, StepOutcome, Store
+from conch.orchestration.store import INTERRUPTED, TASK_DONE, CheckpointSeq, StepOutcome, Store
 
 log = logging.getLogger("conch.orchestration")
 
@@ -579,6 +579,16 @@ class Orchestrator:
         # what it leads to (its call starting, its step, its approval request): one write
         # per step fewer, and still recorded before anything it asked for happens.
         unwritten: list[tuple[str, dict[str, Any]]] = []
+        # This run is the only writer of the task's checkpoint while it holds it: the last
+        # entry's number is kept here rather than read in each transaction (the first write
+        # reads it). Its writes go one at a time (native calls of a turn run concurrently,
+        # and on PostgreSQL each write is in a worker thread).
+        seq = CheckpointSeq()
+        writing = asyncio.Lock()
+
+        async def write(fn: Callable[..., bool], *args: Any) -> bool:
+            async with writing:
+                return bool(await self._db(fn, *args, seq))
 
         def take_unwritten(*more: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
             entries = [*unwritten, *more]
@@ -587,7 +597,7 @@ class Orchestrator:
 
         async def record(kind: str, data: dict[str, Any]) -> None:
             entries = take_unwritten((kind, data))
-            if not await self._db(self.store.add_checkpoint, task_id, owner, entries):
+            if not await write(self.store.add_checkpoint, task_id, owner, entries):
                 # Cancelled (perhaps through another server), or taken over.
                 raise asyncio.CancelledError()
 
@@ -597,7 +607,7 @@ class Orchestrator:
             if turn < len(journal.replies):
                 return journal.replies[turn]
             # A reply that was not an action is written before the model is asked again.
-            if unwritten and not await self._db(self.store.add_checkpoint, task_id, owner, take_unwritten()):  # fmt: skip
+            if unwritten and not await write(self.store.add_checkpoint, task_id, owner, take_unwritten()):  # fmt: skip
                 raise asyncio.CancelledError()
             reply = await self.models.chat(row["model"], messages, schema)
             unwritten.append(("model", {"turn": turn, "reply": reply.text, "usage": reply.usage}))
@@ -682,9 +692,8 @@ class Orchestrator:
             completing.clear()
             if step["index"] < recorded_steps:
                 return  # replayed: recorded before
-            if not await self._db(
-                self.store.add_task_step, task_id, step, dict(usage), entries, owner
-            ):
+            step_args = (task_id, step, dict(usage), entries, owner)
+            if not await write(self.store.add_task_step, *step_args):
                 # Cancelled (perhaps through another server) while this step ran.
                 raise asyncio.CancelledError()
             self._notify(stream)

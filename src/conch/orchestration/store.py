@@ -63,6 +63,21 @@ class StepOutcome:
     backoff_s: float = 1.0
 
 
+@dataclass
+class CheckpointSeq:
+    """The last ``seq`` of a task's checkpoint, as the server running the task knows it.
+
+    While a task runs, its run is the only writer of its checkpoint: approvals write their
+    ``decision`` entries only while it is ``waiting`` (held by no server), a fork copies
+    entries into a new task, a server runs one run of a task at a time, and a server that
+    takes the task over starts a run of its own while the old run's writes are refused by
+    the owner check. So the run keeps the number instead of reading ``max(seq)`` in each of
+    its transactions. ``last`` None: not known yet (a run starts so), read at the next write;
+    advanced only once a transaction that added entries has committed."""
+
+    last: int | None = None
+
+
 class _Hot:
     """The statements of a scheduling round, built once. Building a Core statement and its
     cache key costs more than SQLite takes to run it; a statement object that is reused
@@ -129,6 +144,36 @@ class _Hot:
         )
         .returning(s.c.workflow_id, s.c.id, s.c.attempts)
     )
+
+
+class _TaskHot:
+    """The statements of a task's step path (its checkpoint entries, its step, its event),
+    built once like :class:`_Hot`'s: a tool step runs two transactions of them."""
+
+    tk, c = t.tasks, t.checkpoints
+    # The row locks of :meth:`Store._lock_row`: status, owner (and the steps, to add one).
+    lock = (
+        sa.select(tk.c.id, tk.c.status, tk.c.owner)
+        .where(tk.c.id == sa.bindparam("id"))
+        .with_for_update()
+    )
+    lock_steps = (
+        sa.select(tk.c.id, tk.c.status, tk.c.owner, tk.c.steps)
+        .where(tk.c.id == sa.bindparam("id"))
+        .with_for_update()
+    )
+    set_steps = (
+        sa.update(tk)
+        .where(tk.c.id == sa.bindparam("k_id"))
+        .values(
+            steps=sa.bindparam("k_steps", type_=tk.c.steps.type),
+            usage=sa.bindparam("k_usage", type_=tk.c.usage.type),
+        )
+    )
+    last_seq = sa.select(sa.func.coalesce(sa.func.max(c.c.seq), 0)).where(
+        c.c.task_id == sa.bindparam("id")
+    )
+    insert = sa.insert(c)
 
 
 def iso(ts: float | None) -> str | None:
@@ -222,16 +267,10 @@ class Store:
 
     def _emit(self, conn: Connection, stream: str, event: str, data: dict[str, Any]) -> int:
         """Append an event; callers hold the lock of the stream's parent row."""
-        seq = conn.execute(
-            sa.select(sa.func.coalesce(sa.func.max(t.events.c.seq), 0)).where(
-                t.events.c.stream == stream
-            )
-        ).scalar_one()
-        seq += 1
+        seq = conn.execute(_Hot.last_seq, {"stream": stream}).scalar_one() + 1
         conn.execute(
-            sa.insert(t.events).values(
-                stream=stream, seq=seq, event=event, data=data, created_at=time.time()
-            )
+            _Hot.insert_event,
+            {"stream": stream, "seq": seq, "event": event, "data": data, "created_at": time.time()},
         )
         return int(seq)
 
@@ -364,44 +403,51 @@ class Store:
         usage: dict[str, int],
         entries: list[tuple[str, dict[str, Any]]] | None = None,
         owner: str | None = None,
+        seq: CheckpointSeq | None = None,
     ) -> bool:
         """Record a step, and the checkpoint ``entries`` that completed it (a tool call's
         result), in one transaction; False if the task is no longer running (cancelled
-        meanwhile) or no longer ``owner``'s."""
+        meanwhile) or no longer ``owner``'s. ``seq``: the running task's checkpoint number
+        (:class:`CheckpointSeq`), kept up to date."""
+        h = _TaskHot
         with self.tx() as conn:
-            row = self._lock_row(conn, t.tasks, id, "steps", "owner")
+            row = conn.execute(h.lock_steps, {"id": id}).first()
             if row is None or row.status != "running":
                 return False
             if owner is not None and row.owner != owner:
                 return False
-            conn.execute(
-                sa.update(t.tasks)
-                .where(t.tasks.c.id == id)
-                .values(steps=[*row.steps, step], usage=usage)
-            )
-            if entries:
-                self._checkpoint(conn, id, entries)
+            conn.execute(h.set_steps, {"k_id": id, "k_steps": [*row.steps, step], "k_usage": usage})
+            last = self._checkpoint(conn, id, entries, seq) if entries else None
             self._emit(conn, f"task:{id}", "step", step)
+        if seq is not None and last is not None:
+            seq.last = last
         return True
 
     # -- checkpoints and approvals ----------------------------------------------------------
 
     def _checkpoint(
-        self, conn: Connection, id: str, entries: list[tuple[str, dict[str, Any]]]
-    ) -> None:
-        """Append entries to a task's checkpoint; callers hold the task row's lock."""
-        c = t.checkpoints
-        last = conn.execute(
-            sa.select(sa.func.coalesce(sa.func.max(c.c.seq), 0)).where(c.c.task_id == id)
-        ).scalar_one()
+        self,
+        conn: Connection,
+        id: str,
+        entries: list[tuple[str, dict[str, Any]]],
+        seq: CheckpointSeq | None = None,
+    ) -> int:
+        """Append entries to a task's checkpoint, after its last ``seq`` as ``seq`` knows it
+        (or as read here); returns the new last ``seq``. Callers hold the task row's lock. A
+        wrong ``seq`` cannot overwrite an entry: ``(task_id, seq)`` is the key, and the
+        transaction fails."""
+        last = None if seq is None else seq.last
+        if last is None:
+            last = conn.execute(_TaskHot.last_seq, {"id": id}).scalar_one()
         now = time.time()
         conn.execute(
-            sa.insert(c),
+            _TaskHot.insert,
             [
                 {"task_id": id, "seq": last + i, "kind": kind, "data": data, "created_at": now}
                 for i, (kind, data) in enumerate(entries, start=1)
             ],
         )
+        return int(last) + len(entries)
 
     def set_task_protocol(self, id: str, owner: str, protocol: str) -> bool:
         """Record the tool-call protocol (native | json) a running task of ``owner`` uses;
@@ -413,14 +459,23 @@ class Store:
             conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(protocol=protocol))
         return True
 
-    def add_checkpoint(self, id: str, owner: str, entries: list[tuple[str, dict[str, Any]]]) -> bool:
+    def add_checkpoint(
+        self,
+        id: str,
+        owner: str,
+        entries: list[tuple[str, dict[str, Any]]],
+        seq: CheckpointSeq | None = None,
+    ) -> bool:
         """Record checkpoint entries ``(kind, data)`` of a running task held by ``owner``;
-        False if the task is no longer running or no longer its (cancelled, or taken over)."""
+        False if the task is no longer running or no longer its (cancelled, or taken over).
+        ``seq``: the running task's checkpoint number, kept up to date."""
         with self.tx() as conn:
-            row = self._lock_row(conn, t.tasks, id, "owner")
+            row = conn.execute(_TaskHot.lock, {"id": id}).first()
             if row is None or row.status != "running" or row.owner != owner:
                 return False
-            self._checkpoint(conn, id, entries)
+            last = self._checkpoint(conn, id, entries, seq)
+        if seq is not None:
+            seq.last = last
         return True
 
     def checkpoint(self, id: str) -> tuple[Any, list[tuple[str, Any]]] | None:
