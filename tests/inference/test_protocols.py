@@ -324,7 +324,7 @@ def test_ollama_model_objects() -> None:
     ps = strict(ProcessResponse, {"models": [o.ps_entry(rec, 1_900_000_000.0)]})
     assert ps.models[0].context_length == 8192
     show = strict(ShowResponse, o.show_entry(rec, template="{{ x }}"))
-    assert show.capabilities == ["completion", "tools", "embedding"] and show.modelinfo["llama.context_length"] == 8192
+    assert show.capabilities == ["completion", "embedding"] and show.modelinfo["llama.context_length"] == 8192
     emb = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.6, 0.8]}], "model": "e",
            "usage": {"prompt_tokens": 3, "total_tokens": 3}}
     assert strict(EmbedResponse, o.embed_response("e", emb, 10)).embeddings == [[0.6, 0.8]]

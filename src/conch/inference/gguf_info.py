@@ -7,6 +7,7 @@ model is cheap and needs no llama.cpp context.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,21 @@ log = logging.getLogger(__name__)
 EMBEDDING_ARCHITECTURES = frozenset(
     {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "t5encoder", "modern-bert", "neo-bert"}
 )
+
+# What a chat template says when it takes tools: the ``tools`` variable (``{% if tools %}``), an
+# assistant message's ``tool_calls``, a ``<tool_call>`` tag, or the ``tool`` role.
+_TOOL_TEMPLATE = re.compile(r"""\btools\b|\btool_calls?\b|(['"])tool\1""")
+
+
+def template_uses_tools(template: str | None) -> bool:
+    """Whether a chat template refers to tools: the sign that the model was tuned to call them.
+
+    conch's chat endpoint takes ``tools`` for every chat model (the tools are described in the
+    system prompt, calls are ``<tool_call>`` text the sampler's grammar keeps to the tools'
+    schemas, ``conch.inference.tool_calls``), but a model never tuned on tool use rarely
+    decides to call one unforced; such a model is not listed with ``tools``.
+    """
+    return template is not None and _TOOL_TEMPLATE.search(template) is not None
 
 
 @dataclass
@@ -36,7 +52,10 @@ class GGUFInfo:
         if self.architecture in EMBEDDING_ARCHITECTURES:
             return ["embeddings"]
         # A decoder can embed too (mean pooling over its hidden states).
-        return ["chat", "embeddings"]
+        caps = ["chat", "embeddings"]
+        if template_uses_tools(self.chat_template):
+            caps.append("tools")
+        return caps
 
 
 def _field_value(f: Any) -> Any:

@@ -29,7 +29,7 @@ from conch.config import Settings
 
 ModelStatus = Literal["ready", "downloading", "converting", "failed"]
 ModelFormat = Literal["gguf", "safetensors", "onnx"]
-Capability = Literal["chat", "embeddings"]
+Capability = Literal["chat", "embeddings", "tools"]
 
 _ORPHAN_GRACE_S = 60.0
 

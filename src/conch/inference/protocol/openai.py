@@ -280,9 +280,10 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
-    capabilities: list[Literal["chat", "embeddings"]] = Field(
+    capabilities: list[Literal["chat", "embeddings", "tools"]] = Field(
         default_factory=list,
-        description="What the model can serve; [] for a source-format model that must be converted first.")
+        description='What the model can serve; [] for a source-format model that must be converted first. '
+                    '"tools": a chat model whose chat template takes tools (docs/inference.md).')
 
 
 class ModelList(BaseModel):
@@ -310,7 +311,7 @@ class ModelDetails(Model):
     architecture: str | None
     context_length: int | None
     quantization: str | None
-    capabilities: list[Literal["chat", "embeddings"]]
+    capabilities: list[Literal["chat", "embeddings", "tools"]]
     source: str | None
     revision: str | None
     files: list[str]

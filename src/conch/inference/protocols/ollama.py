@@ -355,7 +355,10 @@ def capabilities(record: Any, fim: bool = False) -> list[str]:
     """Ollama's capability names for a record's conch capabilities."""
     caps = []
     if "chat" in record.capabilities:
-        caps += ["completion", "tools"]  # every chat model gets grammar-enforced tool calls
+        caps.append("completion")
+        # As /v1/models says: a chat model whose template takes tools (gguf_info.template_uses_tools).
+        if "tools" in record.capabilities:
+            caps.append("tools")
         if fim:
             caps.append("insert")
     if "embeddings" in record.capabilities:
