@@ -54,3 +54,31 @@ def test_workflows_and_tasks_cli(server: Server, scripted: ScriptedModel, tmp_pa
     assert shown_task.returncode == 0 and "cancelled" in shown_task.stdout
     missing = conch("tasks", "show", "task_missing", "--url", server.url)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_tasks_create_cli_protocol(server: Server, scripted: ScriptedModel) -> None:
+    # The scripted default model lists no tools, so `auto` would pick JSON actions: a task the
+    # CLI forced to `native` shows that --protocol reached the server.
+    forced = scripted.script("cli create: native", "done natively")
+    made = conch("tasks", "create", forced, "--protocol", "native", "--max-steps", "2",
+                 "--url", server.url, "--json")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    task = json.loads(made.stdout)
+    assert task["protocol"] == "native" and task["status"] == "succeeded"
+    assert task["result"] == "done natively" and task["goal"] == forced
+
+    # Without --protocol nothing is sent: the server decides (auto), JSON actions here.
+    plain = scripted.script("cli create: auto", final("done with json"))
+    made = conch("tasks", "create", plain, "--tool", "ls", "--url", server.url, "--json")
+    assert made.returncode == 0, made.stderr
+    task = json.loads(made.stdout)
+    assert task["protocol"] == "json" and task["result"] == "done with json"
+    assert task["tools"] == ["ls"]
+    asked = [r for r in scripted.requests if any(m.get("content") == plain for m in r["messages"])]
+    assert asked and all("tools" not in r for r in asked)  # JSON actions: no API tools
+
+    # An unknown protocol is refused by the CLI before anything is created.
+    before = len(json.loads(conch("tasks", "list", "--url", server.url, "--json").stdout))
+    bad = conch("tasks", "create", "x", "--protocol", "xml", "--url", server.url)
+    assert bad.returncode == 2 and "--protocol" in bad.stderr
+    assert len(json.loads(conch("tasks", "list", "--url", server.url, "--json").stdout)) == before

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -71,6 +71,53 @@ TASK_COLUMNS = ["id", "status", "agent", "goal", "result", "duration_ms", "creat
 TASK_STEP_COLUMNS = ["index", "action", "args", "observation", "elapsed_ms"]
 
 
+@tasks_app.command("create")
+def tasks_create(
+    goal: Annotated[str, typer.Argument(help="What the agent is asked to do.")],
+    tool: Annotated[
+        list[str] | None,
+        typer.Option("--tool", help="A builtin the task may call (repeat for more; default: the agent's)."),
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="The step budget.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Run as this agent.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The model (default: the agent's or the server's).")] = None,
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Continue (or start) this thread's conversation.")
+    ] = None,
+    protocol: Annotated[
+        Literal["native", "json", "auto"] | None,
+        typer.Option(
+            "--protocol",
+            help="Tool calls through the model API's tools (native) or as JSON actions (json); "
+            "auto (the server's default): native when the model lists tools.",
+        ),
+    ] = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait until it finishes or waits for a person.")
+    ] = True,
+) -> None:
+    """Create and start a task; by default wait for it and show its steps."""
+    import time
+
+    body: dict[str, Any] = {"goal": goal}
+    for key, value in (
+        ("tools", tool), ("max_steps", max_steps), ("agent", agent), ("model", model),
+        ("thread_id", thread), ("protocol", protocol),
+    ):  # fmt: skip
+        if value is not None:
+            body[key] = value
+    task = _call(url, "POST", f"{API}/tasks", body)
+    if wait:
+        while task["status"] in ("pending", "running"):
+            time.sleep(0.3)
+            task = _call(url, "GET", f"{API}/tasks/{task['id']}")
+    _print_task(task, as_json)
+    if wait and task["status"] not in ("succeeded", "waiting"):
+        raise typer.Exit(1)
+
+
 @tasks_app.command("list")
 def tasks_list(
     url: UrlOpt = None,
@@ -87,6 +134,11 @@ def tasks_list(
 def tasks_show(task_id: str, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """One task with its steps."""
     task = _call(url, "GET", f"{API}/tasks/{task_id}")
+    _print_task(task, as_json)
+
+
+def _print_task(task: dict[str, Any], as_json: bool) -> None:
+    """A task with its steps, then (unless ``--json``) its error and the calls it waits on."""
     _print_with_steps(task, as_json, TASK_COLUMNS, TASK_STEP_COLUMNS)
     if not as_json and task.get("error"):
         typer.echo(f"error: {task['error'].get('kind')}: {task['error'].get('message')}")
