@@ -117,6 +117,27 @@ def test_long_system_prompt_is_restored_after_a_restart(smollm2_path: Path, tmp_
     assert _files(cache) == [saved]  # already saved: not written again
 
 
+@pytest.mark.timeout(900)
+def test_a_restore_beside_an_idle_prefix_gives_the_cold_output(smollm2_path: Path, tmp_path: Path) -> None:
+    """A short chat served first stays in the pool as an idle prefix sharing a few tokens with
+    the long prompt. A prefill of the long prompt takes that sequence and writes over it from
+    those tokens on; the restore must land there too, not in another sequence after the short
+    chat's cells (single-row decode steps over 512 cells and more depend on where the cells
+    sit: the answer changed)."""
+    messages = _messages(_system(1, 1480))
+    hello = [{"role": "user", "content": "Hello"}]
+    cache = tmp_path / "kv-cache"
+    reference = _once(smollm2_path, None, messages)[0]
+    for restart in (False, True):
+        engine = _engine(smollm2_path, cache)
+        try:
+            _serve(engine, hello)
+            assert _serve(engine, messages) == reference
+            assert (engine.stats.prompt_cache_restored_tokens > 1000) is restart
+        finally:
+            engine.unload()
+
+
 def test_a_saved_prefix_serves_another_question(smollm2_path: Path, tmp_path: Path) -> None:
     """The entry holds the system prompt, a question and its answer; a new question shares
     only the system prompt, so the restored cells are cut back to it."""

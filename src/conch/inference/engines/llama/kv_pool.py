@@ -16,6 +16,16 @@ beyond the last bit. So a reused prefix is cut back until the re-decoded tail en
 fresh prefill of the prompt ends (its last micro-batch one row or several), and only cells a
 prefill computed alongside other rows count as exact (``seq_exact``): the last prompt token
 and generated tokens (decoded one row per step) are left out of what goes to disk.
+
+Restored cells. The split-KV path cuts the pool's cells by index, so a lone row's result
+depends on where its sequence's cells sit (and on how far the used cells reach), not only on
+what they hold. A prefill writes its cells into the first free ones from llama.cpp's head;
+``llama_state_seq_set_data`` takes one contiguous run. A saved prefix is therefore loaded into
+the sequence a prefill would take (the idle one sharing the longest prefix, emptied first: a
+prefill would overwrite all but that prefix), and only while no other sequence holds cells, so
+it lands where the prefill's cells would. Loaded into another free sequence beside an idle
+prefix (a "Hello" served first), it sat after that prefix's cells and the greedy answer
+changed.
 """
 
 from __future__ import annotations
@@ -108,13 +118,12 @@ class KVPool:
         # micro-batches under EXACT_UBATCH the reused prefix holds exactly the KV a fresh
         # prefill would compute, so reuse never changes an output.
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
-        restored = self._restore(job, keep, best) if self.disk is not None and self.cache_prompt else None
-        if restored is not None:
-            best = restored
+        # A saved prefix goes into the sequence a prefill would take, in place of its cells.
+        if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):
             self._reused[best] = (job.n_past, job.n_past)
         else:
             if self.disk is not None:
-                # A failed restore emptied its sequence, which may have been the best one.
+                # A restore that failed may have emptied the best sequence.
                 best, best_len = self._best_cached(job.tokens)
                 keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
             if keep > 0 and llama_cpp.llama_memory_seq_rm(self._ctx.memory, best, keep, -1):
@@ -128,37 +137,42 @@ class KVPool:
         self.seq_exact.pop(best, None)
         job.seq = best
 
-    def _restore(self, job: Job, keep: int, seq: int) -> int | None:
-        """Load the saved prefix covering most of the job's prompt into a free sequence when it
-        beats ``keep`` (the best prefix in memory) by ``min_tokens``; the sequence, or None.
+    def _restore(self, job: Job, keep: int, seq: int) -> bool:
+        """Load the saved prefix covering most of the job's prompt into ``seq`` (the sequence
+        sharing the longest prefix in memory: the one a prefill would take) when it beats
+        ``keep`` (that prefix) by ``min_tokens`` and lands where a prefill would put it.
 
         The saved cells are what a prefill computed (micro-batches under EXACT_UBATCH), copied
-        byte for byte, so a restored prefix gives the outputs a fresh prefill would."""
+        byte for byte; placed as a prefill places them (see "Restored cells"), a restored
+        prefix gives the outputs a fresh prefill would."""
         disk = self.disk
         assert disk is not None
         n = len(job.tokens)
         if n - 1 - keep < disk.min_tokens:
-            return None
+            return False
+        # Other sequences' cells (idle or running) could make llama.cpp place the state
+        # elsewhere than a prefill would: then the prompt is prefilled.
+        if self._active or any(cells for s, cells in self.seq_cache.items() if s != seq):
+            return False
         entry, shared = disk.lookup(job.tokens)
         if entry is None:
-            return None
+            return False
         usable = self.fit_keep(n, min(shared, n - 1))
         if usable - keep < disk.min_tokens:
-            return None
+            return False
         # The whole state is loaded, then cut to the shared prefix: it must fit meanwhile.
         if self.free() + len(self.seq_cache.get(seq, [])) < entry.n_cells:
-            return None
+            return False
         self.clear(seq)
-        pool_empty = not self._active and not any(self.seq_cache.values())
-        if not disk.restore(self._ctx, seq, entry, pool_empty=pool_empty):
-            return None
+        if not disk.restore(self._ctx, seq, entry, pool_empty=True):
+            return False
         llama_cpp = init_backend()
         if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, usable, -1):
             llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
-            return None
+            return False
         job.n_past = usable
         disk.stats.prompt_cache_restored_tokens += usable
-        return seq
+        return True
 
     def release(self, job: Job, *, keep: bool) -> None:
         """Give the job's sequence back; with ``keep`` its cells stay as a reusable prefix."""
