@@ -42,6 +42,7 @@ class RuntimeOptions:
     n_ctx: int
     gpu_backend: bool  # llama.cpp has a GPU backend compiled in
     draft_model: str | None = None  # another local model's id proposing speculative drafts
+    draft_path: str | None = None  # its GGUF file; None: no ready local GGUF model has that id
 
     @property
     def on_gpu(self) -> bool:
@@ -65,14 +66,32 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
         layers = -1 if gpu_backend else 0
     if not gpu_backend:
         layers = 0  # nothing to offload to: say so instead of pretending
+    draft = getattr(over, "draft_model", None) if over is not None else None
     ubatch = pick("n_ubatch")
     if ubatch is None:
         ubatch = GPU_UBATCH if layers != 0 else CPU_UBATCH
     return RuntimeOptions(
         n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=str(pick("flash_attn")),
         kv_cache_type=str(pick("kv_cache_type")), n_ubatch=max(1, int(ubatch)), n_ctx=int(pick("n_ctx")),
-        gpu_backend=gpu_backend, draft_model=getattr(over, "draft_model", None) if over is not None else None,
+        gpu_backend=gpu_backend, draft_model=draft, draft_path=draft_model_path(settings, draft) if draft else None,
     )
+
+
+def draft_model_path(settings: Any, model_id: str) -> str | None:
+    """The GGUF file of the local model ``model_id`` (``local:`` prefix allowed) from the model
+    store, as the server finds a model's file; None unless it is a ready GGUF model."""
+    from conch.inference.store import ModelStore
+
+    if model_id.startswith("local:"):
+        model_id = model_id[len("local:") :]
+    try:
+        record = ModelStore(settings).get(model_id)
+    except Exception as exc:  # settings without a store (tests): the engine reports the id unknown
+        log.debug("no model store to look up draft model %s: %s", model_id, exc)
+        return None
+    if record is None or record.status != "ready" or record.format != "gguf" or not record.path:
+        return None
+    return record.path
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,13 @@ from conch.inference.engines.base import (
 )
 from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import (
+    fast_calls,
     init_backend,
     open_context,
     open_model,
     release_openmp_threads,
 )
+from conch.inference.engines.llama.draft_model import DraftModel, check_same_vocab
 from conch.inference.engines.llama.embeddings import Embedder
 from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.prompt_cache import PromptCache
@@ -109,6 +111,9 @@ class LlamaEngine:
 
         self._model: Any = None
         self._ctx: Any = None
+        # The draft model (model_overrides.ID.draft_model) and its context, when drafting with one.
+        self._draft_model: Any = None
+        self._draft_ctx: Any = None
         self.scheduler: Scheduler | None = None
         self._embedder: Embedder | None = None
         self._template: ChatTemplate | None = None
@@ -119,8 +124,7 @@ class LlamaEngine:
     def load(self) -> None:
         opts = self.runtime
         if opts.draft_model:
-            raise EngineError(f"model_overrides.{self.model_id}.draft_model = {opts.draft_model!r}: a draft model "
-                              "is not supported yet (prompt-lookup drafting, draft_max, is on without it)")
+            self._check_draft_model()
         if opts.kv_cache_type != "f16" and opts.flash_attn == "off":
             raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
                               "llama.cpp quantizes the V cache only with flash attention")
@@ -173,32 +177,81 @@ class LlamaEngine:
             # runs out, the newest sequence is preempted and replayed later.
             # A pool of n_parallel full contexts would cost ~24 MB per 1k tokens for nothing.
             kv_total = self.n_ctx * (2 if self.n_parallel > 1 else 1)
-            self._ctx = open_context(
-                model,
-                n_ctx=kv_total,
-                n_batch=self.n_batch,
-                # On the CPU (63): exact prefix reuse (see the module docstring) for prefill 4-8 %
-                # slower than in one 512-token micro-batch. On a GPU (512): whole decode steps.
-                n_ubatch=min(self.n_batch, self.runtime.n_ubatch),
-                flash_attn_type=_FLASH_ATTN[self.runtime.flash_attn],
-                type_k=_KV_TYPES[self.runtime.kv_cache_type],
-                type_v=_KV_TYPES[self.runtime.kv_cache_type],
-                n_seq_max=self.n_parallel,
-                n_threads=self.n_threads,
-                n_threads_batch=self.n_threads_batch,
-                kv_unified=True,
-                no_perf=True,
-            )
+            self._ctx = open_context(model, **self._context_params(kv_total))
+            draft = self._open_draft(n_gpu_layers, kv_total) if self.runtime.draft_model and self.draft_max else None
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
-                draft_max=self.draft_max,
+                draft_max=self.draft_max, draft=draft,
             )
             pool = self.scheduler.pool
             # Where a prefill's micro-batches end decides which prefix reuse is exact (kv_pool.py).
             pool.n_batch, pool.n_ubatch = self.n_batch, min(self.n_batch, self.runtime.n_ubatch)
             pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
+
+    def _context_params(self, kv_total: int) -> dict[str, Any]:
+        return {
+            "n_ctx": kv_total,
+            "n_batch": self.n_batch,
+            # On the CPU (63): exact prefix reuse (see the module docstring) for prefill 4-8 %
+            # slower than in one 512-token micro-batch. On a GPU (512): whole decode steps.
+            "n_ubatch": min(self.n_batch, self.runtime.n_ubatch),
+            "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
+            "type_k": _KV_TYPES[self.runtime.kv_cache_type],
+            "type_v": _KV_TYPES[self.runtime.kv_cache_type],
+            "n_seq_max": self.n_parallel,
+            "n_threads": self.n_threads,
+            "n_threads_batch": self.n_threads_batch,
+            "kv_unified": True,
+            "no_perf": True,
+        }
+
+    def _draft_error(self, why: str) -> EngineError:
+        return EngineError(f"model_overrides.{self.model_id}.draft_model = {self.runtime.draft_model!r}: {why}")
+
+    def _check_draft_model(self) -> None:
+        """Before anything loads: the draft model exists and shares this model's vocabulary
+        (both files opened vocabulary only), so a wrong setting fails once, not per GPU retry."""
+        path = self.runtime.draft_path
+        if path is None:
+            raise self._draft_error("no ready local GGUF model has that id (conch models list shows them)")
+        llama_cpp = init_backend()
+        from llama_cpp._internals import LlamaModel
+
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        target = draft = None
+        try:
+            target = LlamaModel(path_model=self.path, params=params, verbose=False)
+            try:
+                draft = LlamaModel(path_model=path, params=params, verbose=False)
+            except Exception as exc:
+                raise self._draft_error(f"its file {path} could not be opened ({exc})") from exc
+            try:
+                check_same_vocab(target, draft, name=str(self.runtime.draft_model))
+            except EngineError as exc:
+                raise self._draft_error(str(exc)) from None
+        finally:
+            for m in (draft, target):
+                if m is not None:
+                    m.close()
+
+    def _open_draft(self, n_gpu_layers: int, kv_total: int) -> DraftModel:
+        """The draft model with a context shaped as the target's (same cells, sequences,
+        micro-batch, threads and GPU layers), for speculative drafts (draft_model.py)."""
+        path = self.runtime.draft_path
+        assert path is not None  # _check_draft_model
+        self._draft_model = open_model(path, n_gpu_layers=n_gpu_layers, main_gpu=self.runtime.main_gpu)
+        check_same_vocab(self._model, self._draft_model, name=str(self.runtime.draft_model))
+        self._draft_ctx = open_context(self._draft_model, **self._context_params(kv_total))
+        vocab = self._model.vocab
+
+        def is_eog(tok: int) -> bool:
+            return bool(fast_calls().llama_vocab_is_eog(vocab, tok))
+
+        return DraftModel(self._draft_model, self._draft_ctx, name=str(self.runtime.draft_model),
+                          n_batch=self.n_batch, is_eog=is_eog)
 
     def _open_prompt_cache(self, n_gpu_layers: int, kv_total: int) -> PromptCache | None:
         if self._prompt_cache_dir is None or self._prompt_cache_max_bytes <= 0 or not self.cache_prompt:
@@ -229,10 +282,10 @@ class LlamaEngine:
             self.prompt_cache.close()  # the saves under way finish
             self.prompt_cache = None
         # The contexts before the model they were made from.
-        for part in (self._embedder, self._ctx, self._model):
+        for part in (self._draft_ctx, self._draft_model, self._embedder, self._ctx, self._model):
             if part is not None:
                 part.close()
-        self._embedder = self._ctx = self._model = None
+        self._embedder = self._ctx = self._model = self._draft_ctx = self._draft_model = None
         self.placement = None
 
     @property

@@ -37,8 +37,9 @@ from conch.inference.engines.base import (
 )
 from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
+from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.kv_pool import KVPool
-from conch.inference.engines.llama.speculative import NgramDrafter
+from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, Acceptance, NgramDrafter
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Job:
     # The scheduler's events of the current step, sent to the event loop together (_flush).
     outbox: list[tuple[Job, TokenEvent]] = field(default_factory=list)
     drafter: NgramDrafter | None = None  # made when the job first generates, if drafting is on
+    model_drafts: Acceptance = field(default_factory=Acceptance)  # the draft model's, if any
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:
@@ -137,6 +139,7 @@ class Scheduler:
         cache_prompt: bool,
         stats: EngineStats,
         draft_max: int = 0,
+        draft: DraftModel | None = None,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -146,6 +149,8 @@ class Scheduler:
         self.max_queue = max_queue
         self.stats = stats
         self.draft_max = max(0, draft_max)  # tokens drafted per sequence and step; 0: no drafting
+        # A second model proposing drafts (draft_model.py); None: prompt lookup only.
+        self.draft = draft if self.draft_max else None
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
@@ -164,6 +169,8 @@ class Scheduler:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self._batch = init_backend().llama_batch_init(self.n_batch, 0, 1)
+        if self.draft is not None:
+            self.draft.start()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name=f"conch-llama-{self.name}", daemon=True)
         self._thread.start()
@@ -183,6 +190,8 @@ class Scheduler:
         if self._batch is not None:
             init_backend().llama_batch_free(self._batch)
             self._batch = None
+        if self.draft is not None:
+            self.draft.close()
 
     @property
     def active_sequences(self) -> int:
@@ -251,7 +260,10 @@ class Scheduler:
         if job in self._active:
             self._active.remove(job)
         if job.seq >= 0:
+            seq = job.seq
             self.pool.release(job, keep=reason != "error")
+            if self.draft is not None:
+                self.draft.forget(seq)
         if job.sampler is not None:
             sampling.free_sampler(job.sampler)
             job.sampler = None
@@ -311,9 +323,9 @@ class Scheduler:
             # Generating sequences first (one token each, and a draft of the next few when
             # drafting pays), then prompt chunks with what is left.
             n = 0
-            sample_at: list[tuple[Job, int, list[int]]] = []
+            sample_at: list[tuple[Job, int, list[int], bool]] = []
             generating: list[Job] = []
-            spare = self._draft_room(active)
+            drafts = self._drafts(active, self._draft_room(active))
             for job in active:
                 if job.n_past >= len(job.tokens):
                     generating.append(job)
@@ -322,8 +334,8 @@ class Scheduler:
                     batch.n_seq_id[n] = 1
                     batch.seq_id[n][0] = job.seq
                     batch.logits[n] = 1
-                    draft = self._draft(job, spare) if spare > 0 else []
-                    sample_at.append((job, n, draft))
+                    draft, from_model = drafts.get(job.seq, ([], False))
+                    sample_at.append((job, n, draft, from_model))
                     n += 1
                     for k, tok in enumerate(draft):
                         batch.token[n] = tok
@@ -332,7 +344,6 @@ class Scheduler:
                         batch.seq_id[n][0] = job.seq
                         batch.logits[n] = 1
                         n += 1
-                    spare -= len(draft)
             prefilled: list[tuple[Job, int]] = []
             budget = min(self._prefill_budget(len(generating)), self.n_batch - n)
             for job in active:
@@ -351,7 +362,7 @@ class Scheduler:
                 prefilled.append((job, take))
                 if take == remaining:
                     batch.logits[n - 1] = 1
-                    sample_at.append((job, n - 1, []))
+                    sample_at.append((job, n - 1, [], False))
             batch.n_tokens = n
 
             rc = llama_cpp.llama_decode(ctx, batch)
@@ -366,7 +377,7 @@ class Scheduler:
                 job.n_past += 1
 
             finished: list[tuple[Job, str]] = []
-            for job, idx, draft in sample_at:
+            for job, idx, draft, from_model in sample_at:
                 # One sampler draw per emitted token, in order; a drafted token is kept while it
                 # is the token just drawn, and then the logits after it give the next draw.
                 kept = 0
@@ -385,8 +396,13 @@ class Scheduler:
                         llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
                     self.stats.draft_tokens += len(draft)
                     self.stats.draft_accepted_tokens += kept
-                    if job.drafter is not None:
+                    if from_model:
+                        job.model_drafts.judge(len(draft), kept)
+                    elif job.drafter is not None:
                         job.drafter.judge(len(draft), kept)
+                if self.draft is not None and job.seq >= 0:
+                    # The draft model's cells past what the target kept (its rejected drafts).
+                    self.draft.trim(job.seq, job.n_past)
             if finished:
                 with self._cond:
                     for job, reason in finished:
@@ -422,11 +438,42 @@ class Scheduler:
         need = self._step_need(active)
         return max(0, min(SPEC_STEP_TOKENS, self.n_batch - need, self.pool.free() - need))
 
-    def _draft(self, job: Job, room: int) -> list[int]:
-        if job.drafter is None:
-            job.drafter = NgramDrafter(job.tokens + job.generated)
-        # Never draft past the job's token budget: what cannot be emitted need not be checked.
-        return job.drafter.draft(min(self.draft_max, room, job.max_tokens - job.n_gen - 1))
+    def _drafts(self, active: list[Job], room: int) -> dict[int, tuple[list[int], bool]]:
+        """This step's drafts: sequence -> (tokens, whether the draft model proposed them).
+
+        Prompt lookup first; with a draft model, a request whose lookup match is shorter than
+        NGRAM_OVER_MODEL tokens asks the draft model instead (speculative.py). While drafting
+        may happen (few sequences generate), the draft model's context follows every running
+        sequence: prompt chunks one step behind the target's, generated tokens as they come."""
+        out: dict[int, tuple[list[int], bool]] = {}
+        draft = self.draft
+        generating = [j for j in active if j.n_past >= len(j.tokens)]
+        if draft is None and room <= 0:
+            return out
+        if draft is not None and len(generating) > SPEC_MAX_STREAMS:
+            return out
+        requests: list[DraftRequest] = []
+        for job in generating:
+            # Never draft past the job's token budget: what cannot be emitted need not be checked.
+            limit = min(self.draft_max, room, job.max_tokens - job.n_gen - 1)
+            if limit > 0:
+                if job.drafter is None:
+                    job.drafter = NgramDrafter(job.tokens + job.generated)
+                matched, tokens = job.drafter.match(limit)
+                if draft is not None and job.model_drafts.enabled and matched < NGRAM_OVER_MODEL:
+                    room -= limit
+                else:
+                    if tokens:
+                        out[job.seq] = (tokens, False)
+                        room -= len(tokens)
+                    limit = 0
+            if draft is not None:
+                requests.append(DraftRequest(job.seq, job.tokens + job.generated, max(0, limit)))
+        if draft is not None:
+            requests += [DraftRequest(j.seq, j.tokens[: j.n_past]) for j in active if 0 < j.n_past < len(j.tokens)]
+            for seq, tokens in draft.run(requests, self._prefill_budget(len(generating))).items():
+                out[seq] = (tokens, True)
+        return out
 
     def _prefill_budget(self, generating: int) -> int:
         """Prompt tokens to decode this step: all that fit when nobody is waiting for tokens,
@@ -464,7 +511,10 @@ class Scheduler:
             pool.evict_idle(need)
             while len(self._active) > 1 and pool.free() < step_need(self._active):
                 job = self._active.pop()
+                seq = job.seq
                 pool.release(job, keep=False)
+                if self.draft is not None:
+                    self.draft.forget(seq)
                 job.tokens = job.tokens + job.generated
                 job.generated = []
                 job.n_past = 0

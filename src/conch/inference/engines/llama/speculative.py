@@ -18,6 +18,11 @@ identical token for token; tests/inference/test_speculative.py holds that.
 
 A request whose drafts are rarely kept stops drafting (``MIN_ACCEPT_RATE``), so text that does
 not repeat costs one dictionary lookup per token.
+
+With a draft model (draft_model.py) as well, a step takes the prompt-lookup draft when its
+match is at least ``NGRAM_OVER_MODEL`` tokens long (the text is being copied: free to propose
+and usually right), and otherwise the draft model's greedy continuation. Each source is judged
+on its own, per request: a request whose model drafts are rarely kept stops asking for them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,23 @@ NGRAM_SIZES = (4, 3, 2)  # longest first: a longer match predicts better
 # MIN_ACCEPT_RATE stops drafting: each drafted token costs a position in the step.
 JUDGE_AFTER = 24
 MIN_ACCEPT_RATE = 0.3
+# With a draft model too: the prompt-lookup draft is taken when its match is this long or longer.
+NGRAM_OVER_MODEL = 3
+
+
+class Acceptance:
+    """How often one request's drafts from one source were kept; off when rarely."""
+
+    def __init__(self) -> None:
+        self.drafted = 0
+        self.accepted = 0
+        self.enabled = True
+
+    def judge(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        if self.drafted >= JUDGE_AFTER and self.accepted < MIN_ACCEPT_RATE * self.drafted:
+            self.enabled = False
 
 
 class NgramDrafter:
@@ -55,16 +77,20 @@ class NgramDrafter:
     def draft(self, limit: int) -> list[int]:
         """Up to ``limit`` tokens that followed the latest earlier occurrence of the history's
         tail (the longest n-gram that has one), or none."""
+        return self.match(limit)[1]
+
+    def match(self, limit: int) -> tuple[int, list[int]]:
+        """The draft (as :meth:`draft`) with the length of the n-gram it follows (0: none)."""
         if not self.enabled or limit <= 0:
-            return []
+            return 0, []
         hist = self.history
         for n in NGRAM_SIZES:
             if len(hist) <= n:
                 continue
             at = self._next.get(tuple(hist[-n:]))
             if at is not None:
-                return hist[at : at + limit]
-        return []
+                return n, hist[at : at + limit]
+        return 0, []
 
     def judge(self, drafted: int, accepted: int) -> None:
         """Count a step's outcome; stop drafting when drafts are rarely kept."""
