@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from conch.inference.bundled import find_bundled_gguf
 from conch.inference.store import ModelRecord
 from tests.vendor_shapes import strict
-from tests.web.conftest import RunningServer
+from tests.web.conftest import RunningServer, start_server
 
 MODEL = "smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "Name three colours."}]
@@ -30,8 +31,21 @@ def _post(server: RunningServer, path: str, **body: Any) -> httpx.Response:
 
 
 # -- chat logprobs -------------------------------------------------------------------------------
-def test_chat_logprobs_plain(inference_server: RunningServer) -> None:
-    client = inference_server.openai()
+@pytest.fixture(scope="module")
+def one_sequence_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server of one sequence: every request's cells sit where a fresh prefill puts them.
+    In the session's shared server, what earlier tests left in the KV pool moves a request's
+    cells, and a one-row decode step's attention sums by cell index (docs/inference.md), so
+    outputs can differ at a near-tie between two requests there."""
+    running, server, thread = start_server(tmp_path_factory.mktemp("one-seq"), n_parallel=1, n_ctx=1024)
+    yield running
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_chat_logprobs_plain(one_sequence_server: RunningServer) -> None:
+    """logprobs change nothing of the output: the same text as a plain request."""
+    client = one_sequence_server.openai()
     resp = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=8, temperature=0,  # type: ignore[arg-type]
                                           logprobs=True, top_logprobs=5)
     strict(ChatCompletion, resp.model_dump(mode="json", exclude_unset=True))
