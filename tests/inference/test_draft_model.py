@@ -133,6 +133,29 @@ def test_concurrent_sequences_keep_identity(engines: tuple[le.LlamaEngine, le.Ll
     assert all(not drafted.scheduler.draft.held(seq) for seq in range(2))
 
 
+def test_a_cancelled_sequence_clears_its_draft_cells(engines: tuple[le.LlamaEngine, le.LlamaEngine]) -> None:
+    drafted, _ = engines
+    assert drafted.scheduler is not None and drafted.scheduler.draft is not None
+    draft = drafted.scheduler.draft
+
+    async def cancel_early() -> bool:
+        gen = drafted.generate(drafted.format_chat(PROMPTS[1]), SamplingParams(max_tokens=200, temperature=0.0))
+        seen_cells = False
+        async for _ in gen:
+            seen_cells = seen_cells or any(draft.held(seq) for seq in range(2))
+            if seen_cells:
+                break  # the stream is closed: the request is cancelled
+        for _ in range(500):
+            if drafted.active_sequences == 0:
+                break
+            await asyncio.sleep(0.01)
+        return seen_cells
+
+    assert asyncio.run(cancel_early())
+    assert drafted.active_sequences == 0
+    assert all(not draft.held(seq) for seq in range(2))
+
+
 def test_an_unknown_draft_model_is_a_clear_error(smollm2_path: Path) -> None:
     engine = le.LlamaEngine("big", str(smollm2_path), n_ctx=256, draft_max=8, runtime=_runtime("nope", None))
     with pytest.raises(EngineError, match=r"model_overrides\.big\.draft_model = 'nope': no ready local GGUF"):
