@@ -118,3 +118,43 @@ async def test_completion_hover_definition(client: LanguageClient) -> None:
     symbols = await client.text_document_document_symbol_async(T.DocumentSymbolParams(text_document=doc))
     assert symbols is not None
     assert [s.name for s in symbols] == ["greeting", "shout", "words", "n", "r"]
+
+
+@pytest.mark.asyncio
+async def test_round_trip_latency_on_1000_lines(client: LanguageClient) -> None:
+    """Prints the time from a didChange to its publishDiagnostics and of a completion request
+    on a 1,000-line document, through the client (docs/lsp.md); never asserted."""
+    import statistics
+    import time
+
+    from tests.lsp.test_analysis import big_document
+
+    text = big_document()
+    await open_doc(client, text)
+    assert list(client.diagnostics[URI]) == []
+    doc = T.TextDocumentIdentifier(uri=URI)
+    edits, completions = [], []
+    for k in range(10):
+        t0 = time.perf_counter()
+        client.text_document_did_change(
+            T.DidChangeTextDocumentParams(
+                text_document=T.VersionedTextDocumentIdentifier(uri=URI, version=2 + k),
+                content_changes=[
+                    T.TextDocumentContentChangePartial(
+                        range=T.Range(start=T.Position(line=500, character=0), end=T.Position(line=500, character=0)),
+                        text=f"let added{k} = lenn({k})\n",
+                    )
+                ],
+            )
+        )
+        await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        edits.append((time.perf_counter() - t0) * 1000)
+        assert len(client.diagnostics[URI]) == k + 1
+        t0 = time.perf_counter()
+        await client.text_document_completion_async(
+            T.CompletionParams(text_document=doc, position=T.Position(line=501, character=0))
+        )
+        completions.append((time.perf_counter() - t0) * 1000)
+    print(f"\nround trip, 1000 lines: didChange -> diagnostics median {statistics.median(edits):.1f} ms "
+          f"(max {max(edits):.1f}); completion median {statistics.median(completions):.1f} ms "
+          f"(max {max(completions):.1f})")

@@ -826,6 +826,11 @@ def _builtins() -> list[CompletionItem]:
     return _builtin_items
 
 
+def warm_up() -> None:
+    """Build what the first completion would (every builtin's item)."""
+    _builtins()
+
+
 # -- queries --------------------------------------------------------------------------------
 
 

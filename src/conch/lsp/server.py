@@ -202,4 +202,5 @@ def document_symbol(ls: ConchLanguageServer, params: T.DocumentSymbolParams) -> 
 
 def run_stdio(**_: Any) -> None:
     """Serve one client on stdin/stdout until it exits."""
+    an.warm_up()  # the builtins' completion items, so that the first completion is quick
     server.start_io()
