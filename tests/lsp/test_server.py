@@ -158,3 +158,17 @@ async def test_round_trip_latency_on_1000_lines(client: LanguageClient) -> None:
     print(f"\nround trip, 1000 lines: didChange -> diagnostics median {statistics.median(edits):.1f} ms "
           f"(max {max(edits):.1f}); completion median {statistics.median(completions):.1f} ms "
           f"(max {max(completions):.1f})")
+
+
+@pytest.mark.asyncio
+async def test_positions_in_utf16(client: LanguageClient) -> None:
+    """The analysis counts code points; the client (VS Code's capabilities) UTF-16 units."""
+    await open_doc(client, 'let s = "😀" + lenn("é")\n')
+    [d] = client.diagnostics[URI]
+    # "😀" is 2 UTF-16 units: lenn starts at code point 14, unit 15
+    assert d.range == T.Range(start=T.Position(line=0, character=15), end=T.Position(line=0, character=19))
+    loc = await client.text_document_hover_async(
+        T.HoverParams(text_document=T.TextDocumentIdentifier(uri=URI), position=T.Position(line=0, character=5))
+    )
+    assert loc is not None and loc.range is not None
+    assert loc.range.start.character == 4

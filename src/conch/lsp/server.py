@@ -69,7 +69,8 @@ class ConchLanguageServer(LanguageServer):
 
     @property
     def encoding(self) -> str:
-        return str(self.workspace.position_encoding or T.PositionEncodingKind.Utf16)
+        enc = self.workspace.position_encoding or T.PositionEncodingKind.Utf16
+        return enc.value if isinstance(enc, T.PositionEncodingKind) else str(enc)
 
     def to_client(self, a: an.Analysis, line: int, ch: int) -> T.Position:
         if line < len(a.lines):
