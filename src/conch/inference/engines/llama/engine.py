@@ -9,8 +9,9 @@ their constraints) and ``embeddings``.
 Every micro-batch llama.cpp computes holds fewer than 64 tokens (``n_ubatch``): from 64
 query rows on, ggml's CPU flash attention switches to a tiled kernel whose rounding depends on
 the batch and on where the sequence sits in the KV pool. Below it, each token's logits are
-bitwise the same however its prompt was split and whatever else the pool holds, so a cached
-prompt prefix can be reused without changing any output. That holds on the CPU; a model on a GPU
+bitwise the same however its prompt was split, so a cached prompt prefix can be reused
+without changing any output, as long as the sequence's cells sit where a fresh run puts them
+(a one-row generation step's attention over 512+ cells sums by cell index: docs/inference.md). That holds on the CPU; a model on a GPU
 gets 512-token micro-batches by default (``n_ubatch``, conch.inference.offload, docs/gpu.md).
 """
 
