@@ -115,9 +115,10 @@ class Settings(BaseSettings):
     n_threads_batch: int | None = None  # prompt and multi-sequence steps; None: as n_threads
     n_parallel: int = 4
     cache_prompt: bool = True  # reuse KV of shared prompt prefixes (bitwise the same output, faster first token)
-    # Speculative decoding by prompt lookup: up to this many tokens drafted per step from where
-    # the text repeats (docs/inference.md); the output is unchanged. 0 turns it off.
-    draft_max: int = 8
+    # Speculative decoding by prompt lookup (and a model_overrides draft_model): up to this many
+    # tokens drafted per step. Off by default: with the bundled model it did not pay on the CPU,
+    # and verified drafts round differently from one-row steps (docs/inference.md). 8 turns it on.
+    draft_max: int = 0
     # Prompt prefixes of prompt_cache_min_tokens or more keep their KV under <data_dir>/kv-cache
     # across restarts, least recently used deleted past prompt_cache_disk_mb (0: off; docs/inference.md).
     prompt_cache_disk_mb: int = 512

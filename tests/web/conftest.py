@@ -68,7 +68,8 @@ def inference_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def inference_server(inference_data_dir: Path) -> Iterator[RunningServer]:
-    running, server, thread = start_server(inference_data_dir, n_parallel=4, n_ctx=1024, max_queue=64)
+    # Drafting on (its default is off), as this shared server has always run.
+    running, server, thread = start_server(inference_data_dir, n_parallel=4, n_ctx=1024, max_queue=64, draft_max=8)
     yield running
     server.should_exit = True
     thread.join(timeout=30)

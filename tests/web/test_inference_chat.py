@@ -424,10 +424,10 @@ def test_queue_full_is_429(busy_server: RunningServer) -> None:
         assert c.get("/v1/health").status_code == 200
 
 
-def test_speculative_decoding_is_on_by_default_and_counted(inference_server: RunningServer) -> None:
-    """A reply that copies its input is drafted by prompt lookup (draft_max, default 8): /metrics
-    counts drafted and kept tokens, and the answer is what greedy decoding gives (the engine
-    tests compare with drafting off token for token)."""
+def test_speculative_decoding_is_counted(inference_server: RunningServer) -> None:
+    """With draft_max = 8 (off by default), a reply that copies its input is drafted by prompt
+    lookup: /metrics counts drafted and kept tokens, and the same request gives the same answer
+    (the engine tests compare with drafting off token for token on short contexts)."""
     code = "def area(width, height):\n    result = width * height\n    return result\n"
     messages = [{"role": "user", "content": f"Repeat this code exactly:\n\n{code}"}]
     drafted = _metric(inference_server, "conch_inference_draft_tokens_total")
