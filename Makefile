@@ -38,6 +38,7 @@ run: setup
 test: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+	@bash scripts/ensure_chromium.sh
 	$(BIN)/pytest
 
 # The peers the benchmarks compare with: the `bench` extra, and Nushell from npm into

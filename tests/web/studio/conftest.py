@@ -103,7 +103,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 @pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium; .ci/run does it)")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium; `make test` does it as root)")
     playwright_api = pytest.importorskip("playwright.sync_api")
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
