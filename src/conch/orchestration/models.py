@@ -64,12 +64,7 @@ class ModelClient:
         self, model: str, messages: list[dict[str, Any]], schema: dict[str, Any]
     ) -> Reply:
         name = wire_model(model)
-        body: dict[str, Any] = {
-            "model": name,
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": MAX_TOKENS,
-        }
+        body = _body(name, messages)
         if name not in self._unconstrained:
             body["response_format"] = {
                 "type": "json_schema",
@@ -84,18 +79,7 @@ class ModelClient:
             self._unconstrained.add(name)
             body.pop("response_format")
             response = await self._post(body)
-        if response.status_code != 200:
-            raise ModelError(
-                f"the model server answered {response.status_code} for model {model!r}: "
-                f"{_message(response)}"
-            )
-        try:
-            data = response.json()
-            text = data["choices"][0]["message"].get("content") or ""
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ModelError("the model server's reply is not a chat completion") from None
-        usage = data.get("usage") or {}
-        return Reply(text=str(text), usage={k: v for k, v in usage.items() if isinstance(v, int)})
+        return _reply(response, model, tools=False)
 
     async def protocol(self, model: str) -> Protocol:
         """``native`` unless the model is known to lack tool support: the server's
@@ -128,12 +112,7 @@ class ModelClient:
         """A chat turn with the API's ``tools``; :class:`ToolsUnsupported` when the server
         refuses them (a 400 naming tools), and the model is JSON-protocol from then on."""
         name = wire_model(model)
-        body: dict[str, Any] = {
-            "model": name,
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": MAX_TOKENS,
-        }
+        body = _body(name, messages)
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
@@ -143,31 +122,7 @@ class ModelClient:
             raise ToolsUnsupported(
                 f"the model server refused tools for model {model!r}: {_message(response)}"
             )
-        if response.status_code != 200:
-            raise ModelError(
-                f"the model server answered {response.status_code} for model {model!r}: "
-                f"{_message(response)}"
-            )
-        try:
-            data = response.json()
-            message = data["choices"][0]["message"]
-            text = message.get("content") or ""
-            calls = [
-                {
-                    "id": str(c.get("id") or ""),
-                    "name": str(c["function"]["name"]),
-                    "arguments": _arguments(c["function"].get("arguments")),
-                }
-                for c in message.get("tool_calls") or []
-            ]
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ModelError("the model server's reply is not a chat completion") from None
-        usage = data.get("usage") or {}
-        return Reply(
-            text=str(text),
-            usage={k: v for k, v in usage.items() if isinstance(v, int)},
-            tool_calls=calls or None,
-        )
+        return _reply(response, model, tools=True)
 
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
         url = f"{self.base_url}/chat/completions"
@@ -175,6 +130,40 @@ class ModelClient:
             return await self._http().post(url, json=body)
         except httpx.HTTPError as exc:
             raise ModelError(f"cannot reach the model server at {self.base_url}: {exc}") from exc
+
+
+def _body(name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": name, "messages": messages, "temperature": 0, "max_tokens": MAX_TOKENS}
+
+
+def _reply(response: httpx.Response, model: str, *, tools: bool) -> Reply:
+    """The chat completion's text, usage and (``tools``) tool calls; :class:`ModelError`
+    for an error status or a body that is not a chat completion."""
+    if response.status_code != 200:
+        raise ModelError(
+            f"the model server answered {response.status_code} for model {model!r}: "
+            f"{_message(response)}"
+        )
+    try:
+        data = response.json()
+        message = data["choices"][0]["message"]
+        text = message.get("content") or ""
+        calls = [
+            {
+                "id": str(c.get("id") or ""),
+                "name": str(c["function"]["name"]),
+                "arguments": _arguments(c["function"].get("arguments")),
+            }
+            for c in (message.get("tool_calls") or [] if tools else [])
+        ]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise ModelError("the model server's reply is not a chat completion") from None
+    usage = data.get("usage") or {}
+    return Reply(
+        text=str(text),
+        usage={k: v for k, v in usage.items() if isinstance(v, int)},
+        tool_calls=calls or None,
+    )
 
 
 def _arguments(value: Any) -> str:
