@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     max_output_bytes: int = 10 * 1024 * 1024
     max_collection_size: int = 10_000_000
     worker_memory_mb: int = 1024
+    # The kernel layers under the language's checks (conch.sandbox.layers, docs/agent-server.md):
+    # "best-effort" applies every layer the machine offers and reports the missing ones,
+    # "strict" refuses to start without Landlock, seccomp and an unprivileged worker user.
+    sandbox: Literal["strict", "best-effort", "off"] = "best-effort"
+    sandbox_user: str = "nobody"  # who workers run as when the server runs as root
+    worker_pids_max: int = 64  # processes per worker (cgroup pids.max, or RLIMIT_NPROC)
     default_model: str = "local:smollm2-135m-instruct"
     marketplace_url: str | None = None
     executor: str = "local"

@@ -31,12 +31,12 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from conch import __version__
-from conch.agents.envelope import RunEnvelope
-from conch.agents.sandbox import Job, allowed_effects
 from conch.config import Settings
 from conch.lang import schema
 from conch.lang.builtins.registry import lookup
 from conch.marketplace.service import InstalledAgent
+from conch.sandbox.envelope import RunEnvelope
+from conch.sandbox.pool import Job, allowed_effects
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What this process is for, set once at its start by the entry point that knows.
 
-A sandbox worker (``conch.agents.sandbox_worker``) reaches models over HTTP and never loads
+A sandbox worker (``conch.sandbox.worker``) reaches models over HTTP and never loads
 one, so importing :mod:`conch.inference` there (for ``ai``/``embed``) must not map llama.cpp's
 libraries into it (:mod:`conch.inference.native`). A module attribute, not an environment
 variable, so that programs never see it in ``env()``.

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from conch.agents.sandbox import Job, SandboxPool
 from conch.config import Settings
 from conch.orchestration.executor import LocalExecutor
+from conch.sandbox.pool import Job, SandboxPool
 
 
 def _with_executor(tmp_path: Path, body: Any, workers: int = 1) -> Any:

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
+from conch.sandbox.pool import SandboxPool
 
 __all__ = [
     "AgentServer",

@@ -82,12 +82,16 @@ def build_app() -> typer.Typer:
         root_obj = ctx.find_root().obj or {}
         settings = load_settings(root_obj.get("config"))
         data = settings.public_dict()
+        from conch.sandbox.probe import probe
+
+        layers = {name: layer.to_dict() for name, layer in probe(settings).items()}
         if as_json:
             import json
 
-            typer.echo(json.dumps(data, indent=2, sort_keys=True))
+            typer.echo(json.dumps({**data, "sandbox_layers": layers}, indent=2, sort_keys=True))
             return
         _print_config(data)
+        _print_layers(settings.sandbox, layers)
 
     app.add_typer(config_app, name="config")
     _attach_subcommands(app)
@@ -112,6 +116,21 @@ def _print_config(data: dict[str, Any]) -> None:
     for key in sorted(data):
         value = data[key]
         table.add_row(key, "" if value is None else str(value))
+    Console().print(table)
+
+
+def _print_layers(mode: str, layers: dict[str, dict[str, Any]]) -> None:
+    """The sandbox's kernel layers as this machine would give them to a server started now."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sandbox layers (sandbox = {mode!r})", show_header=True,
+                  header_style="bold", box=None, title_justify="left")
+    table.add_column("layer")
+    table.add_column("state")
+    table.add_column("detail")
+    for name, layer in layers.items():
+        table.add_row(name, "on" if layer["active"] else "missing", layer["detail"])
     Console().print(table)
 
 

@@ -154,7 +154,6 @@ def mcp_command() -> None:
 async def _serve_stdio(settings: Any) -> None:
     from mcp.server.stdio import stdio_server
 
-    from conch.agents.sandbox import SandboxPool
     from conch.lang.builtins.registry import load_all
     from conch.marketplace.catalogue import CATALOGUE
     from conch.marketplace.service import MarketplaceService
@@ -162,6 +161,7 @@ async def _serve_stdio(settings: Any) -> None:
     from conch.mcp_server import ConchMCP, OrchestratorRunner
     from conch.orchestration.executor import make_executor
     from conch.orchestration.service import Orchestrator
+    from conch.sandbox.pool import SandboxPool
 
     load_all()
     settings.ensure_dirs()

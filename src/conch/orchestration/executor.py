@@ -2,7 +2,7 @@
 
 ``local`` (the default) hands each job to the server's sandbox pool (worker processes with
 OS limits). ``dask`` submits it to a Dask distributed cluster (``dask_scheduler``), where a
-Dask worker runs it with the same :class:`~conch.agents.sandbox_worker.Runner` the sandbox
+Dask worker runs it with the same :class:`~conch.sandbox.worker.Runner` the sandbox
 workers use: the same workspace confinement, effect policy and language limits, but the
 cluster's processes, so the OS limits (RLIMIT_AS, RLIMIT_CPU) are the cluster's to set.
 Both return the sandbox's envelope as its wire dict
@@ -16,10 +16,10 @@ import dataclasses
 import functools
 from typing import Any, Protocol
 
-from conch.agents.envelope import RunEnvelope
-from conch.agents.sandbox import Job, SandboxPool, configured_limits, effective_limits
-from conch.agents.sandbox_worker import Collect, WorkerConfig
 from conch.config import Settings
+from conch.sandbox.envelope import RunEnvelope
+from conch.sandbox.pool import Job, SandboxPool, configured_limits, effective_limits
+from conch.sandbox.worker import Collect, WorkerConfig
 
 _GRACE_S = 2.0
 
@@ -134,8 +134,8 @@ def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[
     reference); one Runner per configuration keeps its compile caches warm."""
     import json
 
-    from conch.agents.sandbox_worker import Runner
     from conch.lang.builtins.registry import load_all
+    from conch.sandbox.worker import Runner
 
     key = json.dumps(config, sort_keys=True)
     runner = _RUNNERS.get(key)
@@ -159,7 +159,7 @@ class DaskExecutor:
         self.limits = configured_limits(settings)
         base = pool.config if pool is not None else None
         if base is None:
-            from conch.agents.sandbox import allowed_effects
+            from conch.sandbox.pool import allowed_effects
 
             public = settings.model_copy(update={"api_key": None})
             base = WorkerConfig(

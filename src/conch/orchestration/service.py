@@ -36,7 +36,6 @@ from conch.agents.registry import (
     AgentSpec,
     qualified_model,
 )
-from conch.agents.sandbox import Job
 from conch.config import Settings
 from conch.lang.builtins.registry import lookup
 from conch.orchestration.approvals import (
@@ -71,6 +70,7 @@ from conch.orchestration.spec import (
     plan,
 )
 from conch.orchestration.store import INTERRUPTED, TASK_DONE, CheckpointSeq, StepOutcome, Store
+from conch.sandbox.pool import Job
 
 log = logging.getLogger("conch.orchestration")
 

@@ -112,6 +112,7 @@ INDEX: dict[str, tuple[str, ...]] = {
     "reverse": ("collections",),
     "rm": ("filesystem",),
     "round": ("math",),
+    "run_process": ("system",),
     "select": ("collections",),
     "skip": ("collections",),
     "skip_while": ("collections",),

@@ -95,6 +95,12 @@ def _request(name: str, method: str, url: str, body: Any = None, headers: Any = 
     except httpx.TooManyRedirects:
         raise ConchError("IOError", f"{name}: {url} redirected more than 5 times") from None
     except (httpx.HTTPError, httpcore_errors()) as exc:
+        if _refused_by_kernel(exc):
+            raise ConchError(
+                "PermissionError",
+                f"{name}: the sandbox refused the connection to {url}",
+                hint="the server must enable the network (allow_network)",
+            ) from None
         raise ConchError("IOError", f"{name}: request to {url} failed: {exc or type(exc).__name__}") from None
     parsed: Any = text
     if "json" in ctype and text.strip():
@@ -103,6 +109,19 @@ def _request(name: str, method: str, url: str, body: Any = None, headers: Any = 
         except ValueError:
             parsed = text
     return {"status": status, "headers": out_headers, "body": parsed}
+
+
+def _refused_by_kernel(exc: BaseException) -> bool:
+    """Whether a connection failed because the OS refused it (a sandbox's Landlock or
+    seccomp layer), not the network: the error keeps the kind the language gives refusals."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, PermissionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def httpcore_errors() -> type[Exception]:

@@ -14,7 +14,7 @@ import time
 import conch
 from conch.lang.builtins import registry
 from conch.lang.builtins.registry import Example, builtin
-from conch.lang.builtins.types import Bool, Float, Function, Int, Record, String, Table
+from conch.lang.builtins.types import Array, Bool, Float, Function, Int, Record, String, Table
 from conch.lang.context import current
 from conch.lang.errors import ConchError, did_you_mean
 from conch.lang.values import function_name, render
@@ -281,3 +281,77 @@ def help_(name: String | Function) -> Record:
             hint=did_you_mean(name, registry.REGISTRY) or "builtins() lists them all",
         )
     return found.to_dict()
+
+
+@builtin(
+    "run_process",
+    category="system",
+    effect="process",
+    returns="Record",
+    description="Run a command, without a shell, in the current directory, and return "
+    "`{code, stdout, stderr}` (stdout and stderr as text). `command` is a program on PATH or "
+    "a path; `args` are its arguments; `stdin` is text sent to it. The command is stopped "
+    "(TimeoutError) when the run's wall time runs out or the run is cancelled, and its "
+    "output counts against the output limit. In the agent server it needs `allow_process`, "
+    "and runs inside the worker's sandbox (docs/agent-server.md).",
+    examples=[
+        Example('run_process("echo", ["hi"]).stdout', "hi\n"),
+        Example('run_process("sh", ["-c", "exit 3"]).code', 3),
+        Example('run_process("cat", stdin="piped").stdout', "piped"),
+    ],
+)
+def run_process(command: String, args: Array | None = None, stdin: String | None = None) -> Record:
+    import shutil
+    import subprocess
+
+    ctx = current()
+    argv = list(args or ())
+    if not all(type(a) is str for a in argv):
+        raise ConchError("TypeError", "run_process: args must be an Array of Strings")
+    program = command
+    if "/" in command:
+        program = str(ctx.resolve_path(command))
+    elif shutil.which(command) is None:
+        raise ConchError("IOError", f"run_process: no program named {command!r} on PATH")
+    limit = ctx.limits.wall_time_s
+    deadline = ctx.deadline
+    if deadline is None and limit is not None:
+        deadline = time.monotonic() + limit
+    try:
+        # In the worker's process group (no new session): a worker that is killed takes it along.
+        proc = subprocess.Popen(
+            [program, *argv], cwd=ctx.cwd,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        kind = "PermissionError" if isinstance(exc, PermissionError) else "IOError"
+        raise ConchError(kind, f"run_process: cannot start {command!r}: {exc.strerror or exc}") from None
+    data = None if stdin is None else stdin.encode("utf-8")
+    try:
+        while True:
+            wait = _SLICE_S * 4
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            try:
+                out, err = proc.communicate(data, timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                pass  # communicate() keeps what it has sent and read so far
+            ctx.check_cancelled()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ConchError(
+                    "TimeoutError",
+                    f"run_process: {command!r} ran past the run's wall-time limit of {limit} s",
+                )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if ctx.limits.output_bytes is not None:
+        ctx.output_used += len(out) + len(err)
+        if ctx.output_used > ctx.limits.output_bytes:
+            raise ConchError("LimitError",
+                             f"output limit of {ctx.limits.output_bytes} bytes exceeded")
+    return {"code": proc.returncode, "stdout": out.decode("utf-8", "replace"),
+            "stderr": err.decode("utf-8", "replace")}

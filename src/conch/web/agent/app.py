@@ -13,9 +13,9 @@ from contextlib import asynccontextmanager
 from starlette.middleware import Middleware
 
 from conch import __version__
-from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
+from conch.sandbox.pool import SandboxPool
 from conch.web.agent import discovery, execution, health, marketplace, mcp, orchestration, streams
 from conch.web.agent.errors import install_error_handlers
 from conch.web.agent.fast_path import AgentApp

@@ -19,10 +19,10 @@ from typing import Annotated
 
 from fastapi import Depends
 
-from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.marketplace import MarketplaceService
 from conch.orchestration.service import Orchestrator
+from conch.sandbox.pool import SandboxPool
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 from conch.web.common.deps import state_getter

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from conch.agents.envelope import PipelineEnvelope, RunEnvelope
-from conch.agents.sandbox import Job
 from conch.lang.builtins.registry import lookup
+from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope
+from conch.sandbox.pool import Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.errors import unknown_builtin
 from conch.web.agent.protocol import (

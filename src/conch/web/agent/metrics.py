@@ -15,7 +15,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from conch.agents.sandbox import SandboxPool
+from conch.sandbox.pool import SandboxPool
 from conch.web.common.metrics import HTTPMetrics
 
 _RUN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -40,6 +40,14 @@ class _PoolCollector(Collector):
         for reason in ("timeout", "limit", "crash", "cancelled", "protocol", "recycle"):
             restarts.add_metric([reason], self.pool.restarts.get(reason, 0))
         yield restarts
+        layers = GaugeMetricFamily(
+            "conch_sandbox_layer",
+            "Kernel layers of the sandbox workers: 1 in force, 0 missing or off",
+            labels=["layer"],
+        )
+        for name, layer in self.pool.layers.items():
+            layers.add_metric([name], 1 if layer.active else 0)
+        yield layers
 
 
 class AgentMetrics(HTTPMetrics):

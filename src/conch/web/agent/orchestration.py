@@ -17,13 +17,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
-from conch.agents.sandbox import SandboxPool
 from conch.config import Settings
 from conch.orchestration.approvals import ApprovalPolicy, Effect
 from conch.orchestration.errors import Invalid, OrchestrationError
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.protocol import parse_body

@@ -2,7 +2,7 @@
 
 Request models are strict (a number is not a string) and ignore unknown fields; response
 models exist for the OpenAPI document — handlers write the JSON themselves. The run envelope
-is :mod:`conch.agents.envelope`, the one shape the worker, the pool and the routes share. Routes parse
+is :mod:`conch.sandbox.envelope`, the one shape the worker, the pool and the routes share. Routes parse
 their bodies with :func:`parse_body` and document them with :func:`request_body`.
 """
 
@@ -72,10 +72,21 @@ class RequestErrorBody(BaseModel):
     error: RequestErrorInfo
 
 
+class SandboxLayer(BaseModel):
+    active: bool
+    detail: str
+
+
+class SandboxReport(BaseModel):
+    mode: str  # strict | best-effort | off
+    layers: dict[str, SandboxLayer]  # landlock, seccomp, user, limits
+
+
 class Health(BaseModel):
     status: str = "healthy"
     version: str
     uptime_seconds: int
+    sandbox: SandboxReport | None = None  # with ?detail=true
 
 
 class BuiltinSummary(BaseModel):

@@ -7,7 +7,7 @@ import time
 
 from starlette.responses import Response
 
-from conch.agents.sandbox import Job, SandboxPool
+from conch.sandbox.pool import Job, SandboxPool
 from conch.web.agent.metrics import AgentMetrics
 
 

@@ -16,8 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from conch.agents.envelope import RunError
-from conch.agents.sandbox import Job
+from conch.sandbox.envelope import RunError
+from conch.sandbox.pool import Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.execution import eval_job, execute_job, pipeline_job
 from conch.web.agent.protocol import (

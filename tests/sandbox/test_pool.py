@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from conch.agents.sandbox import Job, SandboxPool, effective_limits
 from conch.config import Settings
 from conch.lang.context import Limits
+from conch.sandbox.pool import Job, SandboxPool, effective_limits
 
 
 def _with_pool(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.agents.worker_env import ALLOWED_ENV, worker_environment, worker_settings
 from conch.config import ProviderConfig, Settings
+from conch.sandbox.worker_env import ALLOWED_ENV, worker_environment, worker_settings
 
 
 def test_only_allowlisted_variables_pass() -> None:

@@ -1,6 +1,6 @@
 """The child side of the sandbox: one worker process that runs conch programs for the server.
 
-The server (:mod:`conch.agents.sandbox`) starts these processes and never runs untrusted
+The server (:mod:`conch.sandbox.pool`) starts these processes and never runs untrusted
 code itself. A worker applies its OS limits once at start (``RLIMIT_AS``) and before each
 job (``RLIMIT_CPU``), scrubs secrets from its environment, then serves jobs one at a time
 over a socket: it receives a job, runs it under a sandboxed :class:`Context`, and sends
@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from conch import process_role
-from conch.agents.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
 from conch.config import Settings
 from conch.lang import values
 from conch.lang.builtins.registry import type_names
-from conch.lang.context import Context, Limits, using
+from conch.lang.context import EFFECTS, Context, Limits, using
 from conch.lang.errors import ConchError, from_python
+from conch.sandbox.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
@@ -80,6 +80,40 @@ class WorkerConfig:
     memory_mb: int
     max_recursion: int
     settings_json: str | None = None
+    # conch.sandbox.layers.Confinement as a dict; None: no kernel layers (a Dask worker)
+    confinement: dict[str, Any] | None = None
+    # RLIMIT_NPROC, for a worker running as the sandbox user without a cgroup
+    nproc: int | None = None
+    # False only from tests (SandboxPool(language_checks=False)): see Runner
+    language_checks: bool = True
+    # [uid, gid] to run as once started (a server running as root)
+    user: list[int] | None = None
+
+
+def _confine(config: WorkerConfig) -> dict[str, Any]:
+    """The kernel layers, last, once everything is imported: from here on the worker reads
+    nothing outside the workspace and what the interpreter needs, and is not root.
+
+    Landlock and seccomp go on while the worker is still root, so that the ruleset can open
+    the interpreter's directories wherever they are; then the worker drops to the sandbox
+    user, reaching those directories through descriptors opened before (reroot_imports)."""
+    applied: dict[str, Any] = {}
+    if config.user is not None:
+        from conch.sandbox.identity import reroot_imports
+
+        reroot_imports((config.user[0], config.user[1]))
+    if config.confinement is not None:
+        from conch.sandbox.layers import Confinement, confine
+
+        applied = {name: layer.to_dict()
+                   for name, layer in confine(Confinement(**config.confinement)).items()}
+    if config.user is not None:
+        from conch.sandbox.identity import become
+
+        become(*config.user)
+    if config.nproc:  # counted per user: only a worker of its own user may set it
+        resource.setrlimit(resource.RLIMIT_NPROC, (config.nproc, config.nproc))
+    return applied
 
 
 def _scrub_environment() -> None:
@@ -154,7 +188,12 @@ def worker_main(sock: socket.socket) -> None:
     sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
     signal.signal(signal.SIGXCPU, _on_cpu_limit)
     _apply_memory_limit(config.memory_mb)
-    chan.send(["ready", os.getpid()])
+    try:
+        layers = _confine(config)
+    except Exception as exc:  # strict and a layer is missing, or the drop failed
+        chan.send(["refused", str(exc)])
+        return
+    chan.send(["ready", os.getpid(), layers])
     cpu = _CpuBudget()
     while True:
         job = chan.recv()
@@ -233,6 +272,14 @@ class Runner:
         self.settings = (
             Settings.model_validate_json(config.settings_json) if config.settings_json else None
         )
+        # Tests of the kernel layers turn the language's own checks off: every path, every
+        # effect, every address, so that only the kernel stands in the way.
+        self.checked = config.language_checks
+        if not self.checked:
+            self.allowed = frozenset(EFFECTS)
+            if self.settings is not None:
+                self.settings = self.settings.model_copy(
+                    update={"network_allow": ["0.0.0.0/0", "::/0"]})
         # Compiled programs and pipeline stages by source, least recently used first: agents
         # send the same commands again and again, and lexing, parsing and compiling cost
         # far more than running a small program.
@@ -262,7 +309,8 @@ class Runner:
             cancelled=self._never_cancelled,
             settings=self.settings,
         )
-        ctx.workspace = self.workspace
+        if self.checked:
+            ctx.workspace = self.workspace
         return ctx
 
     def run(self, job: dict[str, Any], chan: Outbox) -> None:

@@ -1,7 +1,7 @@
 """The sandbox: a pool of worker processes that run conch programs for the server.
 
 The server process never runs untrusted code. Each run is sent to a pre-started worker
-(:mod:`conch.agents.sandbox_worker`) which applies OS limits (``RLIMIT_AS`` for memory,
+(:mod:`conch.sandbox.worker`) which applies OS limits (``RLIMIT_AS`` for memory,
 ``RLIMIT_CPU`` per job) and runs the program with a workspace-confined :class:`Context`
 and per-request :class:`Limits`. Results, ``print`` lines, statement progress and the
 elements of a lazily produced Array come back incrementally, so callers can stream them.
@@ -10,7 +10,7 @@ A worker that breaks a limit, crashes, overruns its wall time or whose run is ab
 (client disconnect) is killed and replaced; the run ends with ``TimeoutError``,
 ``LimitError`` or ``CancelledError``.
 
-Workers are separate interpreters (``python -P -m conch.agents.sandbox_worker``), not forks
+Workers are separate interpreters (``python -P -m conch.sandbox.worker``), not forks
 of the server: they inherit none of its state, sockets or secrets, and the directory they
 run in (the workspace, which programs write to) is never on their import path.
 """
@@ -21,12 +21,14 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncGenerator
@@ -34,11 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from conch.agents.envelope import PipelineEnvelope, RunEnvelope, RunError
-from conch.agents.sandbox_worker import MAX_FRAME, WorkerConfig, encode
-from conch.agents.worker_env import worker_environment, worker_settings
 from conch.config import Settings
 from conch.lang.context import Limits
+from conch.sandbox import cgroups, identity
+from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
+from conch.sandbox.layers import Confinement, Layer, SandboxUnavailable
+from conch.sandbox.worker import MAX_FRAME, WorkerConfig, encode
+from conch.sandbox.worker_env import worker_environment, worker_settings
+
+log = logging.getLogger("conch.sandbox")
 
 _LIMIT_FIELDS = ("wall_time_s", "steps", "recursion", "output_bytes", "collection_size")
 
@@ -77,6 +83,24 @@ def configured_limits(settings: Settings, *, stream: bool = False) -> Limits:
         recursion=settings.max_recursion,
         output_bytes=settings.max_output_bytes,
         collection_size=settings.max_collection_size,
+    )
+
+
+def confinement(settings: Settings, workspace: Path) -> Confinement:
+    """What the kernel layers of a worker allow, from the server's settings."""
+    ports: list[int] | None = None
+    if not settings.allow_network:
+        ports = []
+        if settings.allow_model:
+            url = urllib.parse.urlsplit(settings.models_url)
+            with contextlib.suppress(ValueError):
+                ports = [url.port or (443 if url.scheme == "https" else 80)]
+    return Confinement(
+        mode=settings.sandbox,
+        workspace=str(workspace),
+        network=settings.allow_network,
+        process=settings.allow_process,
+        tcp_ports=ports,
     )
 
 
@@ -207,6 +231,7 @@ class Worker:
         self.pool = pool
         self.jobs = 0
         self.closed = False
+        self.cgroup: cgroups.WorkerGroup | None = None
         # Why the channel is unusable when the worker broke the protocol (not when it died).
         self.fault: str | None = None
         self.run: _Run | None = None
@@ -353,6 +378,9 @@ class Worker:
             run.unsent = memoryview(frame)[sent:]
 
     def kill(self) -> None:
+        # The worker leads its own process group: whatever it started goes with it.
+        with contextlib.suppress(ProcessLookupError, OSError):
+            os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, OSError):
             os.kill(self.pid, signal.SIGKILL)
         if not self.closed:
@@ -372,7 +400,11 @@ class Worker:
 class SandboxPool:
     """A fixed number of warm worker processes; runs queue for a free one."""
 
-    def __init__(self, settings: Settings, size: int | None = None) -> None:
+    def __init__(self, settings: Settings, size: int | None = None, *,
+                 language_checks: bool = True) -> None:
+        """``language_checks=False`` turns off the language's own path, effect and network
+        checks in the workers, so that tests can show what the kernel layers refuse on
+        their own. It is reachable from Python only: no setting or request can reach it."""
         self.settings = settings
         self.size = max(1, size if size is not None else settings.workers)
         self.workspace = Path(settings.workspace_dir)
@@ -383,7 +415,14 @@ class SandboxPool:
             memory_mb=settings.worker_memory_mb,
             max_recursion=settings.max_recursion,
             settings_json=public.model_dump_json(),
+            confinement=dataclasses.asdict(confinement(settings, self.workspace)),
+            language_checks=language_checks,
         )
+        # Who workers run as (None: as the server) and their cgroups (None: rlimits); both
+        # decided in start(), with the layers in force that workers report back.
+        self.user: identity.SandboxUser | None = None
+        self.delegation: cgroups.Delegation | None = None
+        self.layers: dict[str, Layer] = {}
         self.limits = configured_limits(settings)
         self.stream_limits = configured_limits(settings, stream=True)
         self.restarts: Counter[str] = Counter()
@@ -401,9 +440,54 @@ class SandboxPool:
 
     async def start(self) -> None:
         self.workspace.mkdir(parents=True, exist_ok=True)
+        self.layers = await asyncio.to_thread(self._prepare_layers)
         workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for w in workers:
             self._release(w)
+        log.info("sandbox (%s): %s", self.settings.sandbox, self.describe_layers())
+
+    def _prepare_layers(self) -> dict[str, Layer]:
+        """Decide the worker user and cgroups (the server's side of the layers); the worker
+        reports landlock and seccomp when it starts."""
+        mode = self.settings.sandbox
+        if mode == "off":
+            return {"user": Layer(False, "off"), "limits": Layer(False, "off: rlimits only")}
+        user_layer = self._prepare_user()
+        if mode == "strict" and not user_layer.active:
+            raise SandboxUnavailable(f'sandbox = "strict" but user ({user_layer.detail})')
+        self.delegation, why = cgroups.delegate()
+        if self.delegation is None:
+            log.info("sandbox: per-worker limits by rlimits: %s", why)
+            if self.user is not None:  # RLIMIT_NPROC counts the user's processes: only its own
+                self.config.nproc = self.settings.worker_pids_max * self.size
+            limits = Layer(False, f"rlimits (memory, cpu{', processes' if self.user else ''}); "
+                                  f"no cgroup: {why}")
+        else:
+            limits = Layer(True, f"{why}: memory.max, pids.max, cpu.max per worker")
+        return {"user": user_layer, "limits": limits}
+
+    def _prepare_user(self) -> Layer:
+        if os.geteuid() != 0:
+            return Layer(True, f"the server's own (uid {os.geteuid()}), not root")
+        try:
+            user = identity.resolve(self.settings.sandbox_user)
+        except LookupError as exc:
+            return Layer(False, f"workers run as root: {exc}")
+        blocked = identity.unreachable(self.workspace, user)
+        if blocked is not None:
+            return Layer(False, f"workers run as root: {user.name} cannot reach the workspace "
+                                f"({blocked}); set `workspace` to a directory it can reach")
+        identity.hand_over(self.workspace, user)
+        self.user = user
+        # Workers start as root and drop once started (conch.sandbox.identity.become).
+        self.config.user = [user.uid, user.gid]
+        return Layer(True, f"{user.name} (uid {user.uid}, gid {user.gid}), no supplementary groups")
+
+    def describe_layers(self) -> str:
+        return "; ".join(
+            f"{name} {'on' if layer.active else 'MISSING'} ({layer.detail})"
+            for name, layer in self.layers.items()
+        )
 
     async def close(self) -> None:
         self._closed = True
@@ -412,6 +496,9 @@ class SandboxPool:
         for w in list(self._workers):
             w.kill()
         await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in self._workers))
+        for w in self._workers:
+            if w.cgroup is not None:
+                w.cgroup.remove()
         self._workers.clear()
         self._idle.clear()
 
@@ -436,28 +523,43 @@ class SandboxPool:
         greeting = worker.greeting
         assert greeting is not None
         try:
+            if self.delegation is not None:
+                # Before the config: the worker runs nothing until it has it.
+                worker.cgroup = self.delegation.worker_group(
+                    f"worker-{worker.pid}", memory_mb=self.settings.worker_memory_mb,
+                    pids_max=self.settings.worker_pids_max)
+                worker.cgroup.add(worker.pid)
             config = encode(["config", dataclasses.asdict(self.config)])
             await asyncio.get_running_loop().sock_sendall(parent_sock, config)
             ready = await asyncio.wait_for(greeting, timeout=60)
         except (TimeoutError, WorkerError, OSError) as exc:
             worker.kill()
             raise WorkerError(f"a sandbox worker failed to start: {exc}") from exc
-        if not (isinstance(ready, list) and ready and ready[0] == "ready"):
+        if isinstance(ready, list) and ready and ready[0] == "refused":
+            worker.kill()
+            raise SandboxUnavailable(str(ready[1]))
+        if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
             worker.kill()
             raise WorkerError("a sandbox worker sent an unexpected greeting")
+        for name, layer in ready[2].items():
+            self.layers[name] = Layer(**layer)
         self._workers.add(worker)
         return worker
 
     def _popen(self, fd: int) -> subprocess.Popen[bytes]:
         env = worker_environment(self.settings)
+        if self.user is not None:
+            env["HOME"] = str(self.workspace)  # not root's home, which it cannot read
         return subprocess.Popen(
-            [sys.executable, "-P", "-m", "conch.agents.sandbox_worker", str(fd)],
+            [sys.executable, "-P", "-m", "conch.sandbox.worker", str(fd)],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             env=env,
             cwd=str(self.workspace.parent),
-            start_new_session=True,  # a Ctrl-C on the server's terminal is the server's to handle
+            # A Ctrl-C on the server's terminal is the server's to handle, and the worker's
+            # process group holds what it starts, for kill().
+            start_new_session=True,
         )
 
     def _closed_channel(self, worker: Worker) -> None:
@@ -475,7 +577,7 @@ class SandboxPool:
             return
         self._workers.discard(worker)
         self.restarts[reason] += 1
-        _reap_later(asyncio.get_running_loop(), worker.process)
+        _reap_later(asyncio.get_running_loop(), worker.process, worker.cgroup)
         if self._closed:
             return
 
@@ -724,12 +826,15 @@ class SandboxPool:
 
 
 def _reap_later(
-    loop: asyncio.AbstractEventLoop, process: subprocess.Popen[bytes], delay: float = 0.01
+    loop: asyncio.AbstractEventLoop, process: subprocess.Popen[bytes],
+    group: cgroups.WorkerGroup | None = None, delay: float = 0.01,
 ) -> None:
     """Collect a killed worker's exit status without a thread: SIGKILL takes effect within
-    milliseconds, so a few polls from the loop suffice."""
+    milliseconds, so a few polls from the loop suffice. Its cgroup goes with it."""
     if process.poll() is None and delay < 5.0:
-        loop.call_later(delay, _reap_later, loop, process, delay * 2)
+        loop.call_later(delay, _reap_later, loop, process, group, delay * 2)
+    elif group is not None:
+        group.remove()
 
 
 def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
