@@ -54,7 +54,10 @@ class AgentServer:
         self._thread.join(timeout=30)
 
 
-def start_agent_server(data_dir: Path, **overrides: Any) -> AgentServer:
+def start_agent_server(data_dir: Path, *, language_checks: bool = True,
+                       **overrides: Any) -> AgentServer:
+    """``language_checks=False``: workers without the language's own path, effect and
+    network checks (the kernel layers' tests)."""
     import uvicorn
 
     from conch.web.agent.app import create_app
@@ -65,7 +68,8 @@ def start_agent_server(data_dir: Path, **overrides: Any) -> AgentServer:
     port = int(sock.getsockname()[1])
     overrides.setdefault("workers", 2)
     settings = Settings(data_dir=data_dir, port=port, **overrides)
-    app = create_app(settings)
+    pool = None if language_checks else SandboxPool(settings, language_checks=False)
+    app = create_app(settings, pool)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )

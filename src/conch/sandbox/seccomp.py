@@ -16,6 +16,7 @@ architecture (32-bit entry points on x86-64), the usual way around a filter writ
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from typing import Any
 
@@ -84,6 +85,16 @@ def install(*, network: bool, stream_only: bool = False) -> None:
     sc = _library()
     deny = sc.ERRNO(errno.EPERM)
     flt = sc.SyscallFilter(defaction=sc.ALLOW)
+    # A binary tree over the system call numbers rather than a chain of comparisons: every
+    # system call of the worker passes through the filter.
+    with contextlib.suppress(OSError):  # libseccomp before 2.5
+        flt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
+    # Loading a filter turns on the kernel's Speculative Store Bypass mitigation for the
+    # process unless asked not to, which slows the interpreter by a fifth. It protects data
+    # in a process from code in the same process; a worker holds nothing the program it runs
+    # may not see (no keys, a scrubbed environment), and other processes are not affected.
+    with contextlib.suppress(OSError):
+        flt.set_attr(sc.Attr.CTL_SSB, 1)
     for name in DENIED:
         try:
             flt.add_rule(deny, name)

@@ -445,8 +445,15 @@ def ls(path: String = ".", all: Bool = False) -> Table:
         raise _os_error(exc, path) from None
     if not _stat.S_ISDIR(st.st_mode):
         return [_entry(path, os.lstat(real))]
+    try:
+        # The directory asked for: a refused listing is an error, not an empty directory
+        # (_scandir's leniency is for the directories a walk passes through).
+        with os.scandir(real) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
     out = []
-    for entry in _scandir(real):
+    for entry in entries:
         if not all and entry.name.startswith("."):
             continue
         try:
