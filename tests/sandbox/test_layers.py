@@ -268,3 +268,65 @@ def test_strict_starts_where_every_layer_is_offered(base: Path) -> None:
     layers, envelope = asyncio.run(run())
     assert envelope.result == "2"
     assert all(layers[name].active for name in ("landlock", "seccomp", "user")), layers
+
+
+@pytest.mark.skipif(not ROOT, reason="RLIMIT_NPROC is set for workers running as the sandbox user")
+def test_a_fork_bomb_stops_at_the_process_limit(base: Path) -> None:
+    settings = Settings(data_dir=base / "data-pids", workspace=base / "ws-pids", workers=1,
+                        allow_process=True, worker_pids_max=8, wall_time_s=20.0)
+    bomb = 'run_process("sh", ["-c", "for i in $(seq 40); do sleep 3 & done; wait"])'
+
+    async def run() -> Any:
+        pool = SandboxPool(settings)
+        await pool.start()
+        try:
+            limits = pool.layers["limits"]
+            bombed = await pool.run(Job(mode="program", source=bomb))
+            after = await pool.run(Job(mode="program", source="1 + 1"))
+            return limits, bombed, after
+        finally:
+            await pool.close()
+
+    limits, bombed, after = asyncio.run(run())
+    assert bombed.error is None, bombed.error
+    result = json.loads(bombed.result)
+    if limits.active:  # a cgroup: pids.max
+        assert "fork" in result["stderr"].lower() or result["code"] != 0, result
+    else:  # RLIMIT_NPROC for the sandbox user
+        assert "processes" in limits.detail
+        assert "fork" in result["stderr"].lower() or "resource" in result["stderr"].lower(), result
+    assert after.result == "2"
+
+
+def test_commands_end_with_the_run(unchecked: AgentServer) -> None:
+    with unchecked.client() as c:
+        body = c.post("/api/v1/execute", json={"command": 'run_process("sleep", ["30"])',
+                                               "limits": {"wall_time_s": 1}}).json()
+    assert body["error"]["kind"] == "TimeoutError", body
+    leftover = subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True, text=True,
+                              check=False)
+    assert leftover.stdout.strip() == "", "the command outlived its run"
+    _still_serving(unchecked)
+
+
+def test_per_worker_cgroups_where_one_is_delegated(base: Path) -> None:
+    from conch.sandbox import cgroups
+
+    where, why = cgroups.inspect()
+    if where is None:
+        pytest.skip(f"no delegated cgroup v2 here: {why}")
+    settings = Settings(data_dir=base / "data-cg", workspace=base / "ws-cg", workers=1,
+                        worker_pids_max=16)
+
+    async def run() -> Any:
+        pool = SandboxPool(settings)
+        await pool.start()
+        try:
+            (worker,) = pool._workers
+            assert worker.cgroup is not None
+            return (worker.cgroup.path / "pids.max").read_text().strip(), pool.layers["limits"]
+        finally:
+            await pool.close()
+
+    pids_max, limits = asyncio.run(run())
+    assert pids_max == "16" and limits.active
