@@ -43,7 +43,9 @@ const conch = StreamLanguage.define<St>({
       const w = stream.current();
       if (KW.has(w)) return "keyword";
       if (ATOMS.has(w)) return "atom";
-      if (builtinNames.has(w)) return "function";
+      // "variableName.standard" (tags.standard(tags.variableName)): a name the language
+      // provides. A bare "function" is a tag modifier, which CodeMirror rejects with a warning.
+      if (builtinNames.has(w)) return "variableName.standard";
       return "variableName";
     }
     if (stream.match(/^(?:\|\||&&|==|!=|<=|>=|=~|=>|\.\.=|\.\.|\*\*|\/\/|\?\.|[|+\-*/%<>=!])/)) return "operator";
@@ -59,7 +61,7 @@ const style = HighlightStyle.define([
   { tag: t.number, color: "var(--hl-number)" },
   { tag: t.atom, color: "var(--hl-number)" },
   { tag: t.comment, color: "var(--hl-comment)", fontStyle: "italic" },
-  { tag: t.function(t.variableName), color: "var(--hl-function)" },
+  { tag: t.standard(t.variableName), color: "var(--hl-function)" },
   { tag: t.operator, color: "var(--hl-operator)" },
 ]);
 

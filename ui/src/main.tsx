@@ -2,18 +2,21 @@ import type { ComponentType } from "preact";
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { apiKey, forgetKey, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { NotFound } from "./components/NotFound";
 import { config } from "./config";
+import { parseHash, useRoute } from "./router";
 import "./style.css";
 
-type Page = { id: string; title: string; load: () => Promise<ComponentType> };
+// `sub`: the page has routes of its own under `#/<id>/…` (objects, tabs); the others have none.
+type Page = { id: string; title: string; sub?: boolean; load: () => Promise<ComponentType> };
 
 // Each page is its own chunk, loaded when first shown: the first paint only pays for one.
 const PAGES: Page[] = [
   { id: "playground", title: "Playground", load: () => import("./pages/Playground").then((m) => m.Playground) },
-  { id: "chat", title: "Chat", load: () => import("./pages/Chat").then((m) => m.Chat) },
-  { id: "models", title: "Models", load: () => import("./pages/Models").then((m) => m.Models) },
-  { id: "agents", title: "Agents", load: () => import("./pages/Agents").then((m) => m.Agents) },
-  { id: "marketplace", title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
+  { id: "chat", sub: true, title: "Chat", load: () => import("./pages/Chat").then((m) => m.Chat) },
+  { id: "models", sub: true, title: "Models", load: () => import("./pages/Models").then((m) => m.Models) },
+  { id: "agents", sub: true, title: "Agents", load: () => import("./pages/Agents").then((m) => m.Agents) },
+  { id: "marketplace", sub: true, title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
   { id: "status", title: "Status", load: () => import("./pages/Status").then((m) => m.Status) },
 ].filter((p) => config.pages.includes(p.id));
 
@@ -33,9 +36,11 @@ function PageView({ page }: { page: Page }) {
   return View ? <View /> : <div class="muted">loading…</div>;
 }
 
-function currentPage(): string {
-  const id = location.hash.replace(/^#\/?/, "");
-  return PAGES.some((p) => p.id === id) ? id : PAGES[0]?.id ?? "status";
+/** The page a route shows: the first page for `#/` (or no hash), null for an unknown one. */
+function pageOf(id: string): Page | null {
+  if (!id) return PAGES[0] ?? null;
+  const page = PAGES.find((p) => p.id === id) ?? null;
+  return page && (page.sub || parseHash().parts.length === 0) ? page : null;
 }
 
 type Theme = "auto" | "light" | "dark";
@@ -92,15 +97,16 @@ function KeyPrompt() {
 }
 
 function App() {
-  const [page, setPage] = useState(currentPage());
+  const route = useRoute();
   const [theme, nextTheme] = useTheme();
   const [, force] = useState(0);
+  const current = pageOf(route.page);
+  const page = current?.id ?? "not-found";
   useEffect(() => {
-    const on = () => setPage(currentPage());
-    addEventListener("hashchange", on);
-    return () => removeEventListener("hashchange", on);
-  }, []);
-  const current = PAGES.find((p) => p.id === page);
+    document.title = `${current ? current.title : "Not found"} · conch studio`;
+    // A new page starts at the top (a sub-route of the same page keeps its scroll).
+    scrollTo(0, 0);
+  }, [page]);
   return (
     <>
       <a class="skip" href="#main">
@@ -130,7 +136,7 @@ function App() {
         </div>
       </header>
       <main id="main" tabIndex={-1} data-page={page}>
-        {current && <PageView key={page} page={current} />}
+        {current ? <PageView key={page} page={current} /> : <NotFound pages={PAGES} />}
       </main>
       <KeyPrompt />
     </>
@@ -138,6 +144,6 @@ function App() {
 }
 
 // The playground's first request goes out while its code loads.
-if (currentPage() === "playground") prefetchJSON("/api/v1/builtins");
+if (pageOf(parseHash().page)?.id === "playground") prefetchJSON("/api/v1/builtins");
 render(<App />, document.getElementById("app")!);
 (window as any).__conchStudioReady = performance.now();

@@ -4,6 +4,7 @@ conch's own origins. (No Node needed: the build's inputs are hashed the same way
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -28,6 +29,21 @@ def test_the_bundle_was_built_from_the_committed_source() -> None:
         if p.is_file() and p.name != "studio-manifest.json"
     )
     assert shipped == manifest["assets"]
+
+
+# Issue 21: the whole bundle (every page's chunk, the CSS and index.html), gzip-compressed as
+# it is served, stays within 400 kB. docs/studio.md states the figure.
+BUNDLE_GZIP_LIMIT = 400_000
+
+
+def test_the_whole_bundle_stays_within_400_kb_gzipped() -> None:
+    sizes = {
+        p.relative_to(DIST).as_posix(): len(gzip.compress(p.read_bytes(), 9))
+        for p in DIST.rglob("*")
+        if p.is_file() and p.name != "studio-manifest.json"
+    }
+    total = sum(sizes.values())
+    assert total <= BUNDLE_GZIP_LIMIT, f"{total} bytes gzipped: {sorted(sizes.items(), key=lambda kv: -kv[1])}"
 
 
 def test_index_references_only_shipped_local_assets() -> None:

@@ -95,7 +95,7 @@ def test_install_an_agent_from_the_marketplace(servers: Servers, page: Any, shot
     page.goto(servers.agent + "/#/marketplace")
     page.get_by_test_id("market-search").fill("csv")
     page.get_by_test_id("market-search").press("Enter")
-    first = page.get_by_test_id("market-results").locator("button").first
+    first = page.get_by_test_id("market-results").locator("a").first
     expect(first).to_contain_text("csv")
     first.click()
     detail = page.get_by_test_id("market-detail")

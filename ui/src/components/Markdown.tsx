@@ -1,4 +1,5 @@
 import { marked, type Token, type Tokens } from "marked";
+import { CopyButton } from "./CopyButton";
 
 // marked only tokenises here; the tokens become Preact nodes, so model text is always
 // rendered as text (an HTML token is shown as its source, never parsed).
@@ -50,9 +51,12 @@ function block(tokens: Token[]): any {
       case "code": {
         const c = t as Tokens.Code;
         return (
-          <pre key={i} class="code" data-lang={c.lang || undefined}>
-            <code>{c.text}</code>
-          </pre>
+          <div key={i} class="code-block">
+            <CopyButton text={() => c.text} label={`Copy code${c.lang ? ` (${c.lang})` : ""}`} class="copy-code" />
+            <pre class="code" data-lang={c.lang || undefined}>
+              <code>{c.text}</code>
+            </pre>
+          </div>
         );
       }
       case "blockquote":

@@ -1,6 +1,9 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { getJSON, isAbort, listOf, postJSON, streamEvents } from "../api";
+import { ApiError, getJSON, isAbort, listOf, postJSON, streamEvents } from "../api";
 import { ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
+import { NotFound } from "../components/NotFound";
+import { Tabs } from "../components/Tabs";
+import { link, navigate, useRoute } from "../router";
 
 const O = "/api/v1/orchestration";
 const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
@@ -57,29 +60,38 @@ function useEvents(url: string | null, active: boolean, onEvent: (name: string, 
   }, [url, active]);
 }
 
+const TABS = [
+  { id: "tasks", label: "Tasks", href: link("agents", "tasks") },
+  { id: "workflows", label: "Workflows", href: link("agents", "workflows") },
+  { id: "agents", label: "Agents & metrics", href: link("agents", "agents") },
+];
+
+/** `#/agents[/tasks[/:id] | /workflows[/:id] | /agents]`. */
 export function Agents() {
-  const [tab, setTab] = useState<"tasks" | "workflows" | "agents">("tasks");
+  const route = useRoute();
+  const [tab = "tasks", id, ...rest] = route.parts;
   const agents = useLoad<any[]>(async (s) => listOf(await getJSON(`${O}/agents`, s), "agents"));
+  const known = TABS.some((t) => t.id === tab) && rest.length === 0 && (tab !== "agents" || id == null);
+  if (!known) return <NotFound what="Page" back={{ href: "#/agents", label: "Agents" }} />;
   if (agents.error) return <Failure what="Orchestration (agents, tasks, workflows)" error={agents.error} />;
   return (
     <div class="stack">
-      <div role="tablist" class="tabs" aria-label="Orchestration">
-        {(["tasks", "workflows", "agents"] as const).map((t) => (
-          <button key={t} role="tab" type="button" aria-selected={tab === t} onClick={() => setTab(t)}>
-            {t === "agents" ? "Agents & metrics" : t[0].toUpperCase() + t.slice(1)}
-          </button>
-        ))}
-      </div>
-      {tab === "tasks" && <Tasks agents={agents.data ?? []} />}
-      {tab === "workflows" && <Workflows />}
-      {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
+      <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
+        {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} />}
+        {tab === "workflows" && <Workflows selected={id ?? null} />}
+        {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
+      </Tabs>
     </div>
   );
 }
 
-function Tasks({ agents }: { agents: any[] }) {
+/** A 404 for one object once the page's routes answered: that object is not there. */
+function missing(e: unknown): boolean {
+  return e instanceof ApiError && e.status === 404;
+}
+
+function Tasks({ agents, selected }: { agents: any[]; selected: string | null }) {
   const list = useLoad<Task[]>(async (s) => listOf(await getJSON(`${O}/tasks`, s), "tasks"));
-  const [selected, setSelected] = useState<string | null>(null);
   const [goal, setGoal] = useState("How many files are in the workspace?");
   const [tools, setTools] = useState("ls, len");
   const [maxSteps, setMaxSteps] = useState(6);
@@ -98,7 +110,7 @@ function Tasks({ agents }: { agents: any[] }) {
       if (agent) body.agent = agent;
       if (model.trim()) body.model = model.trim();
       const task = await postJSON<Task>(`${O}/tasks`, body);
-      setSelected(task.id);
+      navigate(link("agents", "tasks", task.id));
       list.reload();
     } catch (err) {
       setError(err);
@@ -124,8 +136,9 @@ function Tasks({ agents }: { agents: any[] }) {
             </label>
             <label>
               Agent
-              <select value={agent} onChange={(e) => setAgent((e.currentTarget as HTMLSelectElement).value)}>
-                <option value="">(default)</option>
+              {/* The server's default agent is the one named "default" when there is one. */}
+              <select name="agent" value={agent || (agents.some((a) => a.id === "default") ? "default" : "")} onChange={(e) => setAgent((e.currentTarget as HTMLSelectElement).value)}>
+                {!agents.some((a) => a.id === "default") && <option value="">(server default)</option>}
                 {agents.map((a) => (
                   <option key={a.id} value={a.id}>
                     {a.id}
@@ -151,18 +164,23 @@ function Tasks({ agents }: { agents: any[] }) {
             </button>
           </div>
           {list.error ? <Failure what="Tasks" error={list.error} /> : null}
-          <ul class="item-list">
+          {list.data && list.data.length === 0 && (
+            <p class="muted" data-testid="empty-tasks">
+              No tasks yet: create one above.
+            </p>
+          )}
+          <ul class="item-list" data-testid="task-list">
             {(list.data ?? []).map((t) => (
               <li key={t.id}>
-                <button type="button" class="link" aria-current={selected === t.id} onClick={() => setSelected(t.id)}>
+                <a class="item-link" href={link("agents", "tasks", t.id)} aria-current={selected === t.id ? "page" : undefined} data-task={t.id}>
                   <StatusBadge status={t.status} /> {t.goal}
-                </button>
+                </a>
               </li>
             ))}
           </ul>
         </section>
       </div>
-      {selected ? <TaskDetail id={selected} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
+      {selected ? <TaskDetail key={selected} id={selected} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
     </div>
   );
 }
@@ -199,7 +217,8 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
       setError(e);
     }
   };
-  if (error && !task) return <Failure what="This task" error={error} />;
+  if (error && !task)
+    return missing(error) ? <NotFound what="Task" back={{ href: link("agents", "tasks"), label: "All tasks" }} /> : <Failure what="This task" error={error} />;
   if (!task) return <div class="pane muted">loading…</div>;
   return (
     <section class="pane" aria-label="Task" data-testid="task-detail">
@@ -221,11 +240,9 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
       <ErrorBox error={error} />
       <ol class="timeline" data-testid="timeline">
         {task.steps.map((s) => (
-          <li key={s.index} data-testid="timeline-step">
+          <li key={s.index} value={s.index + 1} data-testid="timeline-step">
             <div>
-              <strong>
-                {s.index}. {s.action}
-              </strong>{" "}
+              <strong>{s.action}</strong>{" "}
               {s.elapsed_ms != null && <span class="muted small">{s.elapsed_ms} ms</span>}
             </div>
             {s.args != null && <pre class="small">{JSON.stringify(s.args)}</pre>}
@@ -266,9 +283,8 @@ const EXAMPLE_WORKFLOW = JSON.stringify(
   2,
 );
 
-function Workflows() {
+function Workflows({ selected }: { selected: string | null }) {
   const list = useLoad<Workflow[]>(async (s) => listOf(await getJSON(`${O}/workflows`, s), "workflows"));
-  const [selected, setSelected] = useState<string | null>(null);
   const [def, setDef] = useState(EXAMPLE_WORKFLOW);
   const [error, setError] = useState<unknown>(null);
   const create = async (e: Event) => {
@@ -283,7 +299,7 @@ function Workflows() {
     }
     try {
       const wf = await postJSON<Workflow>(`${O}/workflows`, body);
-      setSelected(wf.id);
+      navigate(link("agents", "workflows", wf.id));
       list.reload();
     } catch (err) {
       setError(err);
@@ -311,18 +327,23 @@ function Workflows() {
             </button>
           </div>
           {list.error ? <Failure what="Workflows" error={list.error} /> : null}
-          <ul class="item-list">
+          {list.data && list.data.length === 0 && (
+            <p class="muted" data-testid="empty-workflows">
+              No workflows yet: run one above.
+            </p>
+          )}
+          <ul class="item-list" data-testid="workflow-list">
             {(list.data ?? []).map((w) => (
               <li key={w.id}>
-                <button type="button" class="link" aria-current={selected === w.id} onClick={() => setSelected(w.id)}>
+                <a class="item-link" href={link("agents", "workflows", w.id)} aria-current={selected === w.id ? "page" : undefined} data-workflow={w.id}>
                   <StatusBadge status={w.status} /> {w.name} <span class="muted small">{w.id}</span>
-                </button>
+                </a>
               </li>
             ))}
           </ul>
         </section>
       </div>
-      {selected ? <WorkflowDetail id={selected} definition={def} onChange={list.reload} /> : <div class="pane muted">Select or run a workflow.</div>}
+      {selected ? <WorkflowDetail key={selected} id={selected} definition={def} onChange={list.reload} /> : <div class="pane muted">Select or run a workflow.</div>}
     </div>
   );
 }
@@ -358,7 +379,8 @@ function WorkflowDetail({ id, definition, onChange }: { id: string; definition: 
       setError(e);
     }
   };
-  if (error && !wf) return <Failure what="This workflow" error={error} />;
+  if (error && !wf)
+    return missing(error) ? <NotFound what="Workflow" back={{ href: link("agents", "workflows"), label: "All workflows" }} /> : <Failure what="This workflow" error={error} />;
   if (!wf) return <div class="pane muted">loading…</div>;
   return (
     <section class="pane" aria-label="Workflow" data-testid="workflow-detail">

@@ -1,6 +1,9 @@
 import { useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
 import { ErrorBox, Failure, useLoad } from "../components/common";
+import { NotFound } from "../components/NotFound";
+import { Tabs } from "../components/Tabs";
+import { link, navigate, plural, useRoute } from "../router";
 
 const M = "/api/v1/marketplace";
 
@@ -22,17 +25,25 @@ type Agent = {
   origin?: string;
 };
 
+const TABS = [
+  { id: "browse", label: "Browse", href: "#/marketplace" },
+  { id: "publish", label: "Publish", href: "#/marketplace?tab=publish" },
+];
+
+/** `#/marketplace[/:name]`, and `#/marketplace?tab=publish` (an agent may be named "publish"). */
 export function Marketplace() {
+  const route = useRoute();
+  const selected = route.parts[0] ?? null;
+  const tab = route.query.get("tab") === "publish" ? "publish" : "browse";
   const [q, setQ] = useState("");
   const [category, setCategory] = useState("");
   const [query, setQuery] = useState({ q: "", category: "" });
-  const [selected, setSelected] = useState<string | null>(null);
-  const [tab, setTab] = useState<"browse" | "publish">("browse");
   const all = useLoad<Agent[]>(async (s) => listOf(await getJSON(`${M}/agents`, s), "agents"));
   const search = useLoad<{ total: number; results: Agent[] }>(
     (s) => getJSON(`${M}/search?${new URLSearchParams({ q: query.q, category: query.category })}`, s),
     [query.q, query.category],
   );
+  if (route.parts.length > 1) return <NotFound what="Page" back={{ href: "#/marketplace", label: "Marketplace" }} />;
   if (all.error) return <Failure what="The marketplace" error={all.error} />;
   const categories = [...new Set((all.data ?? []).map((a) => a.category).filter(Boolean))].sort() as string[];
   const installed = new Map((all.data ?? []).map((a) => [a.name, a]));
@@ -43,16 +54,9 @@ export function Marketplace() {
   const current = found || listed ? ({ ...listed, ...found, installed: listed?.installed, installed_version: listed?.installed_version } as Agent) : null;
   return (
     <div class="stack">
-      <div role="tablist" class="tabs" aria-label="Marketplace">
-        <button role="tab" type="button" aria-selected={tab === "browse"} onClick={() => setTab("browse")}>
-          Browse
-        </button>
-        <button role="tab" type="button" aria-selected={tab === "publish"} onClick={() => setTab("publish")}>
-          Publish
-        </button>
-      </div>
+      <Tabs label="Marketplace" idPrefix="market" tabs={TABS} selected={tab}>
       {tab === "publish" ? (
-        <Publish onPublished={(name) => (all.reload(), search.reload(), setSelected(name), setTab("browse"))} />
+        <Publish onPublished={(name) => (all.reload(), search.reload(), navigate(link("marketplace", name)))} />
       ) : (
         <div class="two wide-right">
           <section class="pane" aria-label="Search">
@@ -74,23 +78,30 @@ export function Marketplace() {
               <button type="submit">Search</button>
             </form>
             {search.error ? <Failure what="Marketplace search" error={search.error} /> : null}
-            <div class="muted small">{search.data ? `${search.data.total} agents` : "…"}</div>
+            <div class="muted small">{search.data ? plural(search.data.total, "agent") : "…"}</div>
             <ul class="item-list" data-testid="market-results">
               {results.map((a) => (
                 <li key={a.name}>
-                  <button type="button" class="link card-button" aria-current={selected === a.name} onClick={() => setSelected(a.name)}>
+                  <a class="item-link card-button" href={link("marketplace", a.name)} aria-current={selected === a.name ? "page" : undefined} data-agent={a.name}>
                     <strong>{a.name}</strong> <span class="muted small">{a.version}</span>
                     {installed.get(a.name)?.installed && <span class="badge good">installed {installed.get(a.name)?.installed_version}</span>}
                     {a.category && <span class="badge">{a.category}</span>}
                     <div class="small">{a.description}</div>
-                  </button>
+                  </a>
                 </li>
               ))}
             </ul>
           </section>
-          {current ? <Detail agent={current} onChange={() => (all.reload(), search.reload())} /> : <div class="pane muted">Select an agent.</div>}
+          {current ? (
+            <Detail key={current.name} agent={current} onChange={() => (all.reload(), search.reload())} />
+          ) : selected && all.data ? (
+            <NotFound what="Agent" back={{ href: "#/marketplace", label: "All agents" }} />
+          ) : (
+            <div class="pane muted">{selected ? "loading…" : "Select an agent."}</div>
+          )}
         </div>
       )}
+      </Tabs>
     </div>
   );
 }

@@ -1,7 +1,9 @@
 import { useRef, useState } from "preact/hooks";
 import { ApiError, del, getJSON, isAbort, postJSON, streamEvents } from "../api";
 import { bytes, Confirm, ErrorBox, Failure, Progress, StatusBadge, useLoad } from "../components/common";
+import { NotFound } from "../components/NotFound";
 import { inferenceBase } from "../config";
+import { link, plural, useRoute } from "../router";
 
 type Model = {
   id: string;
@@ -14,6 +16,13 @@ type Model = {
   source?: string | null;
   loaded?: boolean;
   progress?: number | null;
+  architecture?: string | null;
+  context_length?: number | null;
+  revision?: string | null;
+  files?: string[];
+  path?: string;
+  converted_from?: string | null;
+  placement?: { device: string; offload: string; note: string } | null;
 };
 
 // The locator field each source takes (SPEC §3.2), defaulting to the model id.
@@ -43,7 +52,10 @@ async function runJob(url: string, body: object, signal: AbortSignal, report: (j
   });
 }
 
+/** `#/models[/:id]`: the store, and one model's record when the route names it. */
 export function Models() {
+  const route = useRoute();
+  const selected = route.parts[0] ?? null;
   const list = useLoad<Model[]>(async (s) => {
     const ids = (await getJSON<{ data: Model[] }>(`${inferenceBase}/v1/models`, s)).data;
     const local = ids.filter((m) => m.owned_by === "local");
@@ -60,6 +72,7 @@ export function Models() {
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
 
+  if (route.parts.length > 1) return <NotFound what="Page" back={{ href: "#/models", label: "Models" }} />;
   if (list.error) return <Failure what="The model store (the inference server)" error={list.error} />;
 
   const start = async (label: string, url: string, body: object) => {
@@ -107,13 +120,14 @@ export function Models() {
   const models = list.data ?? [];
   return (
     <div class="models stack">
+      {selected && <ModelDetail key={selected} id={selected} listed={list.data?.find((m) => m.id === selected)} listLoaded={!!list.data} />}
       <section class="pane">
         <div class="row between">
           <h2>Model store</h2>
           <div class="row">
             {stats.data && (
               <span class="muted small" data-testid="storage-stats">
-                {stats.data.model_count} models · {bytes(stats.data.total_size_bytes)} · cache {bytes(stats.data.cache_size_bytes)} ·{" "}
+                {plural(stats.data.model_count, "model")} · {bytes(stats.data.total_size_bytes)} · cache {bytes(stats.data.cache_size_bytes)} ·{" "}
                 <code>{stats.data.storage_path}</code>
               </span>
             )}
@@ -151,7 +165,10 @@ export function Models() {
               {models.map((m) => (
                 <tr key={m.id} data-model={m.id}>
                   <td>
-                    <code>{m.id}</code> {m.loaded && <span class="badge good">loaded</span>}
+                    <a href={link("models", m.id)} aria-current={m.id === selected ? "page" : undefined}>
+                      <code>{m.id}</code>
+                    </a>{" "}
+                    {m.loaded && <span class="badge good">loaded</span>}
                   </td>
                   <td>
                     <StatusBadge status={m.status ?? (m.owned_by === "local" ? "—" : m.owned_by)} />
@@ -212,6 +229,86 @@ export function Models() {
         </p>
       </Confirm>
     </div>
+  );
+}
+
+function ModelDetail({ id, listed, listLoaded }: { id: string; listed?: Model; listLoaded: boolean }) {
+  // A local model's full record; a provider's model has only what the list says.
+  const remote = listed != null && listed.owned_by !== "local";
+  const rec = useLoad<Model | null>((s) => (remote ? Promise.resolve(listed ?? null) : getJSON<Model>(`${inferenceBase}/v1/models/${encodeURIComponent(id)}`, s)), [id, remote]);
+  const m = rec.data ?? null;
+  if (rec.error) {
+    if (rec.error instanceof ApiError && rec.error.status === 404 && (listLoaded && !listed))
+      return <NotFound what="Model" back={{ href: "#/models", label: "All models" }} />;
+    return <ErrorBox error={rec.error} />;
+  }
+  if (!m) return <section class="pane muted">loading…</section>;
+  const caps = m.capabilities ?? [];
+  return (
+    <section class="pane" aria-labelledby="model-title" data-testid="model-detail">
+      <div class="row between">
+        <h2 id="model-title">
+          <code>{m.id}</code>
+        </h2>
+        <a href="#/models" class="small">
+          Close
+        </a>
+      </div>
+      <dl class="facts">
+        <dt>Status</dt>
+        <dd>
+          <StatusBadge status={m.status ?? m.owned_by} /> {m.loaded ? <span class="badge good">loaded</span> : m.owned_by === "local" ? <span class="muted small">not loaded</span> : null}
+        </dd>
+        <dt>Serves</dt>
+        <dd data-testid="model-capabilities">{caps.length ? caps.join(", ") : m.owned_by === "local" ? "nothing yet: a source-format model, convert it to serve it" : "chat (a provider's model)"}</dd>
+        {m.format && (
+          <>
+            <dt>Format</dt>
+            <dd>{m.format}{m.quantization ? ` · ${m.quantization}` : ""}</dd>
+          </>
+        )}
+        {m.architecture && (
+          <>
+            <dt>Architecture</dt>
+            <dd>{m.architecture}</dd>
+          </>
+        )}
+        {m.context_length != null && (
+          <>
+            <dt>Context</dt>
+            <dd>{m.context_length.toLocaleString()} tokens</dd>
+          </>
+        )}
+        {m.size_bytes != null && (
+          <>
+            <dt>Size</dt>
+            <dd>{bytes(m.size_bytes)}</dd>
+          </>
+        )}
+        <dt>Source</dt>
+        <dd>
+          {m.source ?? m.owned_by}
+          {m.revision ? ` @ ${m.revision}` : ""}
+          {m.converted_from ? ` · converted from ${m.converted_from}` : ""}
+        </dd>
+        {m.placement && (
+          <>
+            <dt>Runs on</dt>
+            <dd>
+              {m.placement.device} ({m.placement.offload} offload)
+            </dd>
+          </>
+        )}
+        {m.path && (
+          <>
+            <dt>Path</dt>
+            <dd>
+              <code class="small">{m.path}</code>
+            </dd>
+          </>
+        )}
+      </dl>
+    </section>
   );
 }
 

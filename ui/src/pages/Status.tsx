@@ -2,6 +2,7 @@ import { useRef, useState } from "preact/hooks";
 import { getJSON, getText, postJSON } from "../api";
 import { ErrorBox, Failure, Sparkline, StatusBadge, useInterval, useLoad } from "../components/common";
 import { agentBase, inferenceBase } from "../config";
+import { plural } from "../router";
 
 type Samples = Map<string, number>; // metric name (labels dropped) -> summed value
 
@@ -88,7 +89,7 @@ export function Status() {
                   <div class="small">version {status.data.version}</div>
                   <div class="small">up {uptime(status.data.uptime_seconds)}</div>
                   <div class="small">
-                    {status.data.models_loaded} models loaded · {status.data.requests_served} requests served
+                    {plural(status.data.models_loaded, "model")} loaded · {plural(status.data.requests_served, "request")} served
                   </div>
                 </>
               )}

@@ -213,13 +213,20 @@ def mount_studio(app: Any, pages: set[str] | frozenset[str]) -> None:
     if not (DIST / "index.html").is_file():
         return
     settings = app.state.settings
-    # add_middleware puts each new layer outside the previous ones: CORS ends up outermost,
-    # so preflights are answered before any API-key check.
     app.add_middleware(StudioMiddleware, dist=DIST, pages=frozenset(pages), settings=settings)
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=studio_origins(settings),
-        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-        allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Accept"],
-        max_age=600,
-    )
+    # CORS wraps the whole built stack, outside even Starlette's ServerErrorMiddleware (which
+    # add_middleware cannot reach): preflights are answered before any API-key check, and an
+    # unexpected error's 500 carries the CORS headers too, so the studio on the other server's
+    # origin reads the error instead of "cannot reach".
+    build = app.build_middleware_stack
+
+    def build_with_cors() -> ASGIApp:
+        return CORSMiddleware(
+            build(),
+            allow_origins=studio_origins(settings),
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Accept"],
+            max_age=600,
+        )
+
+    app.build_middleware_stack = build_with_cors

