@@ -85,7 +85,7 @@ function settle(c: Chat): Chat {
 
 export async function allChats(): Promise<Chat[]> {
   if (!loadedAll) {
-    for (const c of await store<Chat[]>("readonly", (s) => s.getAll())) if (!cache.has(c.id)) cache.set(c.id, settle(c));
+    for (const c of await store<Chat[]>("readonly", (s) => s.getAll())) if (!cache.has(c.id) && !gone.has(c.id)) cache.set(c.id, settle(c));
     loadedAll = true;
   }
   return [...cache.values()].sort((a, b) => b.updated - a.updated);
@@ -94,8 +94,9 @@ export async function allChats(): Promise<Chat[]> {
 export async function getChat(id: string): Promise<Chat | null> {
   const hit = cache.get(id);
   if (hit) return hit;
+  if (gone.has(id)) return null;
   const c = await store<Chat | undefined>("readonly", (s) => s.get(id));
-  if (!c) return null;
+  if (!c || gone.has(id)) return null;
   const settled = settle(c);
   cache.set(id, settled);
   return settled;
@@ -144,13 +145,16 @@ export function setSettings(id: string, patch: Partial<Settings>): void {
   localStorage.setItem(LAST, JSON.stringify({ ...(cache.get(id)?.settings ?? {}), ...patch }));
 }
 
+const gone = new Set<string>(); // deleted here: a read that was under way must not bring it back
+
 export async function deleteChat(id: string): Promise<void> {
+  gone.add(id);
   running.get(id)?.abort();
   clearTimeout(timers.get(id));
   timers.delete(id);
   cache.delete(id);
-  emit();
   await store("readwrite", (s) => s.delete(id));
+  emit();
 }
 
 export function titleFrom(text: string): string {

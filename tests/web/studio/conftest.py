@@ -113,7 +113,12 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Screenshots of every page at 1280x800, for a reviewer to look at."""
+    """Screenshots of every page at 1280x800, for a reviewer to look at: in
+    $CONCH_STUDIO_SCREENSHOTS when set (a folder CI keeps as artefacts), else the session's tmp dir."""
+    kept = os.environ.get("CONCH_STUDIO_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
     return tmp_path_factory.mktemp("studio-screenshots")
 
 

@@ -177,6 +177,29 @@ def test_code_blocks_have_their_own_copy_button(servers: Servers, page: Any) -> 
     assert page.evaluate("navigator.clipboard.readText()") == "print('one')"
 
 
+def test_a_chat_at_phone_width(servers: Servers, browser: Any, shots: Path) -> None:
+    """At 390 px: one column, the settings collapsed (a <details> that opens), no horizontal
+    scrolling of the page; a kept chat opens by its link."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        page.goto(servers.agent + "/#/chat")
+        settings = page.locator("details.chat-settings")
+        expect(settings).not_to_have_attribute("open", "")
+        page.get_by_text("Settings", exact=True).click()
+        expect(page.get_by_label("Max tokens")).to_be_visible()
+        page.get_by_label("Max tokens").fill("12")
+        answer = _ask(page, "Name three colours.")
+        expect(answer).to_have_attribute("data-status", "done")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.reload()
+        expect(page.get_by_test_id("msg-assistant")).to_have_count(1)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.screenshot(path=str(shots / "phone-chat.png"), full_page=True)
+    finally:
+        context.close()
+
+
 def test_only_models_that_can_chat_are_offered(servers: Servers, page: Any) -> None:
     """Embedding-only models, source-format models (capabilities []) and providers' embedding
     models are not offered: the list is the server's, with such models added to it."""

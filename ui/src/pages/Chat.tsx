@@ -119,7 +119,8 @@ export function Chat() {
         <a class="button primary" href="#/chat" aria-current={id == null ? "page" : undefined} data-testid="new-chat">
           New chat
         </a>
-        <ErrorBox error={storeError} />
+        {/* IndexedDB refused (a private window, a full disk): chats then live until the tab closes. */}
+        <ErrorBox error={storeError ?? store.lastWriteError()} />
         {list == null ? (
           <p class="muted small">loading…</p>
         ) : list.length === 0 ? (
