@@ -33,8 +33,13 @@ def _wait_answer(page: Any, timeout: int = 120_000) -> Any:
 
 
 def _ask(page: Any, text: str) -> Any:
+    # Send is on once the chat has a model the server offers (the model list has loaded).
+    expect(page.get_by_test_id("send")).to_be_enabled()
+    asked = page.get_by_test_id("msg-user").count()
     page.get_by_test_id("chat-input").fill(text)
     page.get_by_test_id("chat-input").press("Enter")
+    expect(page.get_by_test_id("msg-user")).to_have_count(asked + 1)
+    expect(page.get_by_test_id("msg-assistant")).to_have_count(asked + 1)
     return _wait_answer(page)
 
 
@@ -184,6 +189,7 @@ def test_a_chat_at_phone_width(servers: Servers, browser: Any, shots: Path) -> N
     page = context.new_page()
     try:
         page.goto(servers.agent + "/#/chat")
+        expect(page.get_by_test_id("model-picker")).to_have_value(MODEL)
         settings = page.locator("details.chat-settings")
         expect(settings).not_to_have_attribute("open", "")
         page.get_by_text("Settings", exact=True).click()
