@@ -135,6 +135,26 @@ def test_a_chat_is_kept_renamed_exported_and_deleted(servers: Servers, page: Any
     expect(page.get_by_test_id("not-found")).to_contain_text("Chat not found")
 
 
+def test_an_answer_cut_off_by_a_reload_is_kept_and_marked(servers: Servers, page: Any) -> None:
+    page.goto(servers.agent + "/#/chat")
+    expect(page.get_by_test_id("model-picker")).to_have_value(MODEL)
+    page.get_by_label("Max tokens").fill("600")
+    page.get_by_test_id("chat-input").fill("Write a long poem about the sea, with many verses.")
+    page.get_by_test_id("send").click()
+    answer = page.get_by_test_id("msg-assistant").last
+    expect(answer.locator(".md")).not_to_have_text("", timeout=60_000)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    time.sleep(0.6)  # the text so far is saved at most every 400 ms while it streams
+    page.reload()
+    answer = page.get_by_test_id("msg-assistant").last
+    expect(answer).to_have_attribute("data-status", "interrupted")
+    expect(answer.get_by_test_id("msg-status")).to_have_text("cut off")
+    expect(answer.get_by_test_id("msg-error")).to_contain_text("reloaded")
+    assert answer.locator(".md").inner_text().strip(), "the partial answer was not kept"
+    expect(answer.get_by_test_id("retry")).to_be_visible()
+    expect(page.get_by_test_id("chat-announce")).to_have_text("Answer cut off")
+
+
 def test_code_blocks_have_their_own_copy_button(servers: Servers, page: Any) -> None:
     """A stored chat (written into IndexedDB as the studio writes it) opens by its link, and
     each code block of an answer has a Copy button."""
@@ -314,7 +334,9 @@ class InferenceProcess:
             [sys.executable, "-c", _SERVE, str(self.data_dir), str(self.port), str(self.models_port)],
             env=env,
         )
-        deadline = time.monotonic() + 60
+        # Generous: importing conch and starting a server takes a few seconds, more on a busy
+        # machine.
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:

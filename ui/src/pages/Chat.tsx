@@ -215,6 +215,10 @@ export function Chat() {
                 />
               ))}
             </div>
+            {/* Said once an answer ends (the streamed text itself is not read out token by token). */}
+            <div class="sr-only" role="status" data-testid="chat-announce">
+              {last?.role === "assistant" && last.status && last.status !== "streaming" ? `Answer ${last.status === "done" ? "finished" : STATUS_TEXT[last.status]}` : ""}
+            </div>
             <form
               class="composer"
               onSubmit={(e) => {
