@@ -330,3 +330,19 @@ def test_per_worker_cgroups_where_one_is_delegated(base: Path) -> None:
 
     pids_max, limits = asyncio.run(run())
     assert pids_max == "16" and limits.active
+
+
+def test_a_worker_may_only_record_its_own_tasks(unchecked: AgentServer) -> None:
+    """What a worker sends to be recorded is untrusted input: it can touch no other task."""
+    orchestrator = unchecked.app.state.orchestrator
+    row = {"id": "task_0123456789abcdef", "goal": "g", "tools": [], "max_steps": 2,
+           "model": "m", "timeout": 5}
+    orchestrator.record_builtin(111, "task.insert", row)
+    with pytest.raises(ValueError, match="did not start"):
+        orchestrator.record_builtin(222, "task.finish", {"id": row["id"], "status": "succeeded"})
+    with pytest.raises(ValueError, match="malformed"):
+        orchestrator.record_builtin(111, "task.insert", {**row, "id": "../../etc"})
+    orchestrator.record_builtin(111, "task.finish", {"id": row["id"], "status": "failed"})
+    with unchecked.client() as c:
+        record = c.get(f"/api/v1/orchestration/tasks/{row['id']}").json()
+    assert record["status"] == "failed" and record["goal"] == "g"

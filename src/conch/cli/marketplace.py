@@ -169,6 +169,7 @@ async def _serve_stdio(settings: Any) -> None:
     service.seed(CATALOGUE)
     pool = SandboxPool(settings)
     orchestrator = Orchestrator(settings, make_executor(settings, pool))
+    pool.recorder = orchestrator.record_builtin
     service.attach_sink(RegistrySink(orchestrator.agents))
     await pool.start()
     await orchestrator.start()

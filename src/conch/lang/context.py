@@ -75,6 +75,10 @@ class Context:
         # When the run in progress must end (a time.monotonic() value), set while a run with
         # a wall-time limit is in progress: builtins that wait (sleep) stop there.
         self.deadline = deadline
+        # Where a builtin sends what the host records for it (the task of an `agent` call),
+        # as (kind, data): a sandboxed run has no database of its own; None where the host
+        # gives none (the builtin then records directly, or not at all).
+        self.records: Callable[[str, dict[str, Any]], None] | None = None
         if workspace is not None:
             from pathlib import Path
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -108,6 +109,8 @@ class Orchestrator:
         except Invalid as exc:
             raise ValueError(f"configuration: {exc.message}") from None
         self.instance = f"{uuid.uuid4().hex[:12]}"
+        # Tasks of the agent builtin under way in sandbox workers: task id -> worker pid.
+        self._builtin_tasks: dict[str, int] = {}
         self.lease_s = settings.orchestration_lease_s
         self.capacity = settings.orchestration_max_concurrent_steps
         self._tasks: dict[str, asyncio.Task[Any]] = {}  # task id -> its run
@@ -150,6 +153,49 @@ class Orchestrator:
             loop.create_task(self._keeper(), name="orchestration-leases"),
             loop.create_task(self._approval_timer(), name="orchestration-approval-timeouts"),
         ]
+
+    # -- tasks of the `agent` builtin, recorded for sandbox workers ----------------------
+
+    def record_builtin(self, worker: int, kind: str, data: Any) -> None:
+        """Keep what a sandbox worker's ``agent`` call reports (``task.insert``,
+        ``task.step``, ``task.finish``). The worker cannot open the database; what it sends
+        is checked like any untrusted input: the row is built here from typed fields, and a
+        worker may only add to and finish the tasks it inserted itself."""
+        if type(data) is not dict or type(data.get("id")) is not str:
+            raise ValueError(f"a {kind} record needs an object with an id")
+        task_id = data["id"]
+        owner = f"builtin:{worker}"
+        if kind == "task.insert":
+            _check_builtin_insert(data)
+            now = time.time()
+            timeout = min(float(data["timeout"]), self.settings.stream_wall_time_s)
+            lease = now + timeout + 60  # it cannot outlive its run; after that, interrupted
+            self.store.insert_task({
+                "id": task_id, "goal": data["goal"], "tools": list(data["tools"]),
+                "max_steps": data["max_steps"], "agent": "default", "model": data["model"],
+                "status": "pending", "steps": [], "result": None, "error": None, "usage": {},
+                "created_at": now, "started_at": None, "finished_at": None,
+                "origin": "builtin", "owner": owner, "lease_until": lease,
+            })  # fmt: skip
+            self.store.start_task(task_id, owner, lease)
+            self._builtin_tasks[task_id] = worker
+            return
+        if self._builtin_tasks.get(task_id) != worker:
+            raise ValueError(f"worker {worker} did not start task {task_id!r}")
+        usage = data.get("usage") or {}
+        if type(usage) is not dict or not all(type(v) is int for v in usage.values()):
+            raise ValueError("usage must map names to integers")
+        if kind == "task.step" and type(data.get("step")) is dict:
+            self.store.add_task_step(task_id, data["step"], usage)
+        elif kind == "task.finish" and data.get("status") in TASK_DONE:
+            error = data.get("error")
+            if error is not None and type(error) is not dict:
+                raise ValueError("error must be an object")
+            self.store.finish_task(task_id, data["status"], result=data.get("result"),
+                                   error=error, usage=usage)
+            del self._builtin_tasks[task_id]
+        else:
+            raise ValueError(f"unknown or malformed record {kind!r}")
 
     async def close(self) -> None:
         """Stop: running tasks are given back (the next server to look, this one restarted
@@ -1121,3 +1167,16 @@ class Orchestrator:
         figures = await self._db(self.store.metrics)
         registered = figures.pop("registered_agents")
         return {"total_agents": registered + 1, **figures}
+
+
+def _check_builtin_insert(data: dict[str, Any]) -> None:
+    ok = (
+        re.fullmatch(r"task_[0-9a-f]{16}", data["id"]) is not None
+        and type(data.get("goal")) is str
+        and type(data.get("tools")) is list and all(type(n) is str for n in data["tools"])
+        and type(data.get("max_steps")) is int and 0 < data["max_steps"] <= 1000
+        and type(data.get("model")) is str
+        and type(data.get("timeout")) in (int, float) and data["timeout"] > 0
+    )
+    if not ok:
+        raise ValueError("a malformed task.insert record")

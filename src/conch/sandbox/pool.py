@@ -31,7 +31,7 @@ import time
 import urllib.parse
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -302,6 +302,16 @@ class Worker:
             return True
         run = self.run
         kind = message[0] if type(message) is list and message else None
+        if kind == "record" and run is not None and len(message) == 3:
+            # ["record", kind, data]: something the server keeps for the run (an agent
+            # builtin's task), handed to the pool's recorder; never a reason to stop the run.
+            recorder = self.pool.recorder
+            if recorder is not None:
+                try:
+                    recorder(self.pid, message[1], message[2])
+                except Exception:
+                    log.exception("sandbox: a worker's record was refused")
+            return True
         if run is None or kind not in _KINDS:
             self._shut("the sandbox worker misbehaved")
             return False
@@ -420,6 +430,8 @@ class SandboxPool:
         )
         # Who workers run as (None: as the server) and their cgroups (None: rlimits); both
         # decided in start(), with the layers in force that workers report back.
+        # Who keeps what a run sends to be recorded (worker pid, kind, data); the app sets it.
+        self.recorder: Callable[[int, str, Any], None] | None = None
         self.user: identity.SandboxUser | None = None
         self.delegation: cgroups.Delegation | None = None
         self.layers: dict[str, Layer] = {}
@@ -440,6 +452,7 @@ class SandboxPool:
 
     async def start(self) -> None:
         self.workspace.mkdir(parents=True, exist_ok=True)
+        self.config.records = self.recorder is not None
         self.layers = await asyncio.to_thread(self._prepare_layers)
         workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for w in workers:

@@ -88,6 +88,8 @@ class WorkerConfig:
     language_checks: bool = True
     # [uid, gid] to run as once started (a server running as root)
     user: list[int] | None = None
+    # Whether the server keeps what a run sends to be recorded (Context.records)
+    records: bool = False
 
 
 def _confine(config: WorkerConfig) -> dict[str, Any]:
@@ -241,17 +243,21 @@ def main(argv: list[str] | None = None) -> None:
 
 class Collect:
     """Stands in for the channel where a run's frames are kept rather than sent (a job of a
-    batch, a job on a Dask worker); a value the channel could not send fails the same way."""
+    batch, a job on a Dask worker); a value the channel could not send fails the same way.
+    ``records`` frames go on to ``parent`` (the batch's channel) where there is one."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Channel | None = None) -> None:
         self.done: dict[str, Any] | None = None
         self.recycle = False
+        self.parent = parent
 
     def send(self, message: Any) -> None:
         encode(message)
         if message and message[0] == "done":
             self.done = message[1]
             self.recycle = len(message) > 2 and message[2] is True
+        elif message and message[0] == "record" and self.parent is not None:
+            self.parent.send(message)
 
 
 # Where a run's frames go: the socket, or kept (a job of a batch, a job on a Dask worker).
@@ -275,6 +281,7 @@ class Runner:
         # Tests of the kernel layers turn the language's own checks off: every path, every
         # effect, every address, so that only the kernel stands in the way.
         self.checked = config.language_checks
+        self.records = config.records
         if not self.checked:
             self.allowed = frozenset(EFFECTS)
             if self.settings is not None:
@@ -324,6 +331,9 @@ class Runner:
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
         ctx = self._context(emit, limits)
+        if self.records and (isinstance(chan, Channel)
+                             or (isinstance(chan, Collect) and chan.parent is not None)):
+            ctx.records = lambda kind, data: chan.send(["record", kind, data])
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
@@ -362,7 +372,7 @@ class Runner:
         server's watchdog times each job on its own. A job after which this worker must be
         replaced ends the batch; the server runs the rest elsewhere."""
         for sub in job.get("jobs") or ():
-            collect = Collect()
+            collect = Collect(chan if isinstance(chan, Channel) else None)
             self.run({**sub, "stream": False}, collect)
             chan.send(["data", collect.done])
             if collect.recycle:

@@ -4,7 +4,9 @@
 (:mod:`conch.orchestration.loop`), runs each tool call as a builtin call in the current run
 (in the server that is the sandbox worker running the program, under the request's limits)
 and returns ``{id, status, result, steps, error}``. In the server the run is recorded as an
-orchestration task (``origin: "builtin"``), so it appears in ``GET /orchestration/tasks``.
+orchestration task (``origin: "builtin"``), so it appears in ``GET /orchestration/tasks``: the
+sandbox worker sends the record to the server, which writes it (a worker cannot open the
+database).
 Models are reached through the inference server's OpenAI-compatible API (``models_url``).
 """
 
@@ -124,10 +126,14 @@ def agent(spec: Record) -> dict[str, Any]:
     timeout = 300.0
     if ctx.deadline is not None:
         timeout = max(1.0, ctx.deadline - time.monotonic())
-    store = None
+    store: Any = None
     task_id = f"task_{uuid.uuid4().hex[:16]}"
     if in_server and max_steps > 0:
-        store = _record(settings, task_id, goal, tools, max_steps, model, timeout)
+        if ctx.records is not None:  # a sandbox worker: the server records the task
+            store = _HostRecords(ctx.records)
+            store.insert(task_id, goal, tools, max_steps, model, timeout)
+        else:
+            store = _record(settings, task_id, goal, tools, max_steps, model, timeout)
 
     async def main() -> dict[str, Any]:
         client = ModelClient(settings.models_url, timeout=timeout)
@@ -170,6 +176,27 @@ def agent(spec: Record) -> dict[str, Any]:
     return _run(main())  # type: ignore[no-any-return]
 
 
+class _HostRecords:
+    """The task record of a run in a sandbox worker, kept by the server: the worker sends
+    each change over its channel (``Context.records``) and never opens the database."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+
+    def insert(self, task_id: str, goal: str, tools: list[str], max_steps: int, model: str,
+               timeout: float) -> None:
+        self.send("task.insert", {"id": task_id, "goal": goal, "tools": tools,
+                                  "max_steps": max_steps, "model": model, "timeout": timeout})
+
+    def add_task_step(self, task_id: str, step: dict[str, Any], usage: dict[str, int]) -> None:
+        self.send("task.step", {"id": task_id, "step": step, "usage": usage})
+
+    def finish_task(self, task_id: str, status: str, *, result: Any, error: Any,
+                    usage: dict[str, int]) -> None:
+        self.send("task.finish", {"id": task_id, "status": status, "result": result,
+                                  "error": error, "usage": usage})
+
+
 def _record(
     settings: Any,
     task_id: str,
@@ -179,7 +206,8 @@ def _record(
     model: str,
     timeout: float,
 ) -> Any:
-    """The task record of a server-side run (the worker writes the orchestration tables)."""
+    """The task record of a run with host settings but no host to keep it (a Dask worker):
+    written to the orchestration tables directly."""
     from conch import db
     from conch.orchestration.store import Store
 

@@ -77,7 +77,8 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.pool = pool
     app.state.metrics = metrics
     app.state.runs = runs = Runs(pool, metrics)
-    app.state.orchestrator = orchestration.build(settings, pool, metrics)
+    app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
+    pool.recorder = orchestrator.record_builtin
 
     install_error_handlers(app)
     for module in (execution, streams, discovery, health, orchestration):
