@@ -232,6 +232,20 @@ def _is_trivial(e: py.expr) -> bool:
     return isinstance(e, py.Constant | py.Name)
 
 
+def _is_bool(e: py.expr) -> bool:
+    """Whether compiled code ``e`` evaluates to a Bool (or fails) by construction."""
+    if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
+        return True
+    if isinstance(e, py.Constant) and isinstance(e.value, bool):
+        return True
+    if isinstance(e, py.IfExp) and isinstance(e.body, py.Compare):
+        # an ordering guarded against Bools: a Bool or an error (not an if-expression, whose
+        # other branch may be anything)
+        fail = e.orelse
+        return isinstance(fail, py.Call) and isinstance(fail.func, py.Name) and fail.func.id == "$boolop"
+    return isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS
+
+
 class Compiler:
     def __init__(
         self,
@@ -239,6 +253,7 @@ class Compiler:
         checked: bool = False,
         session_globals: dict[str, Binding] | None = None,
         known_globals: frozenset[str] = frozenset(),
+        fuse: bool = True,
     ) -> None:
         # REGISTRY imports the builtin modules on its first read: a program that names no
         # builtin starts without them.
@@ -259,6 +274,9 @@ class Compiler:
         self.in_guard = False
         self.pipe_used = False
         self.last_captures: list[Binding] = []
+        # pipelines of collection builtins as one loop (fusion.py); off to compare with it
+        self.fuse = fuse
+        self.no_fuse: set[int] = set()  # ids of nodes compiled as written (fusion's fallback)
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
@@ -621,13 +639,7 @@ class Compiler:
 
     def cond(self, node: A.Node) -> py.expr:
         e = self.expr(node)
-        if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
-            return e
-        if isinstance(e, py.Constant) and isinstance(e.value, bool):
-            return e
-        if isinstance(e, py.IfExp) and isinstance(e.body, py.Compare):
-            return e  # an ordering guarded against Bools: a Bool or an error
-        if isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS:
+        if _is_bool(e):
             return e
         return self.at(_call("$truth", [e]), node)
 
@@ -858,6 +870,12 @@ class Compiler:
 
     def x_Call(self, n: A.Call, first: py.expr | None = None) -> py.expr:
         if first is None:
+            if self.fuse and isinstance(n.func, A.Name):
+                from conch.lang import fusion
+
+                fused = fusion.fuse(self, n)
+                if fused is not None:
+                    return fused
             sc = self.short_circuit(n)
             if sc is not None:
                 return sc
@@ -877,15 +895,36 @@ class Compiler:
             npos = len(n.args)
         args = exprs[:npos]
         kws = [py.keyword(k, e) for (k, _), e in zip(n.kwargs, exprs[npos:], strict=True)]
-        return self.at(py.Call(func, args, kws), n)
+        call = self.at(py.Call(func, args, kws), n)
+        if self.fuse and not kws and isinstance(n.func, A.Name) and self.is_builtin(func):
+            from conch.lang import fusion
+
+            return fusion.inline_builtin(self, n.func.name, call, n) or call
+        return call
+
+    @staticmethod
+    def is_builtin(e: py.expr) -> bool:
+        return isinstance(e, py.Name) and e.id.startswith("$b:")
 
     def x_Pipe(self, n: A.Pipe) -> py.expr:
+        if self.fuse and isinstance(n.right, A.Call | A.Name):
+            from conch.lang import fusion
+
+            fused = fusion.fuse(self, n)
+            if fused is not None:
+                return fused
         left = self.expr(n.left)
         right = n.right
         if isinstance(right, A.Call):
             return self.x_Call(right, first=left)
         if isinstance(right, A.Name):
-            return self.at(py.Call(self.expr(right), [left], []), right)
+            func = self.expr(right)
+            call = self.at(py.Call(func, [left], []), right)
+            if self.fuse and self.is_builtin(func):
+                from conch.lang import fusion
+
+                return fusion.inline_builtin(self, right.name, call, right) or call
+            return call
         if isinstance(right, A.Lambda) and not isinstance(right.body, A.Block) and not right.params[1:] and right.params and right.params[0].default is None:
             return self.at(py.Call(self.expr(right), [left], []), right)
         left = self.spill(left)

@@ -238,12 +238,14 @@ class _compiling:  # a class named as a function: ``with _compiling():``
 class Program:
     """A compiled conch program."""
 
-    def __init__(self, source: str, tree: A.Program, variables: frozenset[str] = frozenset()) -> None:
+    def __init__(self, source: str, tree: A.Program, variables: frozenset[str] = frozenset(),
+                 fuse: bool = True) -> None:
         self.source = source
         self.tree = tree
         self._known = variables
+        self._fuse = fuse
         with _compiling():
-            self._plain: Compiled = Compiler(known_globals=variables).compile_program(tree)
+            self._plain: Compiled = Compiler(known_globals=variables, fuse=fuse).compile_program(tree)
         self._checked: Compiled | None = None
         self._texts: list[str] | None = None
 
@@ -271,7 +273,8 @@ class Program:
             return self._plain
         if self._checked is None:
             with _compiling():
-                self._checked = Compiler(checked=True, known_globals=self._known).compile_program(self.tree)
+                compiler = Compiler(checked=True, known_globals=self._known, fuse=self._fuse)
+                self._checked = compiler.compile_program(self.tree)
         return self._checked
 
     def run(
@@ -347,19 +350,21 @@ def _check_names(compiled: Compiled, namespace: dict[str, Any], session: bool = 
             )
 
 
-def compile_program(source: str, variables: frozenset[str] | set[str] | None = None) -> Program:
+def compile_program(source: str, variables: frozenset[str] | set[str] | None = None, fuse: bool = True) -> Program:
     """Parse and compile ``source``; a SyntaxError is raised as a ConchError with its position.
 
     ``variables`` names values that will be supplied to :meth:`Program.run` (optional: any
-    unknown name is looked up at run time).
+    unknown name is looked up at run time). ``fuse=False`` compiles pipelines stage by stage
+    as written (see :mod:`conch.lang.fusion`): the same results, for comparing.
     """
     with _compiling():
         tree = parse(source)
-    return Program(source, tree, frozenset(variables or ()))
+    return Program(source, tree, frozenset(variables or ()), fuse=fuse)
 
 
-def run(source: str, context: Context | None = None, variables: dict[str, Any] | None = None) -> Any:
-    return compile_program(source, frozenset(variables or ())).run(context=context, variables=variables)
+def run(source: str, context: Context | None = None, variables: dict[str, Any] | None = None,
+        fuse: bool = True) -> Any:
+    return compile_program(source, frozenset(variables or ()), fuse).run(context=context, variables=variables)
 
 
 # -- pipeline stages ---------------------------------------------------------------------

@@ -301,12 +301,17 @@ def reduce_(items: Array, fn: Function, initial: Any = None) -> Any:
     it = iter(items)
     first = next(it, _MISSING)
     if first is _MISSING:
-        raise ConchError(
-            "ValueError",
-            "reduce: empty input and no initial value",
-            hint="pass an initial value: reduce(fn(acc, x) => ..., 0)",
-        )
+        empty_reduce()
     return _reduce(fn, it, first)
+
+
+def empty_reduce() -> None:
+    """The error of ``reduce`` over nothing without an initial value (fused code raises it too)."""
+    raise ConchError(
+        "ValueError",
+        "reduce: empty input and no initial value",
+        hint="pass an initial value: reduce(fn(acc, x) => ..., 0)",
+    )
 
 
 @builtin(

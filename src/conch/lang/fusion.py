@@ -1,0 +1,682 @@
+"""Fused pipelines: a chain of element-wise collection builtins compiled as one loop.
+
+``range(0, n) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum`` costs, unfused,
+two lambda calls and a wrapper's type checks per element. Here the compiler recognises a
+chain of ``map``/``where``/``each``/``take``/``skip``/``take_while`` (and a ``reduce`` at its
+end) whose functions are lambdas simple enough to inline, and emits comprehensions or one
+generator with the lambda bodies in place.
+
+The fused code must be indistinguishable from the builtins it replaces, and that decides its
+shape:
+
+- Order. On a list the builtins run stage by stage (every element through ``map`` before
+  ``where`` sees one); on a Range they chain lazily, element by element. So a chain over a
+  list becomes one comprehension per stage, over a Range one generator: effects and the
+  first error come in the same order as before.
+- Positions. An error's position is that of the failing instruction in the innermost
+  compiled frame (``interpreter._position``). An inlined body keeps its own nodes' positions;
+  a check that a builtin makes (``where``'s Bool result, ``reduce`` of nothing) is emitted
+  at the stage's call node, which is where the unfused run reports it. A lazy builtin's
+  check reports at whoever consumes the result, which is not known here: a lazy stage whose
+  predicate is not a Bool by construction ends the fused generator (the rest runs unfused).
+- What is not known until run time stays exact by branching: a chain whose input may not
+  be a list tests for one and keeps the unfused code for anything else (a Range or lazy
+  Array held in a variable, a tuple, a value that is not an Array and must fail as before).
+- Limits. In a checked compile each inlined lambda still ticks once per call, at the
+  lambda's position, in the same order; materialising stays with the builtins' own
+  ``bounded_list`` and ``LazyList`` (collection limit).
+- Captures. A generator is consumed later, possibly after the loop that made it moved on;
+  like a lambda it takes the immutable bindings it reads as keyword defaults (by value).
+
+Lambdas are inlined when their body is an expression that compiles without statements and
+names no mutable binding; any other chain compiles unfused. ``Compiler(fuse=False)`` (and
+``compile_program(..., fuse=False)``) turns all of this off, which the tests use to compare
+both on the whole corpus.
+
+The same module inlines a few string builtins (``upper``, ``lower``, ``trim``, ``split``,
+``join``, ``len``) as the Python method they call, behind a type test whose other branch is
+the checked call itself, so a wrong argument fails exactly as before.
+"""
+
+from __future__ import annotations
+
+import _ast as py
+import builtins
+import copy
+
+from conch.lang import ast as A
+from conch.lang.compiler import Compiler, Func, Scope, _and, _assign, _call, _const, _is_bool, _name, _store
+from conch.lang.errors import ConchError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_ELEMENTWISE = frozenset(("map", "where", "each", "take_while"))
+_COUNTED = frozenset(("take", "skip"))
+_ENDS = frozenset(("reduce", "sum"))  # only at the end of a chain
+_STAGES = _ELEMENTWISE | _COUNTED | _ENDS
+
+
+class _NotFusable(Exception):
+    """Raised while fusing: give up and compile the chain as written."""
+
+
+class _Stage:
+    __slots__ = ("args", "call", "func", "lam", "name", "node")
+
+    def __init__(self, name: str, node: A.Node, call: A.Node, func: A.Name, args: list[A.Node]) -> None:
+        self.name = name
+        self.node = node  # the Pipe or Call node that is this stage in the tree
+        self.call = call  # where the unfused call is positioned (``xs | sum``: at ``sum``)
+        self.func = func  # the builtin's name
+        self.args = args  # the arguments besides the input
+        self.lam: A.Lambda | None = args[0] if args and isinstance(args[0], A.Lambda) else None
+
+
+def _builtin(c: Compiler, name: str) -> str | None:
+    """The builtin's own name when ``name`` is one (not shadowed by a binding)."""
+    if c.scope.lookup(name) is not None:
+        return None
+    from conch.lang.builtins.registry import REGISTRY
+
+    b = REGISTRY.get(name)
+    if b is None or b.overloads:
+        return None
+    return b.name
+
+
+def _stage(c: Compiler, node: A.Node) -> tuple[_Stage, A.Node] | None:
+    """``node`` as a stage and its input node, if it is one this module fuses."""
+    if id(node) in c.no_fuse:
+        return None
+    call: A.Node
+    if isinstance(node, A.Pipe) and isinstance(node.right, A.Name):
+        call = func = node.right
+        src, args = node.left, []
+    else:
+        if isinstance(node, A.Pipe) and isinstance(node.right, A.Call):
+            call = node.right
+            src, args = node.left, list(node.right.args)
+        elif isinstance(node, A.Call) and node.args:
+            call = node
+            src, args = node.args[0], list(node.args[1:])
+        else:
+            return None
+        if call.kwargs or not isinstance(call.func, A.Name):
+            return None
+        func = call.func
+    name = _builtin(c, func.name)
+    if name not in _STAGES:
+        return None
+    st = _Stage(name, node, call, func, args)
+    if name in _COUNTED:
+        return (st, src) if len(args) == 1 else None
+    if name == "sum":
+        return (st, src) if not args else None
+    lam = st.lam
+    if lam is None or len(args) not in ((1, 2) if name == "reduce" else (1,)):
+        return None
+    if len(lam.params) != (2 if name == "reduce" else 1) or any(p.default is not None for p in lam.params):
+        return None
+    if not _simple(c, lam.body, {p.name for p in lam.params}):
+        return None
+    return st, src
+
+
+def _simple(c: Compiler, n: A.Node | None, local: set[str]) -> bool:
+    """Whether a lambda body can be inlined: an expression that needs no statements and
+    reads no mutable binding (checked again on the compiled code: no statements emitted)."""
+    if n is None or isinstance(n, A.Literal | A.Raw):
+        return True
+    if isinstance(n, A.Name):
+        if n.name in local:
+            return True
+        b = c.scope.lookup(n.name)
+        return b is None or not b.mutable
+    if isinstance(n, A.Interp):
+        return all(isinstance(p, str) or _simple(c, p, local) for p in n.parts)
+    if isinstance(n, A.ArrayLit):
+        return all(_simple(c, x, local) for x in n.items)
+    if isinstance(n, A.RecordLit):
+        return all(_simple(c, v, local) for _, v in n.entries)
+    if isinstance(n, A.Unary):
+        return _simple(c, n.operand, local)
+    if isinstance(n, A.Binary):
+        return _simple(c, n.left, local) and _simple(c, n.right, local)
+    if isinstance(n, A.RangeLit):
+        return _simple(c, n.start, local) and _simple(c, n.end, local)
+    if isinstance(n, A.Field):
+        return _simple(c, n.obj, local)
+    if isinstance(n, A.Index):
+        return all(_simple(c, x, local) for x in (n.obj, n.index, n.start, n.stop))
+    if isinstance(n, A.Call):
+        return _simple(c, n.func, local) and all(_simple(c, x, local) for x in n.args) and all(
+            _simple(c, v, local) for _, v in n.kwargs)
+    if isinstance(n, A.Pipe):
+        return _simple(c, n.left, local) and _simple(c, n.right, local)
+    if isinstance(n, A.Lambda):
+        if isinstance(n.body, A.Block) or c.checked:
+            return False  # compiles to a def: a statement
+        inner = local | {p.name for p in n.params}
+        return all(_simple(c, p.default, local) for p in n.params) and _simple(c, n.body, inner)
+    if isinstance(n, A.If):
+        return (_simple(c, n.cond, local) and _simple_block(c, n.then, local)
+                and (n.orelse is None or (_simple_block(c, n.orelse, local) if isinstance(n.orelse, A.Block)
+                                          else _simple(c, n.orelse, local))))
+    return False
+
+
+def _simple_block(c: Compiler, b: A.Block, local: set[str]) -> bool:
+    return len(b.stmts) == 1 and _simple(c, b.stmts[0], local)
+
+
+def _chain(c: Compiler, node: A.Node) -> tuple[list[_Stage], A.Node] | None:
+    stages: list[_Stage] = []
+    cur = node
+    while True:
+        found = _stage(c, cur)
+        if found is None or (found[0].name in _ENDS and stages):
+            break  # a reduce's (a sum's) result is an input, not a stage, to the chain around it
+        stages.append(found[0])
+        cur = found[1]
+    if not any(s.lam is not None for s in stages):
+        return None
+    stages.reverse()
+    return stages, cur
+
+
+def _source_kind(c: Compiler, src: A.Node) -> str | None:
+    """"range" or "list" when the input's type is known from its syntax."""
+    if isinstance(src, A.RangeLit):
+        return "range"
+    if isinstance(src, A.ArrayLit):
+        return "list"
+    func: A.Node | None = None
+    if isinstance(src, A.Call):
+        func = src.func
+    elif isinstance(src, A.Pipe):
+        func = src.right.func if isinstance(src.right, A.Call) else src.right
+    if isinstance(func, A.Name) and _builtin(c, func.name) == "range":
+        return "range"  # the builtin returns a Range or fails
+    return None
+
+
+# -- entry points ------------------------------------------------------------------------
+
+
+def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
+    """The fused code for the chain ending at ``node``, or None to compile it as written."""
+    chain = _chain(c, node)
+    if chain is None:
+        return None
+    stages, src = chain
+    kind = _source_kind(c, src)
+    saved = (c.func, c.scope, c.loop_depth, len(c.pipe_input), c.pipe_used, len(c.unresolved))
+    buf: list[py.stmt] = []
+    try:
+        with c.into(buf):
+            if kind == "range":
+                result = _lazy_chain(c, stages, src)
+            else:
+                result = _eager_chain(c, stages, src, kind == "list")
+    except (_NotFusable, ConchError):
+        # Compiled as written instead; a compile error is raised again there, in order.
+        c.func, c.scope, c.loop_depth = saved[0], saved[1], saved[2]
+        del c.pipe_input[saved[3]:]
+        c.pipe_used = saved[4]
+        del c.unresolved[saved[5]:]
+        return None
+    if result is None:
+        return None
+    c.out.extend(buf)
+    return result
+
+
+def _unfused(c: Compiler, stages: list[_Stage], src: py.expr) -> py.expr:
+    """The chain compiled as written, over an input already evaluated into ``src``."""
+    assert isinstance(src, py.Name)
+    cur: A.Node = A.Raw(src.id)
+    for st in stages:
+        node = copy.copy(st.node)
+        if isinstance(node, A.Pipe):
+            node.left = cur
+        else:
+            assert isinstance(node, A.Call)
+            node.args = [cur, *node.args[1:]]
+        c.no_fuse.add(id(node))
+        cur = node
+    saved = c.fuse
+    c.fuse = False
+    try:
+        return c.expr(cur)
+    finally:
+        c.fuse = saved
+
+
+def _temp(c: Compiler, e: py.expr, at: A.Node) -> py.Name:
+    t = c.fresh()
+    c.emit(c.at(_assign(t, e), at))
+    return _name(t)
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+
+def _body(c: Compiler, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -> tuple[list[str], py.expr, str | None]:
+    """Compile ``lam``'s body in place, its parameters holding values of ``kinds``: their
+    Python names, the expression and the kind of its value. Raises _NotFusable if it needs
+    statements.
+
+    A kind is what is known of every value a stage sees: "int" (an Int), "num" (never a
+    Bool: arithmetic on it needs no Bool check) or None.
+    """
+    saved_loop = c.loop_depth
+    c.loop_depth = 0  # a break in the body is not one of the fused loop's
+    c.pipe_input.append(None)
+    stmts: list[py.stmt] = []
+    try:
+        with c.new_scope():
+            names = []
+            for p, kind in zip(lam.params, kinds, strict=True):
+                names.append(c.declare(p.name, num=kind is not None).pyname)
+                if kind == "int":
+                    ints.add(names[-1])
+            with c.into(stmts):
+                e = c.expr(lam.body)
+            kind = "int" if _int(c, lam.body, ints) else "num" if c.never_bool(lam.body) else None
+    finally:
+        c.loop_depth = saved_loop
+        c.pipe_input.pop()
+    if stmts:
+        raise _NotFusable
+    return names, e, kind
+
+
+def _int(c: Compiler, n: A.Node, ints: set[str]) -> bool:
+    """Whether ``n`` evaluates to an Int (or fails), given the bindings ``ints`` hold Ints."""
+    if isinstance(n, A.Literal):
+        return type(n.value) is int
+    if isinstance(n, A.Name):
+        b = c.scope.lookup(n.name)
+        return b is not None and b.pyname in ints
+    if isinstance(n, A.Unary):
+        return n.op == "-" and _int(c, n.operand, ints)
+    if isinstance(n, A.Binary):
+        return n.op in ("+", "-", "*", "//", "%") and _int(c, n.left, ints) and _int(c, n.right, ints)
+    return False
+
+
+def _tick(c: Compiler, lam: A.Lambda) -> py.expr:
+    """The step a checked run counts on entering the lambda, where the lambda would."""
+    return c.at(_call("$tick", []), lam)
+
+
+def _helper(c: Compiler, key: str, value: Any) -> str:
+    c.builtins[key] = value
+    return key
+
+
+def _not_bool(c: Compiler, st: _Stage, r: py.expr) -> py.expr:
+    """``r`` is True, or False, or the builtin's own error at the stage's call."""
+    from conch.lang.builtins.collections import _not_bool as not_bool
+
+    fail = c.at(_call(_helper(c, "$notbool", not_bool), [_const(st.name), r]), st.call)
+    return py.BoolOp(py.Or(), [py.Compare(r, [py.Is()], [_const(True)]),
+                               py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [_const(False)]), fail])])
+
+
+def _comp(target: str, it: py.expr, ifs: list[py.expr]) -> py.comprehension:
+    return py.comprehension(_store(target), it, ifs, 0)
+
+
+def _one(target: str, value: py.expr, ifs: list[py.expr]) -> py.comprehension:
+    # ``for y in [value]``: CPython binds it without building the list
+    return _comp(target, py.List([value], py.Load()), ifs)
+
+
+# -- a list: one comprehension per stage ----------------------------------------------------
+
+
+def _eager_chain(c: Compiler, stages: list[_Stage], src: A.Node, static: bool) -> py.expr:
+    s = _temp(c, c.expr(src), src)
+    if static:
+        return _eager(c, stages, s)
+    fused: list[py.stmt] = []
+    other: list[py.stmt] = []
+    r = c.fresh("r")
+    with c.into(fused):
+        c.emit(_assign(r, _eager(c, stages, s)))
+    with c.into(other):
+        c.emit(_assign(r, _unfused(c, stages, s)))
+    test = py.Compare(_call(_helper(c, "$type", type), [s]), [py.Is()], [_name(_helper(c, "$list", list))])
+    c.emit(c.at(py.If(test, fused, other), stages[0].call))
+    return _name(r)
+
+
+def _eager(c: Compiler, stages: list[_Stage], cur: py.Name) -> py.expr:
+    for i, st in enumerate(stages):
+        e = _eager_stage(c, st, cur)
+        if i == len(stages) - 1:
+            return e
+        cur = _temp(c, e, st.call)
+    raise AssertionError("no stages")
+
+
+def _eager_stage(c: Compiler, st: _Stage, cur: py.expr) -> py.expr:
+    if st.name in _COUNTED or st.name == "sum":
+        # A slice or a sum of a list: no per-element call to save, so the builtin itself.
+        args = [c.expr(a) for a in st.args]
+        return c.at(py.Call(c.load(st.func.name, st.func), [cur, *args], []), st.call)
+    lam = st.lam
+    assert lam is not None
+    if st.name == "reduce":
+        return _fold(c, st, [], cur, lazy=False)
+    if st.name == "take_while":
+        gen, _ = _generator(c, [st], cur, lazy=False)
+        return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
+    names, body, _kind = _body(c, lam, [None], set())
+    x = names[0]
+    ticks = [py.UnaryOp(py.Not(), _tick(c, lam))] if c.checked else []
+    if st.name == "map":
+        return c.at(py.ListComp(body, [_comp(x, cur, ticks)]), st.call)
+    if st.name == "where":
+        if _is_bool(body):
+            return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, body])]), st.call)
+        r = c.fresh("r")
+        return c.at(py.ListComp(_name(x), [_comp(x, cur, ticks), _one(r, body, [_not_bool(c, st, _name(r))])]),
+                    st.call)
+    # each: the results that are not null, through bounded_list as the builtin does
+    r = c.fresh("r")
+    keep = py.Compare(_name(r), [py.IsNot()], [_const(None)])
+    gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, ticks), _one(r, body, [keep])]), st.call)
+    return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
+
+
+def _bounded_list() -> Any:
+    from conch.lang.values import bounded_list
+
+    return bounded_list
+
+
+# -- a Range: one generator for the chain ---------------------------------------------------
+
+
+class _Unfusable(Exception):
+    """A stage that a lazy generator cannot take: the generator ends before ``index``."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _lazy_chain(c: Compiler, stages: list[_Stage], src: A.Node) -> py.expr | None:
+    cur = _temp(c, c.expr(src), src)
+    i = 0
+    while i < len(stages) and stages[i].name in _COUNTED:
+        # take/skip of a Range is a Range (the builtin slices it): still a known input
+        cur = _temp(c, _eager_stage(c, stages[i], cur), stages[i].call)
+        i += 1
+    rest = stages[i:]
+    end = len(rest)
+    result: py.expr | None = None
+    while any(s.lam is not None for s in rest[:end]):
+        mark = len(c.out)
+        try:
+            result = _lazy(c, rest[:end], cur)
+            break
+        except _Unfusable as stop:
+            del c.out[mark:]
+            end = stop.index
+    if result is None:
+        return _unfused(c, rest, cur) if i else None
+    if end < len(rest):
+        return _unfused(c, rest[end:], _temp(c, result, rest[end - 1].call))
+    return result
+
+
+def _lazy(c: Compiler, stages: list[_Stage], src: py.Name) -> py.expr:
+    end = stages[-1]
+    if end.name == "reduce":
+        return _fold(c, end, stages[:-1], src, lazy=True)
+    from conch.lang.values import LazyList
+
+    if end.name != "sum":
+        gen, _ = _generator(c, stages, src, lazy=True)
+        return c.at(_call(_helper(c, "$LazyList", LazyList), [gen]), end.call)
+    gen, kind = _generator(c, stages[:-1], src, lazy=True)
+    if kind == "int":
+        return c.at(_call(_helper(c, "$sum_ints", sum_ints), [gen]), end.call)
+    lazy = c.at(_call(_helper(c, "$LazyList", LazyList), [gen]), stages[-2].call)
+    return _eager_stage(c, end, lazy)
+
+
+def sum_ints(gen: Any) -> Any:
+    """``sum`` of a fused chain that yields Ints: the builtin's result without the list the
+    builtin builds, unless a collection limit applies to that list (then the builtin)."""
+    from conch.lang.builtins.registry import REGISTRY
+    from conch.lang.context import current
+    from conch.lang.values import LazyList
+
+    if current().limits.collection_size is not None:
+        return REGISTRY["sum"].fn(LazyList(gen))
+    return builtins.sum(gen)
+
+
+def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
+    """Evaluate the take/skip counts in order and check them as the builtin does (by calling
+    it on an empty list) before any element is produced, as the unfused chain does while it
+    is built."""
+    counts: list[py.Name] = []
+    for st in stages:
+        if st.name in _COUNTED:
+            n = _temp(c, c.expr(st.args[0]), st.args[0])
+            check = py.Call(c.load(st.func.name, st.func), [py.List([], py.Load()), n], [])
+            c.emit(c.at(py.Expr(c.at(check, st.call)), st.call))
+            counts.append(n)
+    return counts
+
+
+def _generator(c: Compiler, stages: list[_Stage], src: py.Name, lazy: bool) -> tuple[py.expr, str | None]:
+    """A call of a generator function taking ``src`` through ``stages``, and the kind of the
+    values it yields."""
+    counts = _counts(c, stages)
+
+    def last(value: py.expr, kind: str | None) -> list[py.stmt]:
+        loop.kind = kind
+        return [py.Expr(py.Yield(value))]
+
+    loop = _Loop(stages, lazy, py.Return(None), last)
+    return _def(c, loop, src, counts, stages[-1].call), loop.kind
+
+
+def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.Name, lazy: bool) -> py.expr:
+    """``reduce`` as a loop: the stages before it, then its body on the accumulator."""
+    lam = st.lam
+    assert lam is not None
+    counts = _counts(c, stages)
+    init: py.expr = _temp(c, c.expr(st.args[1]), st.args[1]) if len(st.args) == 2 else _const(None)
+    acc = c.fresh("acc")
+    first = c.fresh("first")
+
+    def last(value: py.expr, kind: str | None) -> list[py.stmt]:
+        names, body, _ = _body(c, lam, [None, kind], loop.ints)
+        step: list[py.stmt] = [py.Expr(_tick(c, lam))] if c.checked else []
+        step += [_assign(names[0], _name(acc)), _assign(names[1], value), _assign(acc, body)]
+        return [py.If(_name(first), [_assign(acc, value), _assign(first, _const(False))], step)]
+
+    from conch.lang.builtins.collections import empty_reduce
+
+    loop = _Loop(stages, lazy, py.Break(), last)
+    # reduce_: a null (or no) initial value means the first element starts the fold
+    loop.prologue = [_assign(acc, _name("$init")), _assign(first, py.Compare(_name(acc), [py.Is()], [_const(None)]))]
+    empty = c.at(py.Expr(c.at(_call(_helper(c, "$reduce_empty", empty_reduce), []), st.call)), st.call)
+    loop.epilogue = [py.If(_name(first), [empty], []), py.Return(_name(acc))]
+    return _def(c, loop, src, [*counts, init], st.call)
+
+
+class _Loop:
+    """One generated loop: its stages, what ends it early, and what its innermost part does."""
+
+    def __init__(self, stages: list[_Stage], lazy: bool, stop: py.stmt, last: Any) -> None:
+        self.stages = stages
+        self.lazy = lazy  # a where/take_while must then be a Bool by construction
+        self.stop = stop  # return from a generator, break from a fold
+        self.last = last  # (value, value is never a Bool) -> statements
+        self.prologue: list[py.stmt] = []
+        self.epilogue: list[py.stmt] = []
+        self.init: list[py.stmt] = []  # counters
+        self.guards: list[py.expr] = []  # all must hold for the loop to pull anything
+        self.params: list[str] = []  # one per count, then $init for a fold
+        self.ints: set[str] = set()  # bindings known to hold Ints
+        self.kind: str | None = None  # what is known of the values yielded
+
+
+def _def(c: Compiler, loop: _Loop, src: py.Name, args: list[py.expr], at: A.Node) -> py.expr:
+    """Define the function running ``loop`` over its first argument; return its call. Like a
+    lambda it takes the immutable bindings it reads as keyword defaults: the generator of a
+    lazy chain may run after the loop that made it has moved on."""
+    outer_func, outer_scope, outer_loop = c.func, c.scope, c.loop_depth
+    func = Func(outer_func)
+    c.func, c.scope, c.loop_depth = func, Scope(func, outer_scope), 0
+    loop.params = [c.fresh("n") for _ in args]
+    if loop.epilogue:
+        loop.params[-1] = "$init"
+    x = c.fresh("x")
+    try:
+        # a lazy chain here is over a Range: its elements are Ints
+        inner = _stages(c, loop, 0, _name(x), "int" if loop.lazy else None, iter(loop.params))
+    finally:
+        c.func, c.scope, c.loop_depth = outer_func, outer_scope, outer_loop
+    body: list[py.stmt] = [*loop.prologue, *loop.init]
+    target = x
+    head = inner[0]
+    if isinstance(head, py.Assign) and isinstance(head.value, py.Name) and head.value.id == x:
+        # the first stage's parameter is the loop variable (x is used nowhere else then)
+        target = head.targets[0].id  # type: ignore[attr-defined]
+        inner = inner[1:]
+    for_stmt: py.stmt = py.For(_store(target), _name("$src"), inner, [], None)
+    if loop.guards:
+        for_stmt = py.If(_and(loop.guards), [for_stmt], [])
+    body += [for_stmt, *loop.epilogue]
+    captured = list(func.captures.values())
+    for b in captured:
+        c.access(b, outer_func)
+    fargs = py.arguments(posonlyargs=[], args=[py.arg("$src"), *(py.arg(p) for p in loop.params)], vararg=None,
+                         kwonlyargs=[py.arg(b.pyname) for b in captured],
+                         kw_defaults=[_name(b.pyname) for b in captured], kwarg=None, defaults=[])
+    name = c.fresh("fused")
+    fdef = py.FunctionDef(name=name, args=fargs, body=body, decorator_list=[], returns=None, type_comment=None)
+    c.emit(c.at(fdef, at))
+    return c.at(py.Call(_name(name), [src, *args], []), at)
+
+
+def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, params: Any) -> list[py.stmt]:
+    """The statements taking ``value`` through stages ``i``.. . Nested rather than
+    ``continue``: a take looks at its count after every element it let through, whatever
+    the stages after it did with the element."""
+    if i == len(loop.stages):
+        out: list[py.stmt] = loop.last(value, kind)
+        return out
+    st = loop.stages[i]
+    if st.name in _COUNTED:
+        n = _name(next(params))
+        k = c.fresh("k")
+        loop.init.append(_assign(k, _const(0)))
+        bump = py.AugAssign(_store(k), py.Add(), _const(1))
+        rest = _stages(c, loop, i + 1, value, kind, params)
+        if st.name == "skip":
+            return [bump, py.If(py.Compare(_name(k), [py.Gt()], [n]), rest, [])]
+        # islice(items, n) pulls nothing when n is 0, and nothing after the n-th element
+        loop.guards.append(py.Compare(n, [py.Gt()], [_const(0)]))
+        return [bump, *rest, py.If(py.Compare(_name(k), [py.GtE()], [n]), [loop.stop], [])]
+    lam = st.lam
+    assert lam is not None
+    names, body, body_kind = _body(c, lam, [kind], loop.ints)
+    out = [_assign(names[0], value)]
+    if c.checked:
+        out.append(py.Expr(_tick(c, lam)))
+    if st.name in ("where", "take_while"):
+        if _is_bool(body):
+            test = body
+        elif loop.lazy:
+            raise _Unfusable(i)
+        else:
+            r = c.fresh("r")
+            out.append(_assign(r, body))
+            test = _not_bool(c, st, _name(r))
+        rest = _stages(c, loop, i + 1, _name(names[0]), kind, params)
+        out.append(py.If(test, rest, [loop.stop] if st.name == "take_while" else []))
+        return out
+    if st.name == "map" and (i + 1 < len(loop.stages) and loop.stages[i + 1].lam is not None
+                             or i + 1 == len(loop.stages) and loop.stop.__class__ is py.Return):
+        # the next lambda (or the yield) takes the value at once: no temporary
+        return out + _stages(c, loop, i + 1, body, body_kind, params)
+    y = c.fresh("y")
+    out.append(_assign(y, body))
+    rest = _stages(c, loop, i + 1, _name(y), body_kind, params)
+    if st.name == "map":
+        return out + rest
+    out.append(py.If(py.Compare(_name(y), [py.IsNot()], [_const(None)]), rest, []))  # each
+    return out
+
+
+# -- builtins as the Python method they call ---------------------------------------------
+
+_METHODS = {"upper": "upper", "lower": "lower", "trim": "strip"}
+
+
+def _is_str(e: py.expr) -> bool:
+    if isinstance(e, py.Constant):
+        return type(e.value) is str
+    return isinstance(e, py.JoinedStr) or getattr(e, "conch_type", None) == "String"
+
+
+def inline_builtin(c: Compiler, name: str, call: py.Call, at: A.Node) -> py.expr | None:
+    """``call`` (of builtin ``name``, positional arguments) as a method call behind a type
+    test, its other branch the checked call: None when no such form applies."""
+    args = call.args
+    if name in _METHODS and len(args) == 1:
+        return _guarded(c, args[0], "String", lambda s: py.Call(py.Attribute(s, _METHODS[name], py.Load()), [], []),
+                        call, at)
+    if name == "split" and (len(args) == 1 or (len(args) == 2 and _is_str(args[1]) and isinstance(args[1], py.Constant)
+                                               and args[1].value != "")):
+        seps = args[1:]
+        e = _guarded(c, args[0], "String", lambda s: py.Call(py.Attribute(s, "split", py.Load()), seps, []),
+                     call, at)
+        e.conch_type = "StringArray"  # type: ignore[attr-defined]
+        return e
+    if name == "join" and getattr(args[0], "conch_type", None) == "StringArray" and (
+            len(args) == 1 or (isinstance(args[1], py.Constant) and type(args[1].value) is str)):
+        # the result of split: a list of Strings, which the builtin would join just so
+        sep = args[1] if len(args) == 2 else _const("")
+        e = c.at(py.Call(py.Attribute(sep, "join", py.Load()), [args[0]], []), at)
+        e.conch_type = "String"
+        return e
+    if name == "len" and len(args) == 1:
+        return _guarded(c, args[0], "Sized", lambda s: _call("$len", [s]), call, at)
+    return None
+
+
+def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr:
+    if kind == "String" and _is_str(arg):
+        e = c.at(fast(arg), at)
+        e.conch_type = "String"
+        return e  # type: ignore[no-any-return]
+    if isinstance(arg, py.Name | py.Constant):
+        ref: py.expr = arg
+        first: py.expr = arg
+    else:
+        t = c.fresh()
+        ref, first = _name(t), py.NamedExpr(_store(t), arg)
+    typ = _helper(c, "$type", type)
+    if kind == "String":
+        test: py.expr = py.Compare(_call(typ, [first]), [py.Is()], [_name(_helper(c, "$str", str))])
+    else:
+        kinds = [_helper(c, "$list", list), _helper(c, "$str", str), _helper(c, "$dict", dict)]
+        test = py.BoolOp(py.Or(), [py.Compare(_call(typ, [first if i == 0 else ref]), [py.Is()], [_name(k)])
+                                   for i, k in enumerate(kinds)])
+    slow = c.at(py.Call(call.func, [ref, *call.args[1:]], []), at)
+    e = c.at(py.IfExp(test, c.at(fast(ref), at), slow), at)
+    if kind == "String":
+        e.conch_type = "String"
+    return e  # type: ignore[no-any-return]
