@@ -317,22 +317,18 @@ def _helper(c: Compiler, key: str, value: Any) -> str:
     return key
 
 
-def _not_bool(c: Compiler, st: _Stage, r: py.expr) -> py.expr:
-    """``r`` is True, or False, or the builtin's own error at the stage's call."""
+def _not_bool(c: Compiler, st: _Stage, r: py.expr, first: py.expr | None = None) -> py.expr:
+    """``r`` is True, or False, or the builtin's own error at the stage's call (``first``:
+    what to test first, if not ``r`` itself)."""
     from conch.lang.builtins.collections import _not_bool as not_bool
 
     fail = c.at(_call(_helper(c, "$notbool", not_bool), [_const(st.name), r]), st.call)
-    return py.BoolOp(py.Or(), [py.Compare(r, [py.Is()], [_const(True)]),
+    return py.BoolOp(py.Or(), [py.Compare(first or r, [py.Is()], [_const(True)]),
                                py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [_const(False)]), fail])])
 
 
 def _comp(target: str, it: py.expr, ifs: list[py.expr]) -> py.comprehension:
     return py.comprehension(_store(target), it, ifs, 0)
-
-
-def _one(target: str, value: py.expr, ifs: list[py.expr]) -> py.comprehension:
-    # ``for y in [value]``: CPython binds it without building the list
-    return _comp(target, py.List([value], py.Load()), ifs)
 
 
 # -- a list: one comprehension per stage ----------------------------------------------------
@@ -384,12 +380,14 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr) -> py.expr:
         if _is_bool(body):
             return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, body])]), st.call)
         r = c.fresh("r")
-        return c.at(py.ListComp(_name(x), [_comp(x, cur, ticks), _one(r, body, [_not_bool(c, st, _name(r))])]),
-                    st.call)
-    # each: the results that are not null, through bounded_list as the builtin does
+        test = _not_bool(c, st, _name(r), py.NamedExpr(_store(r), body))
+        return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, test])]), st.call)
+    # each: the results that are not null, through bounded_list as the builtin does. The
+    # result is bound in a condition: a comprehension's iterable may not bind a name (and
+    # the body may, in a Bool guard).
     r = c.fresh("r")
-    keep = py.Compare(_name(r), [py.IsNot()], [_const(None)])
-    gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, ticks), _one(r, body, [keep])]), st.call)
+    keep = py.Compare(py.NamedExpr(_store(r), body), [py.IsNot()], [_const(None)])
+    gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
     return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
 
 
@@ -635,48 +633,48 @@ def inline_builtin(c: Compiler, name: str, call: py.Call, at: A.Node) -> py.expr
     """``call`` (of builtin ``name``, positional arguments) as a method call behind a type
     test, its other branch the checked call: None when no such form applies."""
     args = call.args
-    if name in _METHODS and len(args) == 1:
-        return _guarded(c, args[0], "String", lambda s: py.Call(py.Attribute(s, _METHODS[name], py.Load()), [], []),
-                        call, at)
-    if name == "split" and (len(args) == 1 or (len(args) == 2 and _is_str(args[1]) and isinstance(args[1], py.Constant)
-                                               and args[1].value != "")):
-        seps = args[1:]
-        e = _guarded(c, args[0], "String", lambda s: py.Call(py.Attribute(s, "split", py.Load()), seps, []),
-                     call, at)
-        e.conch_type = "StringArray"  # type: ignore[attr-defined]
-        return e
-    if name == "join" and getattr(args[0], "conch_type", None) == "StringArray" and (
-            len(args) == 1 or (isinstance(args[1], py.Constant) and type(args[1].value) is str)):
-        # the result of split: a list of Strings, which the builtin would join just so
+    canonical = _builtin(c, name)
+
+    def method(attr: str, *margs: py.expr) -> Any:
+        return lambda s: py.Call(py.Attribute(s, attr, py.Load()), list(margs), [])
+
+    if canonical in _METHODS and len(args) == 1:
+        return _guarded(c, args[0], "String", method(_METHODS[canonical]), call, at)
+    if canonical == "split" and (len(args) == 1 or _literal(args[1]) not in (None, "")):
+        e = _guarded(c, args[0], "String", method("split", *args[1:]), call, at)
+        # a list of Strings when it returns at all: the checked call fails on anything else
+        return None if e is None else _typed(e, "StringArray")
+    if (canonical == "join" and getattr(args[0], "conch_type", None) == "StringArray"
+            and (len(args) == 1 or _literal(args[1]) is not None)):
         sep = args[1] if len(args) == 2 else _const("")
-        e = c.at(py.Call(py.Attribute(sep, "join", py.Load()), [args[0]], []), at)
-        e.conch_type = "String"
-        return e
-    if name == "len" and len(args) == 1:
+        return _typed(c.at(method("join", args[0])(sep), at), "String")
+    if canonical == "len" and len(args) == 1:
         return _guarded(c, args[0], "Sized", lambda s: _call("$len", [s]), call, at)
     return None
 
 
-def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr:
+def _literal(e: py.expr) -> str | None:
+    return e.value if isinstance(e, py.Constant) and type(e.value) is str else None
+
+
+def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr | None:
     if kind == "String" and _is_str(arg):
-        e = c.at(fast(arg), at)
-        e.conch_type = "String"
-        return e  # type: ignore[no-any-return]
-    if isinstance(arg, py.Name | py.Constant):
-        ref: py.expr = arg
-        first: py.expr = arg
-    else:
-        t = c.fresh()
-        ref, first = _name(t), py.NamedExpr(_store(t), arg)
+        return _typed(c.at(fast(arg), at), "String")
+    if not isinstance(arg, py.Name | py.Constant):
+        # the test and the call would evaluate it twice; binding it (:=) is not allowed
+        # everywhere a body may stand (a comprehension's iterable)
+        return None
     typ = _helper(c, "$type", type)
     if kind == "String":
-        test: py.expr = py.Compare(_call(typ, [first]), [py.Is()], [_name(_helper(c, "$str", str))])
+        test: py.expr = py.Compare(_call(typ, [arg]), [py.Is()], [_name(_helper(c, "$str", str))])
     else:
         kinds = [_helper(c, "$list", list), _helper(c, "$str", str), _helper(c, "$dict", dict)]
-        test = py.BoolOp(py.Or(), [py.Compare(_call(typ, [first if i == 0 else ref]), [py.Is()], [_name(k)])
-                                   for i, k in enumerate(kinds)])
-    slow = c.at(py.Call(call.func, [ref, *call.args[1:]], []), at)
-    e = c.at(py.IfExp(test, c.at(fast(ref), at), slow), at)
-    if kind == "String":
-        e.conch_type = "String"
-    return e  # type: ignore[no-any-return]
+        test = py.BoolOp(py.Or(), [py.Compare(_call(typ, [arg]), [py.Is()], [_name(k)]) for k in kinds])
+    e = c.at(py.IfExp(test, c.at(fast(arg), at), call), at)
+    return _typed(e, kind) if kind == "String" else e
+
+
+def _typed(e: py.expr, kind: str) -> py.expr:
+    """Mark compiled code with what its value is known to be (read by inline_builtin)."""
+    setattr(e, "conch_type", kind)  # noqa: B010 - an attribute the ast classes do not declare
+    return e
