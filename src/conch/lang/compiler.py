@@ -276,7 +276,6 @@ class Compiler:
         self.last_captures: list[Binding] = []
         # pipelines of collection builtins as one loop (fusion.py); off to compare with it
         self.fuse = fuse
-        self.no_fuse: set[int] = set()  # ids of nodes compiled as written (fusion's fallback)
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func

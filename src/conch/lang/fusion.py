@@ -45,7 +45,18 @@ import builtins
 import copy
 
 from conch.lang import ast as A
-from conch.lang.compiler import Compiler, Func, Scope, _and, _assign, _call, _const, _is_bool, _name, _store
+from conch.lang.compiler import (
+    Compiler,
+    Func,
+    Scope,
+    _and,
+    _assign,
+    _call,
+    _const,
+    _is_bool,
+    _name,
+    _store,
+)
 from conch.lang.errors import ConchError
 
 TYPE_CHECKING = False
@@ -88,8 +99,6 @@ def _builtin(c: Compiler, name: str) -> str | None:
 
 def _stage(c: Compiler, node: A.Node) -> tuple[_Stage, A.Node] | None:
     """``node`` as a stage and its input node, if it is one this module fuses."""
-    if id(node) in c.no_fuse:
-        return None
     call: A.Node
     if isinstance(node, A.Pipe) and isinstance(node.right, A.Name):
         call = func = node.right
@@ -244,10 +253,9 @@ def _unfused(c: Compiler, stages: list[_Stage], src: py.expr) -> py.expr:
         else:
             assert isinstance(node, A.Call)
             node.args = [cur, *node.args[1:]]
-        c.no_fuse.add(id(node))
         cur = node
     saved = c.fuse
-    c.fuse = False
+    c.fuse = False  # this chain (and what it contains) as written
     try:
         return c.expr(cur)
     finally:
@@ -373,7 +381,7 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr) -> py.expr:
         return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
     names, body, _kind = _body(c, lam, [None], set())
     x = names[0]
-    ticks = [py.UnaryOp(py.Not(), _tick(c, lam))] if c.checked else []
+    ticks: list[py.expr] = [py.UnaryOp(py.Not(), _tick(c, lam))] if c.checked else []
     if st.name == "map":
         return c.at(py.ListComp(body, [_comp(x, cur, ticks)]), st.call)
     if st.name == "where":
@@ -474,10 +482,10 @@ def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
     return counts
 
 
-def _generator(c: Compiler, stages: list[_Stage], src: py.Name, lazy: bool) -> tuple[py.expr, str | None]:
+def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool) -> tuple[py.expr, str | None]:
     """A call of a generator function taking ``src`` through ``stages``, and the kind of the
     values it yields."""
-    counts = _counts(c, stages)
+    counts: list[py.expr] = list(_counts(c, stages))
 
     def last(value: py.expr, kind: str | None) -> list[py.stmt]:
         loop.kind = kind
@@ -487,11 +495,11 @@ def _generator(c: Compiler, stages: list[_Stage], src: py.Name, lazy: bool) -> t
     return _def(c, loop, src, counts, stages[-1].call), loop.kind
 
 
-def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.Name, lazy: bool) -> py.expr:
+def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool) -> py.expr:
     """``reduce`` as a loop: the stages before it, then its body on the accumulator."""
     lam = st.lam
     assert lam is not None
-    counts = _counts(c, stages)
+    counts: list[py.expr] = list(_counts(c, stages))
     init: py.expr = _temp(c, c.expr(st.args[1]), st.args[1]) if len(st.args) == 2 else _const(None)
     acc = c.fresh("acc")
     first = c.fresh("first")
@@ -529,7 +537,7 @@ class _Loop:
         self.kind: str | None = None  # what is known of the values yielded
 
 
-def _def(c: Compiler, loop: _Loop, src: py.Name, args: list[py.expr], at: A.Node) -> py.expr:
+def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node) -> py.expr:
     """Define the function running ``loop`` over its first argument; return its call. Like a
     lambda it takes the immutable bindings it reads as keyword defaults: the generator of a
     lazy chain may run after the loop that made it has moved on."""
@@ -605,8 +613,8 @@ def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, 
         rest = _stages(c, loop, i + 1, _name(names[0]), kind, params)
         out.append(py.If(test, rest, [loop.stop] if st.name == "take_while" else []))
         return out
-    if st.name == "map" and (i + 1 < len(loop.stages) and loop.stages[i + 1].lam is not None
-                             or i + 1 == len(loop.stages) and loop.stop.__class__ is py.Return):
+    if st.name == "map" and ((i + 1 < len(loop.stages) and loop.stages[i + 1].lam is not None)
+                             or (i + 1 == len(loop.stages) and loop.stop.__class__ is py.Return)):
         # the next lambda (or the yield) takes the value at once: no temporary
         return out + _stages(c, loop, i + 1, body, body_kind, params)
     y = c.fresh("y")
