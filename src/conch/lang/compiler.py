@@ -39,6 +39,10 @@ _CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE}
 _ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.FloorDiv, "%": py.Mod, "**": py.Pow}
 _BOOL_NODES = (py.Compare, py.BoolOp)
 _BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
+# The builtin names fusion.py looks at (stages of a fused chain, builtins it inlines): other
+# calls compile without importing it.
+_FUSION_NAMES = frozenset(("map", "where", "filter", "each", "take", "skip", "take_while", "reduce", "sum",
+                           "upper", "lower", "trim", "split", "join", "len", "length"))
 
 
 # Plain classes and records rather than dataclasses: the dataclasses module (and the inspect
@@ -869,7 +873,7 @@ class Compiler:
 
     def x_Call(self, n: A.Call, first: py.expr | None = None) -> py.expr:
         if first is None:
-            if self.fuse and isinstance(n.func, A.Name):
+            if self.fuse and isinstance(n.func, A.Name) and n.func.name in _FUSION_NAMES:
                 from conch.lang import fusion
 
                 fused = fusion.fuse(self, n)
@@ -895,7 +899,8 @@ class Compiler:
         args = exprs[:npos]
         kws = [py.keyword(k, e) for (k, _), e in zip(n.kwargs, exprs[npos:], strict=True)]
         call = self.at(py.Call(func, args, kws), n)
-        if self.fuse and not kws and isinstance(n.func, A.Name) and self.is_builtin(func):
+        if self.fuse and not kws and isinstance(n.func, A.Name) and n.func.name in _FUSION_NAMES \
+                and self.is_builtin(func):
             from conch.lang import fusion
 
             return fusion.inline_builtin(self, n.func.name, call, n) or call
@@ -906,7 +911,8 @@ class Compiler:
         return isinstance(e, py.Name) and e.id.startswith("$b:")
 
     def x_Pipe(self, n: A.Pipe) -> py.expr:
-        if self.fuse and isinstance(n.right, A.Call | A.Name):
+        stage = n.right.func if isinstance(n.right, A.Call) else n.right
+        if self.fuse and isinstance(stage, A.Name) and stage.name in _FUSION_NAMES:
             from conch.lang import fusion
 
             fused = fusion.fuse(self, n)
@@ -919,7 +925,7 @@ class Compiler:
         if isinstance(right, A.Name):
             func = self.expr(right)
             call = self.at(py.Call(func, [left], []), right)
-            if self.fuse and self.is_builtin(func):
+            if self.fuse and right.name in _FUSION_NAMES and self.is_builtin(func):
                 from conch.lang import fusion
 
                 return fusion.inline_builtin(self, right.name, call, right) or call

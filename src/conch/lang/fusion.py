@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import _ast as py
 import builtins
-import copy
 
 from conch.lang import ast as A
 from conch.lang.compiler import (
@@ -244,6 +243,8 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
 
 def _unfused(c: Compiler, stages: list[_Stage], src: py.expr) -> py.expr:
     """The chain compiled as written, over an input already evaluated into ``src``."""
+    import copy  # here: the copy module costs a ``conch -c`` start-up about a millisecond
+
     assert isinstance(src, py.Name)
     cur: A.Node = A.Raw(src.id)
     for st in stages:
