@@ -259,3 +259,19 @@ def test_own_openapi_document(agent_server: AgentServer) -> None:
     execute = doc["paths"]["/api/v1/execute"]["post"]
     assert "422" not in execute["responses"] and "400" in execute["responses"]
     assert "command" in doc["components"]["schemas"]["ExecuteRequest"]["properties"]
+
+
+def test_pipeline_input_reaches_the_worker_exactly(agent_server: AgentServer) -> None:
+    """The input goes to the worker as the client's own bytes: integers past 64 bits and the
+    non-finite floats Python's json writes arrive as they were sent, and results too."""
+    big = 2**70 + 1
+    body = ('{"input": [' + str(big) + ', 1, NaN, -Infinity], '
+            '"steps": ["map(fn(x) => type_of(x))"]}')
+    with agent_server.client() as c:
+        types = c.post("/api/v1/pipeline", content=body,
+                       headers={"content-type": "application/json"}).json()
+        total = c.post("/api/v1/pipeline", json={"input": [big, 1], "steps": ["sum"]}).json()
+        echoed = c.post("/api/v1/execute", json={"command": f"{big} * 2"}).json()
+    assert types["value"] == ["Int", "Int", "Float", "Float"], types
+    assert total["result"] == str(big + 1) and total["value"] == big + 1
+    assert echoed["value"] == big * 2

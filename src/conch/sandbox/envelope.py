@@ -13,13 +13,10 @@ the hot path, and there is nothing to validate that :meth:`from_wire` does not c
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# One encoder, reused for every frame and body: ``json.dumps`` with arguments builds a new
-# JSONEncoder on each call, which costs as much as encoding a small envelope.
-COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+from conch.sandbox.frames import dumps
 
 
 @dataclass(slots=True)
@@ -85,7 +82,7 @@ class RunEnvelope:
         return out
 
     def to_json_bytes(self) -> bytes:
-        return COMPACT_JSON.encode(self.to_json()).encode()
+        return dumps(self.to_json())
 
     @staticmethod
     def from_wire(data: Any) -> RunEnvelope:

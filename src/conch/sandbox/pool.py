@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -40,8 +39,9 @@ from conch.config import Settings
 from conch.lang.context import Limits
 from conch.sandbox import cgroups, identity
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
+from conch.sandbox.frames import MAX_FRAME, decode, encode_exact, encode_raw, split_header
 from conch.sandbox.layers import Confinement, Layer, SandboxUnavailable
-from conch.sandbox.worker import MAX_FRAME, WorkerConfig, encode
+from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
 
 log = logging.getLogger("conch.sandbox")
@@ -133,6 +133,9 @@ class Job:
     steps: list[str] = field(default_factory=list)
     limits: dict[str, Any] | None = None
     stream: bool = False
+    # The client's JSON request body whose ``input`` is this job's (``input`` is then
+    # ignored): sent to the worker as it came, which reads ``input`` from it.
+    body: bytes | None = None
 
     def payload(self, limits: Limits) -> dict[str, Any]:
         wall = limits.wall_time_s or 0.0
@@ -144,10 +147,11 @@ class Job:
             "builtin": self.builtin,
             "args": self.args,
             "kwargs": self.kwargs,
-            "input": self.input,
+            "input": None if self.body is not None else self.input,
             "steps": self.steps,
             "limits": {k: getattr(limits, k) for k in _LIMIT_FIELDS},
             "cpu_s": wall + _GRACE_S,
+            "input_in_body": self.body is not None,
         }
 
 
@@ -268,7 +272,7 @@ class Worker:
             del buf[:pos]
         elif pos < len(data):
             buf += memoryview(data)[pos:]
-        self._need = 4 + int.from_bytes(buf[:4], "big") if len(buf) >= 4 else 4
+        self._need = 4 + split_header(int.from_bytes(buf[:4], "big"))[0] if len(buf) >= 4 else 4
 
     def _parse(self, data: bytes | bytearray) -> int:
         """Deliver every whole frame in ``data``; the offset of the first incomplete one,
@@ -276,7 +280,7 @@ class Worker:
         pos = 0
         end = len(data)
         while end - pos >= 4:
-            size = int.from_bytes(data[pos : pos + 4], "big")
+            size, exact = split_header(int.from_bytes(data[pos : pos + 4], "big"))
             if size > MAX_FRAME:
                 self._shut(f"worker sent an oversized frame ({size} bytes)")
                 return -1
@@ -284,7 +288,7 @@ class Worker:
             if stop > end:
                 break
             try:
-                message = json.loads(data[pos + 4 : stop])
+                message = decode(data[pos + 4 : stop], exact)
             except (ValueError, RecursionError):
                 self._shut("worker sent an undecodable frame")
                 return -1
@@ -542,7 +546,7 @@ class SandboxPool:
                     f"worker-{worker.pid}", memory_mb=self.settings.worker_memory_mb,
                     pids_max=self.settings.worker_pids_max)
                 worker.cgroup.add(worker.pid)
-            config = encode(["config", dataclasses.asdict(self.config)])
+            config = encode_exact(["config", dataclasses.asdict(self.config)])
             await asyncio.get_running_loop().sock_sendall(parent_sock, config)
             ready = await asyncio.wait_for(greeting, timeout=60)
         except (TimeoutError, WorkerError, OSError) as exc:
@@ -674,7 +678,11 @@ class SandboxPool:
         the job, so the job is retried once on another worker instead of failing.
         """
         limits = self._limits(job)
-        frame = encode(payload if payload is not None else job.payload(limits))
+        # What a client sent is sent exactly (NaN, big integers), and its own bytes are
+        # passed on rather than decoded and encoded again (a pipeline's input).
+        frame = encode_exact(payload if payload is not None else job.payload(limits))
+        if job.body is not None and payload is None:
+            frame += encode_raw(job.body)
         for _attempt in range(2):
             run = _Run(frame)
             try:

@@ -14,13 +14,11 @@ able to make the server execute anything by what it sends back.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import resource
 import signal
 import socket
-import struct
 import sys
 import time
 from collections import OrderedDict
@@ -35,18 +33,11 @@ from conch.lang import values
 from conch.lang.builtins.registry import type_names
 from conch.lang.context import EFFECTS, Context, Limits, using
 from conch.lang.errors import ConchError, from_python
-from conch.sandbox.envelope import COMPACT_JSON, PipelineEnvelope, RunEnvelope, RunError, StepTiming
-
-HEADER = struct.Struct(">I")
-MAX_FRAME = 256 * 1024 * 1024
+from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError, StepTiming
+from conch.sandbox.frames import COMPACT_JSON, HEADER, decode, encode, encode_exact, split_header
 
 # Environment variables a program must not be able to read back through ``env``.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-
-
-def encode(message: Any) -> bytes:
-    data = COMPACT_JSON.encode(message).encode("utf-8")
-    return HEADER.pack(len(data)) + data
 
 
 class Channel:
@@ -57,17 +48,19 @@ class Channel:
         self.file = sock.makefile("rb")
 
     def send(self, message: Any) -> None:
-        self.sock.sendall(encode(message))
+        # What a model or a program's agent call produced may hold NaN: sent exactly.
+        frame = encode_exact(message) if message[0] == "record" else encode(message)
+        self.sock.sendall(frame)
 
     def recv(self) -> Any:
         header = self.file.read(HEADER.size)
         if len(header) < HEADER.size:
             return None
-        (size,) = HEADER.unpack(header)
+        size, exact = split_header(HEADER.unpack(header)[0])
         body = self.file.read(size)
         if len(body) < size:
             return None
-        return json.loads(body)
+        return decode(body, exact)
 
 
 @dataclass
@@ -201,6 +194,11 @@ def worker_main(sock: socket.socket) -> None:
         job = chan.recv()
         if job is None:
             return
+        if job.get("input_in_body"):
+            body = chan.recv()  # the client's request, as it sent it
+            if not isinstance(body, dict):
+                return
+            job["input"] = body.get("input")
         cpu.before(float(job.get("cpu_s") or 60.0))
         started = time.perf_counter()
         runner.run(job, chan)

@@ -86,8 +86,11 @@ class FastPath:
         except ValidationError as exc:
             await _send(send, 400, agent_error_body(400, problems(exc.errors(include_url=False))))
             return
+        job = make_job(parsed)
+        if job.mode == "pipeline":
+            job.body = body  # the worker reads the input from the client's own bytes
         try:
-            answer = await self.runs.envelope(make_job(parsed), kind)
+            answer = await self.runs.envelope(job, kind)
         except Exception:
             # What the framework's error middleware does for the other routes: a 500, and
             # the exception goes on to the server's log.
