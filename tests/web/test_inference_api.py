@@ -264,3 +264,29 @@ def test_unknown_route_uses_the_envelope(inference_server: RunningServer) -> Non
     with inference_server.client() as c:
         check_error(c.get("/v1/nothing-here"), 404)
         check_error(c.put("/v1/health"), 405)
+
+
+def test_a_model_that_cannot_load_is_a_model_error(inference_server: RunningServer,
+                                                   tmp_path: object) -> None:
+    """A stored GGUF that llama.cpp refuses is the model's error (500 model_load_failed,
+    naming it), not an internal error; the server goes on serving."""
+    from pathlib import Path
+
+    from tests.inference.sources.conftest import make_small_gguf
+
+    path = Path(str(tmp_path)) / "broken.gguf"
+    make_small_gguf(path)
+    with inference_server.client() as c:
+        r = c.post("/v1/models/broken-chat/download", json={"source": "file", "path": str(path)})
+        assert r.status_code == 201, r.text
+        try:
+            body = {"model": "broken-chat", "messages": [{"role": "user", "content": "hi"}]}
+            for stream in (False, True):
+                failed = c.post("/v1/chat/completions", json={**body, "stream": stream})
+                err = check_error(failed, 500, "model_load_failed")
+                assert err["param"] == "model" and "broken-chat" in err["message"]
+            ok = c.post("/v1/chat/completions", json={
+                "model": M, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            assert ok.status_code == 200
+        finally:
+            c.delete("/v1/models/broken-chat")

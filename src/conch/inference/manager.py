@@ -39,6 +39,14 @@ class ModelNotReady(EngineError):
     pass
 
 
+class ModelLoadFailed(EngineError):
+    """The runtime could not load a stored model (a damaged or unsupported file)."""
+
+    def __init__(self, model_id: str, reason: str) -> None:
+        super().__init__(f"The model '{model_id}' could not be loaded: {reason}")
+        self.model_id = model_id
+
+
 class ModelNeedsConversion(ValueError):
     """A source-format model (safetensors): it is stored, but serving it needs a conversion."""
 
@@ -179,7 +187,10 @@ class ModelManager:
                 await self.unload(record.id)
             await self._make_room()
             await self._make_gpu_room(record)
-            engine = await asyncio.to_thread(load_engine, record, self.settings)
+            try:
+                engine = await asyncio.to_thread(load_engine, record, self.settings)
+            except (ValueError, OSError) as exc:  # llama.cpp's "Failed to load model from file"
+                raise ModelLoadFailed(record.id, str(exc)) from exc
             self.loads += 1
             entry = _Loaded(engine, record, self.settings.keep_alive_s, time.monotonic())
             self._loaded[record.id] = entry

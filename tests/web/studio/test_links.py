@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from tests.web.studio.conftest import Servers
 
-O = "/api/v1/orchestration"
+ORCH = "/api/v1/orchestration"
 MODEL = "smollm2-135m-instruct"
 
 
@@ -85,8 +85,8 @@ def test_deep_links_to_models_and_chats_load_after_a_reload(servers: Servers, pa
 
 
 def test_deep_links_to_tasks_and_workflows_load_after_a_reload(servers: Servers, page: Any, shots: Path) -> None:
-    _need(servers, f"{O}/tasks")
-    wf = _post(servers, f"{O}/workflows", {"name": "linked-workflow", "steps": [{"id": "only", "run": "1 + 41"}]})
+    _need(servers, f"{ORCH}/tasks")
+    wf = _post(servers, f"{ORCH}/workflows", {"name": "linked-workflow", "steps": [{"id": "only", "run": "1 + 41"}]})
 
     def workflow() -> None:
         detail = page.get_by_test_id("workflow-detail")
@@ -98,8 +98,8 @@ def test_deep_links_to_tasks_and_workflows_load_after_a_reload(servers: Servers,
     _open_and_reload(page, f"{servers.agent}/#/agents/workflows/{wf['id']}", workflow)
     page.screenshot(path=str(shots / "agents-workflow-link.png"))
 
-    task = _post(servers, f"{O}/tasks", {"goal": "A task opened by its link", "tools": ["len"], "max_steps": 1})
-    httpx.post(f"{servers.agent}{O}/tasks/{task['id']}/cancel", timeout=30)
+    task = _post(servers, f"{ORCH}/tasks", {"goal": "A task opened by its link", "tools": ["len"], "max_steps": 1})
+    httpx.post(f"{servers.agent}{ORCH}/tasks/{task['id']}/cancel", timeout=30)
 
     def task_detail() -> None:
         detail = page.get_by_test_id("task-detail")
@@ -156,7 +156,7 @@ def test_back_returns_to_the_previous_page_tab_and_object(servers: Servers, page
     expect(page.get_by_test_id("inference-health")).to_be_visible()
     page.go_forward()
     expect(page.get_by_test_id("models-table")).to_be_visible()
-    if httpx.get(servers.agent + f"{O}/agents", timeout=30).status_code == 404:
+    if httpx.get(servers.agent + f"{ORCH}/agents", timeout=30).status_code == 404:
         return
     # Tabs are history entries too.
     nav.get_by_role("link", name="Agents").click()
@@ -171,7 +171,7 @@ def test_back_returns_to_the_previous_page_tab_and_object(servers: Servers, page
 
 
 def test_tabs_are_tab_panels_moved_through_with_arrow_keys(servers: Servers, page: Any, shots: Path) -> None:
-    _need(servers, f"{O}/agents")
+    _need(servers, f"{ORCH}/agents")
     page.goto(servers.agent + "/#/agents")
     tablist = page.get_by_role("tablist", name="Orchestration")
     tabs = tablist.get_by_role("tab")
@@ -223,13 +223,13 @@ def test_tabs_are_tab_panels_moved_through_with_arrow_keys(servers: Servers, pag
 
 
 def test_task_page_lists_numbers_steps_once_and_says_when_empty(servers: Servers, page: Any) -> None:
-    _need(servers, f"{O}/agents")
+    _need(servers, f"{ORCH}/agents")
     # An empty task list says so (the list is answered empty here).
     page.route(re.compile(r".*/api/v1/orchestration/tasks$"), lambda r: r.fulfill(json=[]) if r.request.method == "GET" else r.continue_())
     page.goto(servers.agent + "/#/agents/tasks")
     expect(page.get_by_test_id("empty-tasks")).to_contain_text("No tasks yet")
     # The agent picker names the default agent once.
-    agents = httpx.get(servers.agent + f"{O}/agents", timeout=30).json()
+    agents = httpx.get(servers.agent + f"{ORCH}/agents", timeout=30).json()
     options = page.locator("select[name=agent] option").all_inner_texts()
     assert [o for o in options if "default" in o.lower()] == (["default"] if any(a["id"] == "default" for a in agents) else ["(server default)"])
     # Steps are numbered by the list only ("1. ls", not "1. 0. ls").

@@ -23,6 +23,7 @@ from conch.inference.engines.base import (
 )
 from conch.inference.manager import (
     InvalidKeepAlive,
+    ModelLoadFailed,
     ModelNeedsConversion,
     ModelNotFound,
     ModelNotReady,
@@ -85,6 +86,7 @@ DOMAIN_ERRORS: tuple[tuple[type[BaseException], int, str, str | None], ...] = (
     (ModelNotFound, 404, "model_not_found", "model"),
     (ModelNeedsConversion, 400, "model_needs_conversion", "model"),
     (ModelNotReady, 409, "model_not_ready", "model"),
+    (ModelLoadFailed, 500, "model_load_failed", "model"),
     (InvalidKeepAlive, 400, "invalid_request_error", "keep_alive"),
     (ChatInputError, 400, "invalid_request_error", OWN),
     (ContextLengthExceeded, 400, "context_length_exceeded", PROMPT),
