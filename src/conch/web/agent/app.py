@@ -16,7 +16,16 @@ from conch import __version__
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
 from conch.sandbox.pool import SandboxPool
-from conch.web.agent import discovery, execution, health, marketplace, mcp, orchestration, streams
+from conch.web.agent import (
+    analysis,
+    discovery,
+    execution,
+    health,
+    marketplace,
+    mcp,
+    orchestration,
+    streams,
+)
 from conch.web.agent.errors import install_error_handlers
 from conch.web.agent.fast_path import AgentApp
 from conch.web.agent.metrics import AgentMetrics
@@ -81,7 +90,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     pool.recorder = orchestrator.record_builtin
 
     install_error_handlers(app)
-    for module in (execution, streams, discovery, health, orchestration):
+    for module in (execution, streams, analysis, discovery, health, orchestration):
         app.include_router(module.router)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)

@@ -61,6 +61,51 @@ class PipelineRequest(_Request):
     limits: RunLimits | None = None
 
 
+class AnalyseRequest(_Request):
+    code: str = Field(max_length=200_000, description="a conch program, as it is being edited")
+    line: int | None = Field(default=None, ge=1, description="the cursor's 1-based line")
+    column: int | None = Field(default=None, ge=1,
+                               description="the cursor's 1-based column (code points)")
+
+
+class AnalysedProblem(BaseModel):
+    """A diagnostic; positions 1-based, the end exclusive, columns in code points."""
+
+    kind: str  # SyntaxError, NameError, TypeError
+    message: str
+    hint: str | None = None
+    severity: str  # error | warning
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+class Completion(BaseModel):
+    label: str
+    kind: str  # function, variable, keyword, field, property
+    detail: str = ""
+    documentation: str = ""
+    insert_text: str | None = None
+
+
+class Signature(BaseModel):
+    label: str
+    documentation: str
+    parameters: list[str]
+    active_parameter: int
+
+
+class Analysis(BaseModel):
+    """What the language's front end finds without running anything: the problems, and at
+    the cursor (when given) the completions, the hover text and the call's signature."""
+
+    diagnostics: list[AnalysedProblem]
+    completions: list[Completion] = Field(default_factory=list)
+    hover: str | None = None
+    signature: Signature | None = None
+
+
 class RequestErrorInfo(BaseModel):
     kind: str = Field(description='"RequestError" (or "NameError" for an unknown builtin)')
     message: str
