@@ -265,3 +265,39 @@ def test_workflow_events_live_and_resumed(server: Server) -> None:
         assert [int(e["id"]) for e in resumed] == ids[3:]
         via_query = read_sse(c, f"{API}/workflows/{wf['id']}/events?last_event_id={ids[-2]}")
         assert [e["event"] for e in via_query] == ["complete"]
+
+
+def test_each_step_carries_its_definition_as_submitted(server: Server) -> None:
+    """GET and list return each step's definition (depends_on, run | task, …) exactly as it
+    was submitted, in the submitted order, so a reader can draw the DAG and submit it again."""
+    steps = [
+        {"id": "b", "run": "1", "retries": 2, "timeout_s": 5},
+        {"id": "a", "depends_on": ["b"], "run": "steps.b.result + 1"},
+        {
+            "id": "t",
+            "depends_on": ["a"],
+            "task": {"goal": "say ${steps.a.result}", "tools": ["len"], "max_steps": 2},
+            "backoff_s": 0.5,
+        },
+    ]
+    body = {"name": "defs", "inputs": {"x": 1}, "steps": steps}
+    with server.client() as c:
+        wf = create(c, body)
+        assert [s["definition"] for s in wf["steps"]] == steps
+        got = c.get(f"{API}/workflows/{wf['id']}").json()
+        assert [s["id"] for s in got["steps"]] == ["b", "a", "t"]
+        assert [s["definition"] for s in got["steps"]] == steps
+        listed = next(w for w in c.get(f"{API}/workflows").json() if w["id"] == wf["id"])
+        assert [s["definition"] for s in listed["steps"]] == steps
+        # The record alone is enough to submit the same workflow again.
+        again = create(
+            c,
+            {
+                "name": got["name"],
+                "inputs": got["inputs"],
+                "steps": [s["definition"] for s in got["steps"]],
+            },
+        )
+        assert [s["definition"] for s in again["steps"]] == steps
+        for w in (wf, again):
+            c.post(f"{API}/workflows/{w['id']}/cancel")

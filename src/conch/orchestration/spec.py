@@ -111,7 +111,8 @@ class Plan:
         return {
             "name": self.name,
             "inputs": self.inputs,
-            "steps": [self.steps[s].model_dump(exclude_none=True) for s in self.order],
+            # As submitted: the fields given (defaults are not filled in), in the given order.
+            "steps": [self.steps[s].model_dump(exclude_unset=True) for s in self.steps],
         }
 
 

@@ -213,7 +213,7 @@ def task_record(row: Any) -> dict[str, Any]:
     }
 
 
-def step_record(row: Any) -> dict[str, Any]:
+def step_record(row: Any, definition: dict[str, Any] | None = None) -> dict[str, Any]:
     status = row.status
     if status == "running" and getattr(row, "task_status", None) == "waiting":
         # Its agent task waits for a person's approval.
@@ -229,6 +229,8 @@ def step_record(row: Any) -> dict[str, Any]:
     }
     if row.task_id is not None:
         out["task_id"] = row.task_id
+    if definition is not None:
+        out["definition"] = definition
     return out
 
 
@@ -841,12 +843,17 @@ class Store:
 
     @staticmethod
     def _workflow_record(wf: Any, steps: Any) -> dict[str, Any]:
+        # Each step carries its definition as submitted (depends_on, run | task, retries…),
+        # so a reader can draw the DAG and re-submit the workflow from the record alone.
+        defs = {
+            d.get("id"): d for d in (wf.definition or {}).get("steps", []) if isinstance(d, dict)
+        }
         return {
             "id": wf.id,
             "name": wf.name,
             "status": wf.status,
             "inputs": (wf.definition or {}).get("inputs", {}),
-            "steps": [step_record(s) for s in steps],
+            "steps": [step_record(s, defs.get(s.id)) for s in steps],
             "error": wf.error,
             "created_at": iso(wf.created_at),
             "finished_at": iso(wf.finished_at),

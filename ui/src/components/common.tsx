@@ -123,17 +123,68 @@ export function bytes(n: number | null | undefined): string {
   return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
+/** A status as a coloured badge: done (green), failed (red), running (amber), waiting for a
+ * person (blue), skipped or pending (grey, dashed): each state its own look, never by colour
+ * alone (the word is always there). */
 export function StatusBadge({ status }: { status: string | null | undefined }) {
   const s = status ?? "unknown";
-  const tone =
-    ["ready", "succeeded", "healthy", "ok", "available", "connected", "idle", "running", "installed"].includes(s)
-      ? s === "running"
-        ? "busy"
-        : "good"
-      : ["failed", "unavailable", "error", "cancelled"].includes(s)
-        ? "bad"
-        : "busy";
-  return <span class={`badge ${tone}`}>{s}</span>;
+  return <span class={`badge ${tone(s)}`} data-tone={tone(s)}>{s}</span>;
+}
+
+export function tone(s: string): string {
+  if (["ready", "succeeded", "healthy", "ok", "available", "connected", "idle", "installed"].includes(s)) return "good";
+  if (["failed", "unavailable", "error", "cancelled"].includes(s)) return "bad";
+  if (s === "skipped") return "skipped";
+  if (s === "waiting") return "waiting";
+  if (s === "pending") return "queued";
+  return "busy";
+}
+
+export type RunError = { message?: string; kind?: string; line?: number | null; column?: number | null; hint?: string | null };
+
+/** An error with the source line and a caret under the column, as the CLI renders it. */
+export function ErrorView({ error, source }: { error: RunError; source?: string | null }) {
+  const line = error.line ?? null;
+  const col = error.column ?? null;
+  const text = line != null && source != null ? source.split("\n")[line - 1] : undefined;
+  const gutter = line != null ? `${line}` : "";
+  return (
+    <div class="run-error" role="alert" data-testid="run-error">
+      <div>
+        <strong>{error.kind || "Error"}</strong>: {error.message}
+        {line != null && (
+          <span class="muted small" data-testid="error-position">
+            {" "}
+            (line {line}
+            {col != null ? `, column ${col}` : ""})
+          </span>
+        )}
+      </div>
+      {text !== undefined && col != null && (
+        <pre class="caret" data-testid="caret">
+          {`  ${gutter} | ${text}\n  ${" ".repeat(gutter.length)} | ${" ".repeat(Math.max(0, col - 1))}^`}
+        </pre>
+      )}
+      {error.hint && <div class="hint">hint: {error.hint}</div>}
+    </div>
+  );
+}
+
+/** "850 ms", "12.4 s", "3 min 5 s". */
+export function duration(ms: number | null | undefined): string {
+  if (ms == null || !isFinite(ms)) return "—";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+  const m = Math.floor(ms / 60_000);
+  return `${m} min ${Math.round((ms - m * 60_000) / 1000)} s`;
+}
+
+/** The time between two ISO times (to now when `to` is missing and `running`). */
+export function between(from?: string | null, to?: string | null, running = false): number | null {
+  if (!from) return null;
+  const end = to ? Date.parse(to) : running ? Date.now() : NaN;
+  const d = end - Date.parse(from);
+  return isFinite(d) ? Math.max(0, d) : null;
 }
 
 /** A small SVG line chart of the last values. */

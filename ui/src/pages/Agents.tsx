@@ -1,64 +1,12 @@
-import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { ApiError, getJSON, isAbort, listOf, postJSON, streamEvents } from "../api";
-import { ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
+import { useEffect, useState } from "preact/hooks";
+import { ApiError, getJSON, listOf, postJSON } from "../api";
+import { duration, ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { Tabs } from "../components/Tabs";
+import { TaskTimeline } from "../components/TaskTimeline";
+import { FINISHED, O, type Task, useEvents } from "../orch";
 import { link, navigate, useRoute } from "../router";
-
-const O = "/api/v1/orchestration";
-const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
-
-type Step = { index: number; action: string; args?: unknown; observation?: unknown; elapsed_ms?: number; usage?: unknown };
-type Task = {
-  id: string;
-  goal: string;
-  tools: string[];
-  max_steps: number;
-  agent?: string;
-  status: string;
-  steps: Step[];
-  result?: unknown;
-  error?: { kind?: string; message?: string } | null;
-  created_at?: string;
-  duration_ms?: number | null;
-};
-type WStep = { id: string; status: string; result?: unknown; error?: any; attempts?: number; started_at?: string | null; finished_at?: string | null };
-type Workflow = { id: string; name: string; status: string; steps: WStep[]; created_at?: string; finished_at?: string | null };
-
-/** Follows an SSE event stream of a task or workflow; each event triggers `onEvent`. The
- * stream ends at complete/error; a dropped connection resumes with Last-Event-ID. */
-function useEvents(url: string | null, active: boolean, onEvent: (name: string, data: any) => void) {
-  const saved = useRef(onEvent);
-  saved.current = onEvent;
-  useEffect(() => {
-    if (!url || !active) return;
-    const ctl = new AbortController();
-    let last: string | undefined;
-    (async () => {
-      for (let attempt = 0; attempt < 5 && !ctl.signal.aborted; attempt++) {
-        let finished = false;
-        try {
-          await streamEvents(url, { signal: ctl.signal, headers: last ? { "Last-Event-ID": last } : {} }, (ev) => {
-            if (ev.id) last = ev.id;
-            let data: any = null;
-            try {
-              data = JSON.parse(ev.data);
-            } catch {
-              data = ev.data;
-            }
-            saved.current(ev.event ?? "message", data);
-            if (ev.event === "complete" || ev.event === "error") finished = true;
-          });
-        } catch (e) {
-          if (isAbort(e)) return;
-        }
-        if (finished) return;
-        await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
-      }
-    })();
-    return () => ctl.abort();
-  }, [url, active]);
-}
+import { Workflows } from "./Workflows";
 
 const TABS = [
   { id: "tasks", label: "Tasks", href: link("agents", "tasks") },
@@ -78,7 +26,7 @@ export function Agents() {
     <div class="stack">
       <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
         {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} />}
-        {tab === "workflows" && <Workflows selected={id ?? null} />}
+        {tab === "workflows" && <Workflows selected={id ?? null} step={route.query.get("step")} />}
         {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
       </Tabs>
     </div>
@@ -235,24 +183,10 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
       </div>
       <p>{task.goal}</p>
       <div class="muted small">
-        {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.duration_ms != null ? ` · ${task.duration_ms} ms` : ""}
+        {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.duration_ms != null ? ` · ${duration(task.duration_ms)}` : ""}
       </div>
       <ErrorBox error={error} />
-      <ol class="timeline" data-testid="timeline">
-        {task.steps.map((s) => (
-          <li key={s.index} value={s.index + 1} data-testid="timeline-step">
-            <div>
-              <strong>{s.action}</strong>{" "}
-              {s.elapsed_ms != null && <span class="muted small">{s.elapsed_ms} ms</span>}
-            </div>
-            {s.args != null && <pre class="small">{JSON.stringify(s.args)}</pre>}
-            {s.observation != null && (
-              <pre class="small observation">{typeof s.observation === "string" ? s.observation : JSON.stringify(s.observation)}</pre>
-            )}
-          </li>
-        ))}
-        {live && <li class="muted">waiting for the next step…</li>}
-      </ol>
+      <TaskTimeline steps={task.steps} live={live} usage={task.usage} />
       {task.result != null && (
         <div>
           <h3>Result</h3>
@@ -265,228 +199,6 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
         </div>
       )}
     </section>
-  );
-}
-
-const EXAMPLE_WORKFLOW = JSON.stringify(
-  {
-    name: "numbers",
-    inputs: { n: 5 },
-    steps: [
-      { id: "range", run: "range(1, inputs.n + 1)" },
-      { id: "squares", depends_on: ["range"], run: "steps.range.result | map(fn(x) => x * x)" },
-      { id: "total", depends_on: ["range"], run: "steps.range.result | sum" },
-      { id: "report", depends_on: ["squares", "total"], run: '"sum ${steps.total.result}, squares ${steps.squares.result}"' },
-    ],
-  },
-  null,
-  2,
-);
-
-function Workflows({ selected }: { selected: string | null }) {
-  const list = useLoad<Workflow[]>(async (s) => listOf(await getJSON(`${O}/workflows`, s), "workflows"));
-  const [def, setDef] = useState(EXAMPLE_WORKFLOW);
-  const [error, setError] = useState<unknown>(null);
-  const create = async (e: Event) => {
-    e.preventDefault();
-    setError(null);
-    let body: unknown;
-    try {
-      body = JSON.parse(def);
-    } catch (err) {
-      setError(new Error(`the definition is not JSON: ${(err as Error).message}`));
-      return;
-    }
-    try {
-      const wf = await postJSON<Workflow>(`${O}/workflows`, body);
-      navigate(link("agents", "workflows", wf.id));
-      list.reload();
-    } catch (err) {
-      setError(err);
-    }
-  };
-  return (
-    <div class="two wide-right">
-      <div class="stack">
-        <form class="pane form" onSubmit={create} aria-label="New workflow">
-          <h2>New workflow</h2>
-          <label>
-            Definition (JSON)
-            <textarea rows={12} class="mono" value={def} onInput={(e) => setDef((e.currentTarget as HTMLTextAreaElement).value)} name="definition" spellcheck={false} />
-          </label>
-          <ErrorBox error={error} />
-          <button type="submit" class="primary" data-testid="create-workflow">
-            Run workflow
-          </button>
-        </form>
-        <section class="pane" aria-label="Workflows">
-          <div class="row between">
-            <h2>Workflows</h2>
-            <button type="button" class="small" onClick={list.reload}>
-              Refresh
-            </button>
-          </div>
-          {list.error ? <Failure what="Workflows" error={list.error} /> : null}
-          {list.data && list.data.length === 0 && (
-            <p class="muted" data-testid="empty-workflows">
-              No workflows yet: run one above.
-            </p>
-          )}
-          <ul class="item-list" data-testid="workflow-list">
-            {(list.data ?? []).map((w) => (
-              <li key={w.id}>
-                <a class="item-link" href={link("agents", "workflows", w.id)} aria-current={selected === w.id ? "page" : undefined} data-workflow={w.id}>
-                  <StatusBadge status={w.status} /> {w.name} <span class="muted small">{w.id}</span>
-                </a>
-              </li>
-            ))}
-          </ul>
-        </section>
-      </div>
-      {selected ? <WorkflowDetail key={selected} id={selected} definition={def} onChange={list.reload} /> : <div class="pane muted">Select or run a workflow.</div>}
-    </div>
-  );
-}
-
-function WorkflowDetail({ id, definition, onChange }: { id: string; definition: string; onChange: () => void }) {
-  const [wf, setWf] = useState<Workflow | null>(null);
-  const [error, setError] = useState<unknown>(null);
-  const url = `${O}/workflows/${encodeURIComponent(id)}`;
-  const refresh = () => getJSON<Workflow>(url).then(setWf, setError);
-  useEffect(() => {
-    setWf(null);
-    refresh();
-  }, [id]);
-  const live = wf != null && !FINISHED.has(wf.status);
-  useEvents(`${url}/events`, live, (name, data) => {
-    // A step event carries the step's record; merging it keeps the DAG live without a refetch.
-    if (name === "step" && data?.id) {
-      setWf((w) => (w ? { ...w, status: w.status === "pending" ? "running" : w.status, steps: w.steps.map((s) => (s.id === data.id ? { ...s, ...data } : s)) } : w));
-    }
-    if (name === "complete" || name === "error") {
-      refresh();
-      onChange();
-    }
-  });
-  // Also poll while running: a server may send coarser events than one per step change.
-  useInterval(() => live && refresh(), 2000);
-  const deps = useMemo(() => dependsOn(definition, wf), [definition, wf?.id]);
-  const cancel = async () => {
-    try {
-      setWf(await postJSON<Workflow>(`${url}/cancel`));
-      onChange();
-    } catch (e) {
-      setError(e);
-    }
-  };
-  if (error && !wf)
-    return missing(error) ? <NotFound what="Workflow" back={{ href: link("agents", "workflows"), label: "All workflows" }} /> : <Failure what="This workflow" error={error} />;
-  if (!wf) return <div class="pane muted">loading…</div>;
-  return (
-    <section class="pane" aria-label="Workflow" data-testid="workflow-detail">
-      <div class="row between">
-        <h2>{wf.name}</h2>
-        <div class="row">
-          <StatusBadge status={wf.status} />
-          {live && (
-            <button type="button" class="danger small" onClick={cancel}>
-              Cancel
-            </button>
-          )}
-        </div>
-      </div>
-      <ErrorBox error={error} />
-      <Dag steps={wf.steps} deps={deps} />
-      <table class="data">
-        <thead>
-          <tr>
-            <th>Step</th>
-            <th>Status</th>
-            <th>Attempts</th>
-            <th>Result / error</th>
-          </tr>
-        </thead>
-        <tbody>
-          {wf.steps.map((s) => (
-            <tr key={s.id} data-step={s.id}>
-              <td>
-                <code>{s.id}</code>
-              </td>
-              <td>
-                <StatusBadge status={s.status} />
-              </td>
-              <td class="num">{s.attempts ?? 0}</td>
-              <td class="clip">{s.error ? `${s.error.kind ?? ""} ${s.error.message ?? JSON.stringify(s.error)}` : s.result == null ? "" : typeof s.result === "string" ? s.result : JSON.stringify(s.result)}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </section>
-  );
-}
-
-/** Edges of the DAG: from the workflow record when it carries depends_on, else from the
- * definition that created it (when it is the one in the form). */
-function dependsOn(definition: string, wf: Workflow | null): Record<string, string[]> {
-  const out: Record<string, string[]> = {};
-  for (const s of wf?.steps ?? []) if (Array.isArray((s as any).depends_on)) out[s.id] = (s as any).depends_on;
-  if (Object.keys(out).length) return out;
-  try {
-    const def = JSON.parse(definition);
-    const ids = new Set((wf?.steps ?? []).map((s) => s.id));
-    for (const s of def.steps ?? []) if (ids.has(s.id)) out[s.id] = s.depends_on ?? [];
-  } catch {
-    /* no edges known */
-  }
-  return out;
-}
-
-/** The DAG laid out in layers by longest path from a root. */
-function Dag({ steps, deps }: { steps: WStep[]; deps: Record<string, string[]> }) {
-  const level: Record<string, number> = {};
-  const depth = (id: string, seen: Set<string> = new Set()): number => {
-    if (level[id] != null) return level[id];
-    if (seen.has(id)) return 0;
-    seen.add(id);
-    const d = (deps[id] ?? []).reduce((m, p) => Math.max(m, depth(p, seen) + 1), 0);
-    return (level[id] = d);
-  };
-  steps.forEach((s) => depth(s.id));
-  const layers: string[][] = [];
-  steps.forEach((s) => (layers[level[s.id]] ??= []).push(s.id));
-  const W = 150;
-  const H = 44;
-  const GX = 60;
-  const GY = 16;
-  const pos: Record<string, { x: number; y: number }> = {};
-  layers.forEach((ids, i) => ids.forEach((id, j) => (pos[id] = { x: i * (W + GX) + 8, y: j * (H + GY) + 8 })));
-  const width = layers.length * (W + GX);
-  const height = Math.max(1, ...layers.map((l) => l.length)) * (H + GY) + 8;
-  const status = Object.fromEntries(steps.map((s) => [s.id, s.status]));
-  return (
-    <div class="dag-wrap">
-      <svg class="dag" width={width} height={height} viewBox={`0 0 ${width} ${height}`} role="img" aria-label="Workflow steps and their dependencies" data-testid="dag">
-        {steps.flatMap((s) =>
-          (deps[s.id] ?? []).filter((p) => pos[p]).map((p) => {
-            const a = pos[p];
-            const b = pos[s.id];
-            return <path key={`${p}-${s.id}`} class="edge" d={`M${a.x + W},${a.y + H / 2} C${a.x + W + GX / 2},${a.y + H / 2} ${b.x - GX / 2},${b.y + H / 2} ${b.x},${b.y + H / 2}`} />;
-          }),
-        )}
-        {steps.map((s) => (
-          <g key={s.id} class={`node st-${status[s.id]}`} transform={`translate(${pos[s.id].x},${pos[s.id].y})`} data-node={s.id} data-status={s.status}>
-            <rect width={W} height={H} rx={8} />
-            <text x={10} y={18}>
-              {s.id.length > 18 ? `${s.id.slice(0, 17)}…` : s.id}
-            </text>
-            <text x={10} y={35} class="sub">
-              {s.status}
-              {s.attempts && s.attempts > 1 ? ` · try ${s.attempts}` : ""}
-            </text>
-          </g>
-        ))}
-      </svg>
-    </div>
   );
 }
 

@@ -1,14 +1,13 @@
 import type { EditorView } from "@codemirror/view";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { getJSON, getJSONOnce, isAbort, streamEvents } from "../api";
-import { Failure, useLoad } from "../components/common";
+import { ErrorView, Failure, type RunError, useLoad } from "../components/common";
 import { Table, tableColumns } from "../components/Table";
 import { Tree } from "../components/Tree";
 import { createEditor, setBuiltins, setErrorMark } from "../editor";
 
 type Builtin = { name: string; description: string; category: string };
 type BuiltinDetail = Builtin & { signature: string; examples: string[]; parameters: any[]; returns: string; effect: string; aliases: string[] };
-type RunError = { message: string; kind?: string; line?: number | null; column?: number | null; hint?: string | null };
 type Run = {
   running: boolean;
   lines: string[]; // every data event, in order
@@ -221,27 +220,6 @@ function Value({ items, result, type }: { items: unknown[] | null; result: strin
     }
   }
   return <pre class="scalar">{result}</pre>;
-}
-
-/** The error with the source line and a caret under the column, as the CLI renders it. */
-function ErrorView({ error, source }: { error: RunError; source: string }) {
-  const line = error.line ?? null;
-  const col = error.column ?? null;
-  const text = line != null ? source.split("\n")[line - 1] : undefined;
-  const gutter = line != null ? `${line}` : "";
-  return (
-    <div class="run-error" role="alert" data-testid="run-error">
-      <div>
-        <strong>{error.kind ?? "Error"}</strong>: {error.message}
-      </div>
-      {text !== undefined && col != null && (
-        <pre class="caret" data-testid="caret">
-          {`  ${gutter} | ${text}\n  ${" ".repeat(gutter.length)} | ${" ".repeat(Math.max(0, col - 1))}^`}
-        </pre>
-      )}
-      {error.hint && <div class="hint">hint: {error.hint}</div>}
-    </div>
-  );
 }
 
 function Reference({ builtins, onLoad }: { builtins: Builtin[]; onLoad: (code: string) => void }) {

@@ -1,0 +1,118 @@
+import { useEffect, useRef } from "preact/hooks";
+import { isAbort, streamEvents } from "./api";
+
+// Shared by the Agents page and the header's approvals badge: the orchestration API's shapes.
+
+export const O = "/api/v1/orchestration";
+export const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
+
+export type Usage = { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number };
+export type Call = { call_id?: string; tool?: string; args?: unknown; observation?: unknown; error?: any };
+export type TStep = {
+  index: number;
+  action: string;
+  args?: unknown;
+  observation?: unknown;
+  error?: any;
+  elapsed_ms?: number;
+  usage?: Usage | null;
+  calls?: Call[];
+};
+export type Pending = { call_id: string; tool: string; args: Record<string, unknown>; effect?: string; reason?: string };
+export type Task = {
+  id: string;
+  goal: string;
+  tools: string[];
+  max_steps: number;
+  agent?: string;
+  model?: string;
+  status: string;
+  steps: TStep[];
+  result?: unknown;
+  error?: { kind?: string; message?: string } | null;
+  created_at?: string;
+  started_at?: string | null;
+  finished_at?: string | null;
+  duration_ms?: number | null;
+  usage?: Usage | null;
+  pending?: Pending[] | null;
+  approval_deadline?: string | null;
+};
+export type StepDef = {
+  id: string;
+  run?: string;
+  task?: Record<string, unknown> & { goal?: string };
+  depends_on?: string[];
+  retries?: number;
+  timeout_s?: number | null;
+  backoff_s?: number;
+};
+export type WStep = {
+  id: string;
+  status: string;
+  result?: unknown;
+  error?: any;
+  attempts?: number;
+  started_at?: string | null;
+  finished_at?: string | null;
+  task_id?: string;
+  definition?: StepDef;
+};
+export type Workflow = {
+  id: string;
+  name: string;
+  status: string;
+  inputs?: Record<string, unknown>;
+  steps: WStep[];
+  error?: any;
+  created_at?: string;
+  finished_at?: string | null;
+};
+
+export function tokens(u: Usage | null | undefined): number | null {
+  if (!u) return null;
+  if (typeof u.total_tokens === "number") return u.total_tokens;
+  const n = (u.prompt_tokens ?? 0) + (u.completion_tokens ?? 0);
+  return n || null;
+}
+
+/** Follows an SSE event stream of a task or workflow; each event triggers `onEvent`. The
+ * stream ends at complete/error; a dropped connection resumes with Last-Event-ID. */
+export function useEvents(url: string | null, active: boolean, onEvent: (name: string, data: any) => void) {
+  const saved = useRef(onEvent);
+  saved.current = onEvent;
+  useEffect(() => {
+    if (!url || !active) return;
+    const ctl = new AbortController();
+    let last: string | undefined;
+    (async () => {
+      for (let attempt = 0; attempt < 5 && !ctl.signal.aborted; attempt++) {
+        let finished = false;
+        try {
+          await streamEvents(url, { signal: ctl.signal, headers: last ? { "Last-Event-ID": last } : {} }, (ev) => {
+            if (ev.id) last = ev.id;
+            let data: any = null;
+            try {
+              data = JSON.parse(ev.data);
+            } catch {
+              data = ev.data;
+            }
+            saved.current(ev.event ?? "message", data);
+            if (ev.event === "complete" || ev.event === "error") finished = true;
+          });
+        } catch (e) {
+          if (isAbort(e)) return;
+        }
+        if (finished) return;
+        await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
+      }
+    })();
+    return () => ctl.abort();
+  }, [url, active]);
+}
+
+/** A value as text: strings as they are, others as JSON. */
+export function show(v: unknown, pretty = false): string {
+  if (v == null) return "";
+  return typeof v === "string" ? v : JSON.stringify(v, null, pretty ? 2 : undefined);
+}
