@@ -2,8 +2,11 @@ import { autocompletion, closeBrackets, closeBracketsKeymap, completionKeymap, t
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { bracketMatching, HighlightStyle, StreamLanguage, syntaxHighlighting, type StringStream } from "@codemirror/language";
 import { EditorState, Prec, StateEffect, StateField } from "@codemirror/state";
-import { Decoration, type DecorationSet, drawSelection, EditorView, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
+import { type Diagnostic, linter } from "@codemirror/lint";
+import { type Text } from "@codemirror/state";
+import { Decoration, type DecorationSet, drawSelection, EditorView, highlightActiveLine, hoverTooltip, keymap, lineNumbers } from "@codemirror/view";
 import { tags as t } from "@lezer/highlight";
+import { ApiError, postJSON } from "./api";
 
 // The keywords of SPEC §1.3; builtin names come from /api/v1/builtins at run time.
 export const KEYWORDS = [
@@ -75,11 +78,96 @@ export function setBuiltins(list: { name: string; description: string; category:
   ];
 }
 
-function complete(ctx: CompletionContext) {
-  const word = ctx.matchBefore(/[A-Za-z_][A-Za-z0-9_]*/);
-  if (!word || (word.from === word.to && !ctx.explicit)) return null;
-  return { from: word.from, options: completions, validFor: /^[A-Za-z0-9_]*$/ };
+// -- the language server's front end, through the agent server (POST /api/v1/analyse) -------
+// Diagnostics as you type, completions (bindings in scope, record fields, parameters) and
+// hovers come from the same analysis as `conch lsp`; nothing is run. A server without the
+// route (404) is asked no more, and the editor falls back to the builtin list.
+type Analysed = {
+  diagnostics: { kind: string; message: string; hint: string | null; severity: string; line: number; column: number; end_line: number; end_column: number }[];
+  completions: { label: string; kind: string; detail: string; documentation: string; insert_text: string | null }[];
+  hover: string | null;
+};
+let analyseAvailable = true;
+
+async function analyse(code: string, at?: { line: number; column: number }): Promise<Analysed | null> {
+  if (!analyseAvailable) return null;
+  try {
+    return await postJSON<Analysed>("/api/v1/analyse", { code, ...(at ?? {}) });
+  } catch (e) {
+    if (e instanceof ApiError && e.notAvailable) analyseAvailable = false;
+    return null;
+  }
 }
+
+/** A 1-based line and column counted in code points, as a document offset (UTF-16). */
+function offsetOf(doc: Text, line: number, column: number): number {
+  const ln = doc.line(Math.min(Math.max(1, line), doc.lines));
+  let pos = ln.from;
+  for (let i = 1; i < column && pos < ln.to; i++) pos += (ln.text.codePointAt(pos - ln.from) ?? 0) > 0xffff ? 2 : 1;
+  return pos;
+}
+
+/** The cursor as the analysis counts it: 1-based line and code-point column. */
+function cursorOf(doc: Text, pos: number): { line: number; column: number } {
+  const ln = doc.lineAt(pos);
+  return { line: ln.number, column: [...ln.text.slice(0, pos - ln.from)].length + 1 };
+}
+
+const conchLinter = linter(
+  async (view) => {
+    const doc = view.state.doc;
+    const found = await analyse(doc.toString());
+    if (!found) return [];
+    return found.diagnostics.map((d): Diagnostic => {
+      const from = offsetOf(doc, d.line, d.column);
+      const to = Math.max(from, offsetOf(doc, d.end_line, d.end_column));
+      return {
+        from,
+        to: to > from ? to : Math.min(doc.length, from + 1),
+        severity: d.severity === "warning" ? "warning" : "error",
+        source: d.kind,
+        message: d.hint ? `${d.message} (${d.hint})` : d.message,
+      };
+    });
+  },
+  { delay: 300 },
+);
+
+const KINDS: Record<string, string> = { function: "function", variable: "variable", keyword: "keyword", field: "property", property: "property" };
+
+async function complete(ctx: CompletionContext) {
+  const word = ctx.matchBefore(/[A-Za-z_][A-Za-z0-9_]*/);
+  const afterDot = ctx.matchBefore(/\.[A-Za-z0-9_]*/);
+  if (!afterDot && (!word || (word.from === word.to && !ctx.explicit))) return null;
+  const from = afterDot ? afterDot.from + 1 : word!.from;
+  const found = await analyse(ctx.state.doc.toString(), cursorOf(ctx.state.doc, ctx.pos));
+  if (!found || !found.completions.length) {
+    return afterDot ? null : { from, options: completions, validFor: /^[A-Za-z0-9_]*$/ };
+  }
+  const options: Completion[] = found.completions.map((c) => ({
+    label: c.label,
+    type: KINDS[c.kind] ?? "variable",
+    detail: c.detail || undefined,
+    info: c.documentation || undefined,
+    apply: c.insert_text ?? undefined,
+  }));
+  return { from, options, validFor: /^[A-Za-z0-9_]*$/ };
+}
+
+const conchHover = hoverTooltip(async (view, pos) => {
+  const found = await analyse(view.state.doc.toString(), cursorOf(view.state.doc, pos));
+  if (!found?.hover) return null;
+  const text = found.hover;
+  return {
+    pos,
+    create: () => {
+      const dom = document.createElement("div");
+      dom.className = "cm-conch-hover";
+      dom.textContent = text;
+      return { dom };
+    },
+  };
+});
 
 // -- the error mark: the offending token of the last run ------------------------------------
 export const setErrorMark = StateEffect.define<{ line: number; column: number } | null>();
@@ -119,6 +207,8 @@ export function createEditor(parent: HTMLElement, doc: string, onRun: () => void
         conch,
         syntaxHighlighting(style),
         autocompletion({ override: [complete] }),
+        conchLinter,
+        conchHover,
         errorField,
         Prec.highest(keymap.of([{ key: "Mod-Enter", run: () => (onRun(), true) }])),
         // Tab indents; Escape then Tab moves focus on (CodeMirror), so the editor is no keyboard trap.

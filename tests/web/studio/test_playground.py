@@ -87,3 +87,37 @@ def test_reference_example_loads_into_the_editor(servers: Servers, page: Any) ->
     text = example.inner_text()
     example.click()
     expect(page.locator(".cm-content")).to_have_text(text)
+
+
+def test_the_editor_marks_errors_before_run(servers: Servers, page: Any, shots: Path) -> None:
+    """Diagnostics, completions and hovers from POST /api/v1/analyse (the language server's
+    front end), as you type and before anything runs."""
+    page.goto(servers.agent + "/#/playground")
+    expect(page.locator(".builtin-list li").first).to_be_visible()
+    editor = page.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text("let total = 1\nlet x = totl + 1")
+    mark = page.locator(".cm-lintRange-error")
+    expect(mark).to_have_count(1, timeout=15_000)
+    expect(mark).to_have_text("totl")
+    mark.hover()
+    expect(page.locator(".cm-tooltip-lint")).to_contain_text('did you mean "total"?')
+    page.screenshot(path=str(shots / "playground-diagnostics.png"))
+    # Nothing ran: there is no result and no run error.
+    expect(page.get_by_test_id("run-error")).to_have_count(0)
+    # Fixing the name clears the mark.
+    page.keyboard.press("Control+End")
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text("let total = 1\nlet x = total + 1\nlet y = to")
+    expect(mark).to_have_count(0, timeout=15_000)
+    # Completion offers the binding in scope.
+    page.keyboard.press("Control+Space")
+    expect(page.locator(".cm-tooltip-autocomplete")).to_contain_text("total")
+    page.keyboard.press("Escape")
+    # Hover over a builtin shows its documentation.
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text('sort_by([3, 1], fn(x) => x)')
+    page.locator(".cm-content").get_by_text("sort_by").hover()
+    expect(page.locator(".cm-conch-hover")).to_contain_text("sort_by", timeout=15_000)
