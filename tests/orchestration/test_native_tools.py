@@ -372,3 +372,26 @@ def _no_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["tool_call_id"] = None
         out.append(m)
     return out
+
+
+def test_cli_decides_every_pending_call_at_once(net_server: Server, scripted: ScriptedModel) -> None:
+    from tests.orchestration.test_cli import conch
+
+    goal = scripted.script(
+        "native: two calls, one command",
+        native(call("append", path="one.log", content="1\n"), call("append", path="two.log", content="2\n")),
+        {"content": "both"},
+    )  # fmt: skip
+    with net_server.client() as c:
+        task = create(c, {"goal": goal, "tools": ["append"], "approvals": {"effects": {"write": "ask"}}})  # fmt: skip
+        wait = wait_for(c, f"{API}/tasks/{task['id']}", lambda t: t["status"] == "waiting")
+        assert len(wait["pending"]) == 2
+        refused = conch("tasks", "approve", task["id"], "--all", "--args", "{}", "--url", net_server.url)
+        assert refused.returncode == 2 and "--call-id" in refused.stderr
+        decided = conch("tasks", "approve", task["id"], "--all", "--json", "--url", net_server.url)
+        assert decided.returncode == 0, decided.stderr
+        assert json.loads(decided.stdout)["pending"] in ([], None)
+        record = done(c, task["id"])
+    assert record["status"] == "succeeded" and record["result"] == "both", record
+    assert (ws(net_server) / "one.log").read_text() == "1\n"
+    assert (ws(net_server) / "two.log").read_text() == "2\n"

@@ -161,6 +161,31 @@ CallIdOpt = Annotated[
     str | None,
     typer.Option("--call-id", help="Which pending call (when several are pending)."),
 ]
+AllOpt = Annotated[
+    bool, typer.Option("--all", help="Decide every pending call of the task the same way."),
+]
+
+
+def _decide(url: str | None, task_id: str, decision: str, body: dict[str, Any],
+            call_id: str | None, every: bool) -> Any:
+    """One decision (``call_id`` names the call when several wait), or with ``every`` the
+    same decision for each call the task waits on, in the order they are pending."""
+    if not every:
+        return _call(url, "POST", f"{API}/tasks/{task_id}/{decision}",
+                     {**body, **({"call_id": call_id} if call_id is not None else {})})
+    if call_id is not None:
+        typer.echo("error: --all decides every pending call; leave out --call-id", err=True)
+        raise typer.Exit(2)
+    task = _call(url, "GET", f"{API}/tasks/{task_id}")
+    pending = [p["call_id"] for p in task.get("pending") or []]
+    if not pending:
+        typer.echo(f"error: task {task_id} waits on no call (status {task.get('status')})",
+                   err=True)
+        raise typer.Exit(1)
+    for pending_id in pending:
+        task = _call(url, "POST", f"{API}/tasks/{task_id}/{decision}",
+                     {**body, "call_id": pending_id})
+    return task
 
 
 @tasks_app.command("approve")
@@ -171,21 +196,23 @@ def tasks_approve(
         typer.Option("--args", help="Run the call with these arguments instead (JSON object)."),
     ] = None,
     call_id: CallIdOpt = None,
+    every: AllOpt = False,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Approve the tool call a waiting task waits on; the task goes on."""
+    """Approve the tool call a waiting task waits on (or, with --all, every one); the task
+    goes on once nothing is pending."""
     body: dict[str, Any] = {}
     if args is not None:
+        if every:
+            typer.echo("error: --args edits one call; name it with --call-id, not --all", err=True)
+            raise typer.Exit(2)
         try:
             body["args"] = json.loads(args)
         except ValueError as exc:
             typer.echo(f"error: --args: not JSON ({exc})", err=True)
             raise typer.Exit(2) from None
-    if call_id is not None:
-        body["call_id"] = call_id
-    task = _call(url, "POST", f"{API}/tasks/{task_id}/approve", body)
-    _print(task, as_json, TASK_COLUMNS)
+    _print(_decide(url, task_id, "approve", body, call_id, every), as_json, TASK_COLUMNS)
 
 
 @tasks_app.command("reject")
@@ -196,17 +223,16 @@ def tasks_reject(
         typer.Option("--message", help="What the model is told instead of the call's result."),
     ] = None,
     call_id: CallIdOpt = None,
+    every: AllOpt = False,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Reject the tool call a waiting task waits on; the task goes on without it."""
+    """Reject the tool call a waiting task waits on (or, with --all, every one); the task
+    goes on without it."""
     body: dict[str, Any] = {}
     if message is not None:
         body["message"] = message
-    if call_id is not None:
-        body["call_id"] = call_id
-    task = _call(url, "POST", f"{API}/tasks/{task_id}/reject", body)
-    _print(task, as_json, TASK_COLUMNS)
+    _print(_decide(url, task_id, "reject", body, call_id, every), as_json, TASK_COLUMNS)
 
 
 @tasks_app.command("fork")
