@@ -28,7 +28,7 @@ from .test_cases import ALL_CASES, Case, case_limits
 
 def outcome(source: str, fuse: bool, workspace: Path, limits: Limits) -> tuple[Any, ...]:
     """What a run shows: its value (as JSON) or its error, and what it printed."""
-    workspace.mkdir()
+    workspace.mkdir(parents=True)
     printed: list[str] = []
     ctx = Context(workspace=workspace, output=printed.append, limits=limits)
     try:
@@ -366,3 +366,26 @@ def test_the_compiler_knows_every_name_fusion_looks_at() -> None:
     wanted = fusion._STAGES | set(fusion._METHODS) | {"split", "join", "len"}
     names = {key for key, b in dict.items(REGISTRY) if b.name in wanted}
     assert names == _FUSION_NAMES
+
+
+def test_a_range_chain_of_arithmetic_needs_no_checks() -> None:
+    """Over a Range the elements are Ints: no Bool check per element, and the sum of Ints
+    is added up as it comes (the shape of benchmark (a))."""
+    program = compile_program("range(0, 1000) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum")
+    compiled = program._plain
+    assert "$f:sum_ints" in compiled.builtins
+    fused = [c for c in compiled.code.co_consts[0].co_consts if hasattr(c, "co_name") and c.co_name.startswith("$fused")]
+    assert fused and "$boolop" not in fused[0].co_names
+    assert program.run() == sum(x * 2 for x in range(1000) if x * 2 % 3 == 0)
+
+
+@pytest.mark.parametrize("source", [
+    "let xs = range(0, 10)\nxs | map(fn(x) => x * 2) | where(fn(x) => x > 4) | sum",
+    "let xs = range(0, 10) | map(fn(x) => x + 1)\nxs | map(fn(x) => x * 2) | take(3)",
+    "let xs = range(0, 10)\nxs | take(4) | map(fn(x) => x * 2) | reduce(fn(a, b) => a + b)",
+    "fn f(xs) => xs | map(fn(x) => x + 1) | sum\n[f([1, 2]), f(range(0, 3)), f(range(0, 3) | map(fn(x) => x))]",
+])
+def test_lazy_inputs_known_at_run_time(source: str, tmp_path: Path) -> None:
+    assert is_fused(source)
+    _agree(source, Limits(), tmp_path)
+    _agree(source, Limits(steps=1000), tmp_path / "checked")

@@ -225,7 +225,8 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
     try:
         with c.into(buf):
             if kind == "range":
-                result = _lazy_chain(c, stages, src)
+                cur = _temp(c, c.expr(src), src)
+                result = _lazy_chain(c, stages, cur, ints=True)
             else:
                 result = _eager_chain(c, stages, src, kind == "list")
     except (_NotFusable, ConchError):
@@ -322,6 +323,7 @@ def _tick(c: Compiler, lam: A.Lambda) -> py.expr:
 
 
 def _helper(c: Compiler, key: str, value: Any) -> str:
+    # keys start with $f: apart from the runtime's helpers ($range is not Python's range)
     c.builtins[key] = value
     return key
 
@@ -331,7 +333,7 @@ def _not_bool(c: Compiler, st: _Stage, r: py.expr, first: py.expr | None = None)
     what to test first, if not ``r`` itself)."""
     from conch.lang.builtins.collections import _not_bool as not_bool
 
-    fail = c.at(_call(_helper(c, "$notbool", not_bool), [_const(st.name), r]), st.call)
+    fail = c.at(_call(_helper(c, "$f:notbool", not_bool), [_const(st.name), r]), st.call)
     return py.BoolOp(py.Or(), [py.Compare(first or r, [py.Is()], [_const(True)]),
                                py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [_const(False)]), fail])])
 
@@ -348,56 +350,77 @@ def _eager_chain(c: Compiler, stages: list[_Stage], src: A.Node, static: bool) -
     if static:
         return _eager(c, stages, s)
     fused: list[py.stmt] = []
+    lazy: list[py.stmt] = []
     other: list[py.stmt] = []
     r = c.fresh("r")
     with c.into(fused):
         c.emit(_assign(r, _eager(c, stages, s)))
+    with c.into(lazy):
+        value = _lazy_chain(c, stages, s, ints=False)
+        if value is not None:
+            c.emit(_assign(r, value))
     with c.into(other):
         c.emit(_assign(r, _unfused(c, stages, s)))
-    test = py.Compare(_call(_helper(c, "$type", type), [s]), [py.Is()], [_name(_helper(c, "$list", list))])
-    c.emit(c.at(py.If(test, fused, other), stages[0].call))
+    from conch.lang.values import LazyList
+
+    typ = _helper(c, "$f:type", type)
+
+    def test(*types: str) -> py.expr:
+        return _or([py.Compare(_call(typ, [s]), [py.Is()], [_name(t)]) for t in types])
+
+    if lazy:
+        other = [c.at(py.If(test(_helper(c, "$f:range", range), _helper(c, "$f:LazyList", LazyList)), lazy, other),
+                      stages[0].call)]
+    c.emit(c.at(py.If(test(_helper(c, "$f:list", list)), fused, other), stages[0].call))
     return _name(r)
 
 
+def _or(tests: list[py.expr]) -> py.expr:
+    return tests[0] if len(tests) == 1 else py.BoolOp(py.Or(), tests)
+
+
 def _eager(c: Compiler, stages: list[_Stage], cur: py.Name) -> py.expr:
+    kind: str | None = None  # of the elements: known after a map whose body is arithmetic
     for i, st in enumerate(stages):
-        e = _eager_stage(c, st, cur)
+        e, kind = _eager_stage(c, st, cur, kind)
         if i == len(stages) - 1:
             return e
         cur = _temp(c, e, st.call)
     raise AssertionError("no stages")
 
 
-def _eager_stage(c: Compiler, st: _Stage, cur: py.expr) -> py.expr:
+def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None) -> tuple[py.expr, str | None]:
+    """One stage over a list; the expression and the kind of the elements it gives."""
     if st.name in _COUNTED or st.name == "sum":
         # A slice or a sum of a list: no per-element call to save, so the builtin itself.
         args = [c.expr(a) for a in st.args]
-        return c.at(py.Call(c.load(st.func.name, st.func), [cur, *args], []), st.call)
+        return c.at(py.Call(c.load(st.func.name, st.func), [cur, *args], []), st.call), kind
     lam = st.lam
     assert lam is not None
     if st.name == "reduce":
-        return _fold(c, st, [], cur, lazy=False)
+        return _fold(c, st, [], cur, lazy=False, ints=kind == "int"), None
     if st.name == "take_while":
-        gen, _ = _generator(c, [st], cur, lazy=False)
-        return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
-    names, body, _kind = _body(c, lam, [None], set())
+        gen, _ = _generator(c, [st], cur, lazy=False, ints=kind == "int")
+        return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
+    ints: set[str] = set()
+    names, body, body_kind = _body(c, lam, [kind], ints)
     x = names[0]
     ticks: list[py.expr] = [py.UnaryOp(py.Not(), _tick(c, lam))] if c.checked else []
     if st.name == "map":
-        return c.at(py.ListComp(body, [_comp(x, cur, ticks)]), st.call)
+        return c.at(py.ListComp(body, [_comp(x, cur, ticks)]), st.call), body_kind
     if st.name == "where":
         if _is_bool(body):
-            return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, body])]), st.call)
+            return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, body])]), st.call), kind
         r = c.fresh("r")
         test = _not_bool(c, st, _name(r), py.NamedExpr(_store(r), body))
-        return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, test])]), st.call)
+        return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, test])]), st.call), kind
     # each: the results that are not null, through bounded_list as the builtin does. The
     # result is bound in a condition: a comprehension's iterable may not bind a name (and
     # the body may, in a Bool guard).
     r = c.fresh("r")
     keep = py.Compare(py.NamedExpr(_store(r), body), [py.IsNot()], [_const(None)])
     gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
-    return c.at(_call(_helper(c, "$bounded", _bounded_list()), [gen]), st.call)
+    return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
 
 
 def _bounded_list() -> Any:
@@ -416,45 +439,48 @@ class _Unfusable(Exception):
         self.index = index
 
 
-def _lazy_chain(c: Compiler, stages: list[_Stage], src: A.Node) -> py.expr | None:
-    cur = _temp(c, c.expr(src), src)
+def _lazy_chain(c: Compiler, stages: list[_Stage], cur: py.Name, ints: bool) -> py.expr | None:
+    """The chain over a Range (``ints``) or a LazyList; None when no stage could be fused
+    (and nothing was emitted)."""
+    mark = len(c.out)
     i = 0
     while i < len(stages) and stages[i].name in _COUNTED:
-        # take/skip of a Range is a Range (the builtin slices it): still a known input
-        cur = _temp(c, _eager_stage(c, stages[i], cur), stages[i].call)
+        # take/skip of a Range is a Range (the builtin slices it), of a LazyList a LazyList
+        cur = _temp(c, _eager_stage(c, stages[i], cur)[0], stages[i].call)
         i += 1
     rest = stages[i:]
     end = len(rest)
     result: py.expr | None = None
     while any(s.lam is not None for s in rest[:end]):
-        mark = len(c.out)
+        start = len(c.out)
         try:
-            result = _lazy(c, rest[:end], cur)
+            result = _lazy(c, rest[:end], cur, ints)
             break
         except _Unfusable as stop:
-            del c.out[mark:]
+            del c.out[start:]
             end = stop.index
     if result is None:
-        return _unfused(c, rest, cur) if i else None
+        del c.out[mark:]
+        return None
     if end < len(rest):
         return _unfused(c, rest[end:], _temp(c, result, rest[end - 1].call))
     return result
 
 
-def _lazy(c: Compiler, stages: list[_Stage], src: py.Name) -> py.expr:
+def _lazy(c: Compiler, stages: list[_Stage], src: py.Name, ints: bool) -> py.expr:
     end = stages[-1]
     if end.name == "reduce":
-        return _fold(c, end, stages[:-1], src, lazy=True)
+        return _fold(c, end, stages[:-1], src, lazy=True, ints=ints)
     from conch.lang.values import LazyList
 
     if end.name != "sum":
-        gen, _ = _generator(c, stages, src, lazy=True)
-        return c.at(_call(_helper(c, "$LazyList", LazyList), [gen]), end.call)
-    gen, kind = _generator(c, stages[:-1], src, lazy=True)
+        gen, _ = _generator(c, stages, src, lazy=True, ints=ints)
+        return c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), end.call)
+    gen, kind = _generator(c, stages[:-1], src, lazy=True, ints=ints)
     if kind == "int":
-        return c.at(_call(_helper(c, "$sum_ints", sum_ints), [gen]), end.call)
-    lazy = c.at(_call(_helper(c, "$LazyList", LazyList), [gen]), stages[-2].call)
-    return _eager_stage(c, end, lazy)
+        return c.at(_call(_helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
+    lazy = c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
+    return _eager_stage(c, end, lazy)[0]
 
 
 def sum_ints(gen: Any) -> Any:
@@ -483,7 +509,8 @@ def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
     return counts
 
 
-def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool) -> tuple[py.expr, str | None]:
+def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool,
+               ints: bool = False) -> tuple[py.expr, str | None]:
     """A call of a generator function taking ``src`` through ``stages``, and the kind of the
     values it yields."""
     counts: list[py.expr] = list(_counts(c, stages))
@@ -492,11 +519,11 @@ def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool) -> t
         loop.kind = kind
         return [py.Expr(py.Yield(value))]
 
-    loop = _Loop(stages, lazy, py.Return(None), last)
+    loop = _Loop(stages, lazy, ints, py.Return(None), last)
     return _def(c, loop, src, counts, stages[-1].call), loop.kind
 
 
-def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool) -> py.expr:
+def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
     """``reduce`` as a loop: the stages before it, then its body on the accumulator."""
     lam = st.lam
     assert lam is not None
@@ -513,10 +540,10 @@ def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
 
     from conch.lang.builtins.collections import empty_reduce
 
-    loop = _Loop(stages, lazy, py.Break(), last)
+    loop = _Loop(stages, lazy, ints, py.Break(), last)
     # reduce_: a null (or no) initial value means the first element starts the fold
     loop.prologue = [_assign(acc, _name("$init")), _assign(first, py.Compare(_name(acc), [py.Is()], [_const(None)]))]
-    empty = c.at(py.Expr(c.at(_call(_helper(c, "$reduce_empty", empty_reduce), []), st.call)), st.call)
+    empty = c.at(py.Expr(c.at(_call(_helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
     loop.epilogue = [py.If(_name(first), [empty], []), py.Return(_name(acc))]
     return _def(c, loop, src, [*counts, init], st.call)
 
@@ -524,9 +551,10 @@ def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
 class _Loop:
     """One generated loop: its stages, what ends it early, and what its innermost part does."""
 
-    def __init__(self, stages: list[_Stage], lazy: bool, stop: py.stmt, last: Any) -> None:
+    def __init__(self, stages: list[_Stage], lazy: bool, ints: bool, stop: py.stmt, last: Any) -> None:
         self.stages = stages
         self.lazy = lazy  # a where/take_while must then be a Bool by construction
+        self.int_elems = ints  # the input's elements are Ints (a Range's)
         self.stop = stop  # return from a generator, break from a fold
         self.last = last  # (value, value is never a Bool) -> statements
         self.prologue: list[py.stmt] = []
@@ -550,8 +578,7 @@ def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node
         loop.params[-1] = "$init"
     x = c.fresh("x")
     try:
-        # a lazy chain here is over a Range: its elements are Ints
-        inner = _stages(c, loop, 0, _name(x), "int" if loop.lazy else None, iter(loop.params))
+        inner = _stages(c, loop, 0, _name(x), "int" if loop.int_elems else None, iter(loop.params))
     finally:
         c.func, c.scope, c.loop_depth = outer_func, outer_scope, outer_loop
     body: list[py.stmt] = [*loop.prologue, *loop.init]
@@ -673,11 +700,11 @@ def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at:
         # the test and the call would evaluate it twice; binding it (:=) is not allowed
         # everywhere a body may stand (a comprehension's iterable)
         return None
-    typ = _helper(c, "$type", type)
+    typ = _helper(c, "$f:type", type)
     if kind == "String":
-        test: py.expr = py.Compare(_call(typ, [arg]), [py.Is()], [_name(_helper(c, "$str", str))])
+        test: py.expr = py.Compare(_call(typ, [arg]), [py.Is()], [_name(_helper(c, "$f:str", str))])
     else:
-        kinds = [_helper(c, "$list", list), _helper(c, "$str", str), _helper(c, "$dict", dict)]
+        kinds = [_helper(c, "$f:list", list), _helper(c, "$f:str", str), _helper(c, "$f:dict", dict)]
         test = py.BoolOp(py.Or(), [py.Compare(_call(typ, [arg]), [py.Is()], [_name(k)]) for k in kinds])
     e = c.at(py.IfExp(test, c.at(fast(arg), at), call), at)
     return _typed(e, kind) if kind == "String" else e
