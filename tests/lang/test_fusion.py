@@ -159,6 +159,12 @@ SHAPES = [
     ("range(1, 6) | map(fn(x) => x) | reduce(fn(a, b) => a * b)", 120),
     ("range(0, 0) | map(fn(x) => x) | reduce(fn(a, b) => a + b, 7)", 7),
     ("range(0, 10) | where(fn(x) => x > 5) | take(2) | where(fn(x) => x > 6) | map(fn(x) => x * 100)", [700]),
+    ("[1, 2, 3, 4] | map(fn(x) => x * 2) | count(fn(x) => x > 4)", 2),
+    ("range(0, 10) | map(fn(x) => x * 2) | count(fn(x) => x % 4 == 0)", 5),
+    ("range(0, 10**9) | map(fn(x) => x * 2) | any(fn(x) => x > 5)", True),
+    ("[1, 2] | any(fn(x) => x > 5)", False),
+    ("range(0, 10**9) | all(fn(x) => x < 3)", False),
+    ("[2, 4] | map(fn(x) => x + 1) | all(fn(x) => x % 2 == 1)", True),
 ]
 
 
@@ -199,6 +205,8 @@ def test_effects_keep_their_order() -> None:
         'range(1, 3) | map(fn(x) => print("m${x}")) | map(fn(x) => print("n")) | len',
         'range(0, 100) | each(fn(x) => print("e${x}")) | take(2) | len',
         'range(0, 100) | map(fn(x) => print("e${x}")) | skip(2) | take(1) | len',
+        'range(0, 100) | map(fn(x) => { print("a${x}"); x }) | any(fn(x) => print("t${x}") == null && x > 1)',
+        '[1, 2, 3] | map(fn(x) => print("m${x}")) | all(fn(x) => print("t") != null)',
     ):
         assert is_fused(source), source
         out: dict[bool, list[str]] = {}
@@ -247,6 +255,9 @@ ERRORS = [
     ('range(0, 9) | map(fn(x) => x) | take("2")', "TypeError", 1, 33),
     ("range(0, 9) | map(fn(x) => x) | skip(-1) | sum", "ValueError", 1, 33),
     ("[1, 2] | map(fn(x) => x) | sum(3)", "TypeError", 1, 28),
+    ("[1, 2] | map(fn(x) => x) | count(fn(x) => x)", "TypeError", 1, 28),
+    ("range(0, 3) | map(fn(x) => x) | any(fn(x) => null)", "TypeError", 1, 33),
+    ("range(0, 3) | all(fn(x) => x + 1)", "TypeError", 1, 15),
     ('[1, "a"] | map(fn(x) => x) | sum', "TypeError", 1, 30),
 ]
 
@@ -321,7 +332,7 @@ STAGES = [
     "take(2)", "skip(1)", "take(0)", "take_while(fn(x) => x < 3)", "take_while(fn(x) => x)",
 ]
 ENDS = ["", "| reduce(fn(a, b) => a + b)", "| reduce(fn(a, b) => a + b, 100)", "| sum", "| len",
-        "| take(3)"]
+        "| take(3)", "| count(fn(x) => x > 1)", "| any(fn(x) => x > 2)", "| all(fn(x) => x)"]
 PRELUDE = "let xs = [3, 1, 2]\nlet rs = range(0, 4)\nlet lz = range(0, 4) | map(fn(v) => v * 3)\n"
 
 

@@ -42,7 +42,7 @@ _BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 # The builtin names fusion.py looks at (stages of a fused chain, builtins it inlines): other
 # calls compile without importing it.
 _FUSION_NAMES = frozenset(("map", "where", "filter", "each", "take", "skip", "take_while", "reduce", "sum",
-                           "upper", "lower", "trim", "split", "join", "len", "length"))
+                           "count", "any", "all", "upper", "lower", "trim", "split", "join", "len", "length"))
 
 
 # Plain classes and records rather than dataclasses: the dataclasses module (and the inspect

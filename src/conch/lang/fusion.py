@@ -2,9 +2,10 @@
 
 ``range(0, n) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum`` costs, unfused,
 two lambda calls and a wrapper's type checks per element. Here the compiler recognises a
-chain of ``map``/``where``/``each``/``take``/``skip``/``take_while`` (and a ``reduce`` at its
-end) whose functions are lambdas simple enough to inline, and emits comprehensions or one
-generator with the lambda bodies in place.
+chain of ``map``/``where``/``each``/``take``/``skip``/``take_while`` (ending, perhaps, in
+``reduce``, ``sum`` or ``count``/``any``/``all`` with a predicate) whose functions are
+lambdas simple enough to inline, and emits comprehensions or one loop with the lambda
+bodies in place.
 
 The fused code must be indistinguishable from the builtins it replaces, and that decides its
 shape:
@@ -19,9 +20,9 @@ shape:
   at the stage's call node, which is where the unfused run reports it. A lazy builtin's
   check reports at whoever consumes the result, which is not known here: a lazy stage whose
   predicate is not a Bool by construction ends the fused generator (the rest runs unfused).
-- What is not known until run time stays exact by branching: a chain whose input may not
-  be a list tests for one and keeps the unfused code for anything else (a Range or lazy
-  Array held in a variable, a tuple, a value that is not an Array and must fail as before).
+- What is not known until run time stays exact by branching: a chain whose input's type is
+  not known from its syntax tests it (a list, else a Range or LazyList) and keeps the unfused
+  code for anything else (a tuple, a value that is not an Array and must fail as before).
 - Limits. In a checked compile each inlined lambda still ticks once per call, at the
   lambda's position, in the same order; materialising stays with the builtins' own
   ``bounded_list`` and ``LazyList`` (collection limit).
@@ -64,7 +65,8 @@ if TYPE_CHECKING:
 
 _ELEMENTWISE = frozenset(("map", "where", "each", "take_while"))
 _COUNTED = frozenset(("take", "skip"))
-_ENDS = frozenset(("reduce", "sum"))  # only at the end of a chain
+_TESTS = frozenset(("count", "any", "all"))  # with a predicate
+_ENDS = frozenset(("reduce", "sum")) | _TESTS  # only at the end of a chain
 _STAGES = _ELEMENTWISE | _COUNTED | _ENDS
 
 
@@ -399,6 +401,8 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
     assert lam is not None
     if st.name == "reduce":
         return _fold(c, st, [], cur, lazy=False, ints=kind == "int"), None
+    if st.name in _TESTS:
+        return _test(c, st, [], cur, lazy=False, ints=kind == "int"), None
     if st.name == "take_while":
         gen, _ = _generator(c, [st], cur, lazy=False, ints=kind == "int")
         return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
@@ -471,6 +475,8 @@ def _lazy(c: Compiler, stages: list[_Stage], src: py.Name, ints: bool) -> py.exp
     end = stages[-1]
     if end.name == "reduce":
         return _fold(c, end, stages[:-1], src, lazy=True, ints=ints)
+    if end.name in _TESTS:
+        return _test(c, end, stages[:-1], src, lazy=True, ints=ints)
     from conch.lang.values import LazyList
 
     if end.name != "sum":
@@ -541,11 +547,47 @@ def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
     from conch.lang.builtins.collections import empty_reduce
 
     loop = _Loop(stages, lazy, ints, py.Break(), last)
+    loop.takes_expr = False  # the value is used on one of two branches, after a tick
     # reduce_: a null (or no) initial value means the first element starts the fold
     loop.prologue = [_assign(acc, _name("$init")), _assign(first, py.Compare(_name(acc), [py.Is()], [_const(None)]))]
     empty = c.at(py.Expr(c.at(_call(_helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
     loop.epilogue = [py.If(_name(first), [empty], []), py.Return(_name(acc))]
+    loop.has_init = True
     return _def(c, loop, src, [*counts, init], st.call)
+
+
+def _test(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
+    """``count``, ``any`` or ``all`` with a predicate as a loop: the stages before it, then
+    the predicate, checked as the builtin checks it (at its call, as the builtin reports it
+    even on a lazy input, which it consumes itself); any and all stop where the builtin does."""
+    lam = st.lam
+    assert lam is not None
+    counts: list[py.expr] = list(_counts(c, stages))
+    acc = c.fresh("acc")
+
+    def last(value: py.expr, kind: str | None) -> list[py.stmt]:
+        names, body, _ = _body(c, lam, [kind], loop.ints)
+        out: list[py.stmt] = [_assign(names[0], value)]
+        if c.checked:
+            out.append(py.Expr(_tick(c, lam)))
+        if _is_bool(body):
+            test = body
+        else:
+            r = c.fresh("r")
+            out.append(_assign(r, body))
+            test = _not_bool(c, st, _name(r))
+        if st.name == "count":
+            out.append(py.If(test, [py.AugAssign(_store(acc), py.Add(), _const(1))], []))
+        elif st.name == "any":
+            out.append(py.If(test, [_assign(acc, _const(True)), py.Break()], []))
+        else:
+            out.append(py.If(py.UnaryOp(py.Not(), test), [_assign(acc, _const(False)), py.Break()], []))
+        return out
+
+    loop = _Loop(stages, lazy, ints, py.Break(), last)
+    loop.prologue = [_assign(acc, _const({"count": 0, "any": False, "all": True}[st.name]))]
+    loop.epilogue = [py.Return(_name(acc))]
+    return _def(c, loop, src, counts, st.call)
 
 
 class _Loop:
@@ -562,6 +604,8 @@ class _Loop:
         self.init: list[py.stmt] = []  # counters
         self.guards: list[py.expr] = []  # all must hold for the loop to pull anything
         self.params: list[str] = []  # one per count, then $init for a fold
+        self.has_init = False  # a reduce's initial value is the last argument
+        self.takes_expr = True  # ``last`` evaluates its value once, first: no temporary needed
         self.ints: set[str] = set()  # bindings known to hold Ints
         self.kind: str | None = None  # what is known of the values yielded
 
@@ -574,7 +618,7 @@ def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node
     func = Func(outer_func)
     c.func, c.scope, c.loop_depth = func, Scope(func, outer_scope), 0
     loop.params = [c.fresh("n") for _ in args]
-    if loop.epilogue:
+    if loop.has_init:
         loop.params[-1] = "$init"
     x = c.fresh("x")
     try:
@@ -642,7 +686,7 @@ def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, 
         out.append(py.If(test, rest, [loop.stop] if st.name == "take_while" else []))
         return out
     if st.name == "map" and ((i + 1 < len(loop.stages) and loop.stages[i + 1].lam is not None)
-                             or (i + 1 == len(loop.stages) and loop.stop.__class__ is py.Return)):
+                             or (i + 1 == len(loop.stages) and loop.takes_expr)):
         # the next lambda (or the yield) takes the value at once: no temporary
         return out + _stages(c, loop, i + 1, body, body_kind, params)
     y = c.fresh("y")
