@@ -187,7 +187,7 @@ def _chain(c: Compiler, node: A.Node) -> tuple[list[_Stage], A.Node] | None:
     while True:
         found = _stage(c, cur)
         if found is None or (found[0].name in _ENDS and stages):
-            break  # a reduce's (a sum's) result is an input, not a stage, to the chain around it
+            break  # a reduce's (a sum's, ...) result is an input, not a stage, to the chain around it
         stages.append(found[0])
         cur = found[1]
     if not any(s.lam is not None for s in stages):
@@ -231,14 +231,14 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
                 result = _lazy_chain(c, stages, cur, ints=True)
             else:
                 result = _eager_chain(c, stages, src, kind == "list")
+            if result is None:
+                raise _NotFusable
     except (_NotFusable, ConchError):
         # Compiled as written instead; a compile error is raised again there, in order.
         c.func, c.scope, c.loop_depth = saved[0], saved[1], saved[2]
         del c.pipe_input[saved[3]:]
         c.pipe_used = saved[4]
         del c.unresolved[saved[5]:]
-        return None
-    if result is None:
         return None
     c.out.extend(buf)
     return result
