@@ -400,3 +400,19 @@ def test_lazy_inputs_known_at_run_time(source: str, tmp_path: Path) -> None:
     assert is_fused(source)
     _agree(source, Limits(), tmp_path)
     _agree(source, Limits(steps=1000), tmp_path / "checked")
+
+
+def test_statement_progress_is_reported_the_same() -> None:
+    source = ("let xs = range(0, 100) | map(fn(x) => x * 2)\n"
+              "let n = xs | where(fn(x) => x % 3 == 0) | count(fn(x) => x > 10)\n"
+              "[1, 2, 3] | map(fn(x) => x + n) | sum")
+    seen: dict[bool, list[tuple[int, int, str]]] = {}
+    for fuse in (True, False):
+        events: list[tuple[int, int, str]] = []
+        program = compile_program(source, fuse=fuse)
+        value = program.run(context=Context(limits=Limits(steps=100_000)),
+                            on_statement=lambda i, total, text, events=events: events.append((i, total, text)))
+        seen[fuse] = events
+        assert value == 6 + 3 * 32
+    assert seen[True] == seen[False]
+    assert [e[0] for e in seen[True]] == [0, 1, 2]
