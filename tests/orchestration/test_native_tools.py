@@ -96,7 +96,10 @@ def test_native_single_call(net_server: Server, scripted: ScriptedModel) -> None
         {"id": made["id"], "name": "append", "arguments": made["function"]["arguments"]}
     ]
     assert "tool_calls" not in model[1]
-    assert [e["kind"] for e in entries] == ["model", "call", "result", "model"]
+    # First the server's choice of protocol (the task asked for none), kept until it is
+    # final so that a restart before the first answer may still fall back to JSON actions.
+    assert [e["kind"] for e in entries] == ["protocol", "model", "call", "result", "model"]
+    assert entries[0]["data"] == {"protocol": "native"}
 
 
 def test_parallel_calls_run_concurrently(net_server: Server, scripted: ScriptedModel) -> None:
@@ -395,3 +398,39 @@ def test_cli_decides_every_pending_call_at_once(net_server: Server, scripted: Sc
     assert record["status"] == "succeeded" and record["result"] == "both", record
     assert (ws(net_server) / "one.log").read_text() == "1\n"
     assert (ws(net_server) / "two.log").read_text() == "2\n"
+
+
+def test_an_auto_choice_still_falls_back_after_a_restart(tmp_path: Path, scripted: ScriptedModel) -> None:
+    """A task that asked for no protocol, chose native tool calls and lost its server before
+    the model's first answer may still fall back to JSON actions when it resumes."""
+    model = "tools-then-not"
+    scripted.tool_models.add(model)
+    goal = scripted.script_by_position(
+        "auto: chosen, then the server dies",
+        {"delay_first": 8, "content": final("answered in json")},
+    )
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    env = {"models_url": scripted.v1, "orchestration_lease_s": "3"}
+    first = start_process_server(data, log, **env)
+    try:
+        with first.client() as c:
+            task_id = create(c, {"goal": goal, "tools": ["append"], "model": model})["id"]
+            until(lambda: positions(scripted, goal)[0] == 1)  # the first turn is in flight
+            assert c.get(f"{API}/tasks/{task_id}").json()["protocol"] == "native"
+        first.kill()
+    finally:
+        first.stop()
+    scripted.tool_models.discard(model)
+    scripted.no_tools.add(model)  # the model now refuses tools
+    second = start_process_server(data, log, **env)
+    try:
+        with second.client() as c:
+            record = done(c, task_id)
+            kinds = [e["kind"] for e in checkpoint(c, task_id)]
+    finally:
+        second.stop()
+    assert record["status"] == "succeeded" and record["result"] == "answered in json", record
+    assert record["protocol"] == "json"
+    assert kinds[0] == "protocol"
+    sent = scripted.requests_for(goal)
+    assert "tools" in sent[0] and "tools" in sent[1] and "response_format" in sent[-1]

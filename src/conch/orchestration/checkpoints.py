@@ -33,7 +33,7 @@ from conch.orchestration.loop import Reply, call_id, parse_action
 
 __all__ = ["KINDS", "CheckpointError", "Journal", "call_id"]
 
-KINDS = ("model", "call", "result", "ask", "decision", "message")
+KINDS = ("model", "call", "result", "ask", "decision", "message", "protocol")
 
 
 class CheckpointError(Exception):
@@ -49,6 +49,9 @@ class Journal:
     last: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # step index -> the user messages added before its model request
     notes: dict[int, list[str]] = field(default_factory=dict)
+    # The protocol the server chose for a task that asked for none (``auto``): until the
+    # model's first answer, a choice that may still fall back to JSON actions.
+    chosen_protocol: str | None = None
 
     @classmethod
     def load(cls, entries: list[tuple[str, Any]]) -> Journal:
@@ -88,6 +91,11 @@ class Journal:
             self.replies.append(
                 Reply(text=str(data["reply"]), usage=dict(usage), tool_calls=calls or None)
             )
+            return
+        if kind == "protocol":
+            if data["protocol"] not in ("native", "json"):
+                raise ValueError(f"unknown protocol {data['protocol']!r}")
+            self.chosen_protocol = data["protocol"]
             return
         if kind == "message":
             if not isinstance(data["content"], str):
@@ -173,6 +181,8 @@ def fork(
             keep = int(data["turn"]) < turns
         elif kind == "message":
             keep = int(data["before"]) < checkpoint
+        elif kind == "protocol":
+            keep = True  # the fork runs in its original's protocol, chosen or not alike
         else:
             keep = _step_of(str(data["call_id"])) < checkpoint
         if not keep:

@@ -615,10 +615,13 @@ class Orchestrator:
         # kept for its whole run (its checkpoint is replayed in it). A task recorded
         # without one but with model replies ran before there was a choice: JSON.
         protocol: str | None = row.get("protocol")
-        chosen = protocol is None  # not forced: may fall back to JSON
+        # Not forced (``auto``, chosen now or before a restart): may fall back to JSON.
+        chosen = protocol is None or journal.chosen_protocol is not None
         if protocol is None:
             protocol = "json" if journal.replies else await self.models.protocol(row["model"])
-            if not await self._db(self.store.set_task_protocol, task_id, owner, protocol):
+            # Only a choice of native calls can still change (to JSON), so only it is kept.
+            if not await self._db(self.store.set_task_protocol, task_id, owner, protocol,
+                                  chosen=protocol == "native" and not journal.replies):
                 return
 
         # A JSON-protocol model reply waits here to be written in the same transaction as

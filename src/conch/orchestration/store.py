@@ -451,14 +451,18 @@ class Store:
         )
         return int(last) + len(entries)
 
-    def set_task_protocol(self, id: str, owner: str, protocol: str) -> bool:
+    def set_task_protocol(self, id: str, owner: str, protocol: str, *, chosen: bool = False) -> bool:
         """Record the tool-call protocol (native | json) a running task of ``owner`` uses;
-        False if it is no longer running as ``owner``'s."""
+        False if it is no longer running as ``owner``'s. ``chosen``: the server chose it (the
+        task asked for ``auto``), which its checkpoint keeps, so that a resumed task may
+        still fall back to JSON actions before the model's first answer."""
         with self.tx() as conn:
             row = self._lock_row(conn, t.tasks, id, "owner")
             if row is None or row.status != "running" or row.owner != owner:
                 return False
             conn.execute(sa.update(t.tasks).where(t.tasks.c.id == id).values(protocol=protocol))
+            if chosen:
+                self._checkpoint(conn, id, [("protocol", {"protocol": protocol})], None)
         return True
 
     def add_checkpoint(
