@@ -1,7 +1,7 @@
 import type { ComponentType } from "preact";
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { apiKey, forgetKey, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { apiKey, forgetKey, getJSON, onKeyPrompt, prefetchJSON, provideKey } from "./api";
 import { NotFound } from "./components/NotFound";
 import { config } from "./config";
 import { parseHash, useRoute } from "./router";
@@ -96,6 +96,41 @@ function KeyPrompt() {
   );
 }
 
+/** A link to the approvals inbox with the number of tasks waiting for a person (polled
+ * from the orchestration metrics every 5 s, and at once when the inbox itself reloads). */
+function ApprovalsLink() {
+  const [count, setCount] = useState<number | null>(null);
+  useEffect(() => {
+    let stop = false;
+    const poll = () =>
+      document.visibilityState === "visible" &&
+      getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics").then(
+        (m) => !stop && setCount(typeof m?.waiting_tasks === "number" ? m.waiting_tasks : null),
+        () => undefined, // down or not there: keep the last count
+      );
+    poll();
+    const id = setInterval(poll, 5000);
+    const on = (e: Event) => setCount((e as CustomEvent<number>).detail);
+    addEventListener("conch-approvals", on);
+    return () => {
+      stop = true;
+      clearInterval(id);
+      removeEventListener("conch-approvals", on);
+    };
+  }, []);
+  const label = count ? `Approvals: ${count} waiting` : "Approvals: none waiting";
+  return (
+    <a class="approvals-link" href="#/agents/approvals" aria-label={label} title={label} data-testid="approvals-link">
+      Approvals
+      {count ? (
+        <span class="nav-badge" data-testid="approvals-count">
+          {count}
+        </span>
+      ) : null}
+    </a>
+  );
+}
+
 function App() {
   const route = useRoute();
   const [theme, nextTheme] = useTheme();
@@ -124,6 +159,7 @@ function App() {
           ))}
         </nav>
         <div class="top-actions">
+          {config.pages.includes("agents") && <ApprovalsLink />}
           {apiKey() && (
             <button type="button" class="small" onClick={() => (forgetKey(), force((n) => n + 1))} title="Forget the API key of this session">
               Forget key

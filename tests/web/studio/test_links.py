@@ -175,7 +175,7 @@ def test_tabs_are_tab_panels_moved_through_with_arrow_keys(servers: Servers, pag
     page.goto(servers.agent + "/#/agents")
     tablist = page.get_by_role("tablist", name="Orchestration")
     tabs = tablist.get_by_role("tab")
-    expect(tabs).to_have_text(["Tasks", "Workflows", "Agents & metrics"])
+    expect(tabs).to_have_text(["Tasks", "Workflows", "Approvals", "Agents & metrics"])
     panel = page.get_by_role("tabpanel")
     expect(panel).to_have_count(1)
 
@@ -196,6 +196,9 @@ def test_tabs_are_tab_panels_moved_through_with_arrow_keys(servers: Servers, pag
     page.keyboard.press("ArrowRight")
     selected("Workflows", "#/agents/workflows$")
     expect(panel.locator("textarea[name=definition]")).to_be_visible()
+    page.keyboard.press("ArrowRight")
+    selected("Approvals", "#/agents/approvals$")
+    expect(panel.get_by_test_id("approvals")).to_be_visible()
     page.keyboard.press("ArrowRight")
     selected("Agents & metrics", "#/agents/agents$")
     expect(panel.get_by_test_id("metrics")).to_be_visible()

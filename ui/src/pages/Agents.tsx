@@ -3,14 +3,17 @@ import { ApiError, getJSON, listOf, postJSON } from "../api";
 import { duration, ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { Tabs } from "../components/Tabs";
+import { PendingCall } from "../components/PendingCall";
 import { TaskTimeline } from "../components/TaskTimeline";
 import { FINISHED, O, type Task, useEvents } from "../orch";
 import { link, navigate, useRoute } from "../router";
+import { Approvals } from "./Approvals";
 import { Workflows } from "./Workflows";
 
 const TABS = [
   { id: "tasks", label: "Tasks", href: link("agents", "tasks") },
   { id: "workflows", label: "Workflows", href: link("agents", "workflows") },
+  { id: "approvals", label: "Approvals", href: link("agents", "approvals") },
   { id: "agents", label: "Agents & metrics", href: link("agents", "agents") },
 ];
 
@@ -19,7 +22,7 @@ export function Agents() {
   const route = useRoute();
   const [tab = "tasks", id, ...rest] = route.parts;
   const agents = useLoad<any[]>(async (s) => listOf(await getJSON(`${O}/agents`, s), "agents"));
-  const known = TABS.some((t) => t.id === tab) && rest.length === 0 && (tab !== "agents" || id == null);
+  const known = TABS.some((t) => t.id === tab) && rest.length === 0 && ((tab !== "agents" && tab !== "approvals") || id == null);
   if (!known) return <NotFound what="Page" back={{ href: "#/agents", label: "Agents" }} />;
   if (agents.error) return <Failure what="Orchestration (agents, tasks, workflows)" error={agents.error} />;
   return (
@@ -27,6 +30,7 @@ export function Agents() {
       <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
         {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} />}
         {tab === "workflows" && <Workflows selected={id ?? null} step={route.query.get("step")} />}
+        {tab === "approvals" && <Approvals onCount={(n) => dispatchEvent(new CustomEvent("conch-approvals", { detail: n }))} />}
         {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
       </Tabs>
     </div>
@@ -152,6 +156,8 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
       if (name === "start") return { ...t, status: "running" };
       return t;
     });
+    // It stopped for a person, or goes on: the record has the pending calls (or none now).
+    if (name === "interrupt" || name === "resume") refresh();
     if (name === "complete" || name === "error") {
       refresh();
       onChange();
@@ -186,7 +192,15 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
         {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.duration_ms != null ? ` · ${duration(task.duration_ms)}` : ""}
       </div>
       <ErrorBox error={error} />
-      <TaskTimeline steps={task.steps} live={live} usage={task.usage} />
+      <TaskTimeline steps={task.steps} live={live && task.status !== "waiting"} usage={task.usage} />
+      {task.status === "waiting" && (task.pending ?? []).length > 0 && (
+        <div class="approval" data-testid="task-pending">
+          <strong>Waiting for your decision</strong>
+          {(task.pending ?? []).map((c) => (
+            <PendingCall key={c.call_id} task={task} call={c} onDecided={(t) => (t ? setTask(t) : refresh(), onChange())} />
+          ))}
+        </div>
+      )}
       {task.result != null && (
         <div>
           <h3>Result</h3>
