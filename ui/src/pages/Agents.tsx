@@ -151,9 +151,11 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
       if (!t) return t;
       if (name === "step" && data && typeof data.index === "number") {
         const steps = t.steps.filter((s) => s.index !== data.index).concat([data]).sort((a, b) => a.index - b.index);
-        return { ...t, status: "running", steps };
+        return { ...t, status: t.status === "pending" ? "running" : t.status, steps };
       }
-      if (name === "start") return { ...t, status: "running" };
+      // Replayed events must not undo what the record says (a waiting task stays waiting
+      // until its resume event).
+      if (name === "start") return { ...t, status: t.status === "pending" ? "running" : t.status };
       return t;
     });
     // It stopped for a person, or goes on: the record has the pending calls (or none now).
