@@ -60,8 +60,21 @@ export function Failure({ what, error }: { what: string; error: unknown }) {
   return <ErrorBox error={error} />;
 }
 
-export function Progress({ value, label }: { value: number | null; label?: string }) {
+/** A progress bar: a fraction, or indeterminate (animated) while it is not known; a failed
+ * job's bar stops where it was, red, and says so (it never keeps animating). */
+export function Progress({ value, label, failed }: { value: number | null; label?: string; failed?: boolean }) {
   const pct = value == null ? null : Math.max(0, Math.min(100, Math.round(value * 100)));
+  if (failed)
+    return (
+      <div class="progress-wrap">
+        <div class="progress" role="progressbar" aria-valuemin={0} aria-valuemax={100} aria-valuenow={pct ?? 0} aria-label={label ?? "progress"} aria-valuetext="failed">
+          <div class="bar failed" style={{ width: `${Math.max(pct ?? 0, 100)}%` }} />
+        </div>
+        <span class="progress-text" data-testid="progress-text">
+          failed
+        </span>
+      </div>
+    );
   return (
     <div class="progress-wrap">
       <div

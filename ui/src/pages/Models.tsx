@@ -35,7 +35,7 @@ const SOURCES: Record<string, { field: string; hint: string }> = {
 };
 const QUANTS = ["f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_1", "q5_0", "q4_k_m", "q4_1", "q4_0", "q3_k_m", "q2_k"];
 
-type Job = { label: string; status: string; fraction: number | null; error?: string; done?: boolean };
+type Job = { label: string; status: string; fraction: number | null; error?: string; done?: boolean; retry?: () => void };
 
 /** Runs a streamed download/convert and reports {status, completed, total} as a fraction. */
 async function runJob(url: string, body: object, signal: AbortSignal, report: (j: Partial<Job>) => void) {
@@ -78,7 +78,7 @@ export function Models() {
   const start = async (label: string, url: string, body: object) => {
     const ctl = new AbortController();
     abort.current = ctl;
-    let cur: Job = { label, status: "starting", fraction: 0 };
+    let cur: Job = { label, status: "starting", fraction: 0, retry: () => start(label, url, body) };
     setJob(cur);
     setError(null);
     try {
@@ -171,7 +171,13 @@ export function Models() {
                     {m.loaded && <span class="badge good">loaded</span>}
                   </td>
                   <td>
-                    <StatusBadge status={m.status ?? (m.owned_by === "local" ? "—" : m.owned_by)} />
+                    {servable(m) ? (
+                      <StatusBadge status={m.status ?? (m.owned_by === "local" ? "—" : m.owned_by)} />
+                    ) : (
+                      <span class="badge skipped" title="a source-format model: convert it to serve it" data-testid="not-serving">
+                        source only
+                      </span>
+                    )}
                   </td>
                   <td>{m.format ?? "—"}</td>
                   <td class="num">{bytes(m.size_bytes)}</td>
@@ -200,16 +206,35 @@ export function Models() {
         <section class="pane" aria-label="Running job" data-testid="job">
           <div class="row between">
             <strong>{job.label}</strong>
-            <span class="muted small" data-testid="job-status">
-              {job.error ? `failed: ${job.error}` : job.status}
-            </span>
+            {!job.error && (
+              <span class="muted small" data-testid="job-status">
+                {job.status}
+              </span>
+            )}
           </div>
-          <Progress value={job.error ? null : job.fraction} label={job.label} />
-          {!job.done && (
-            <button type="button" onClick={() => abort.current?.abort()}>
-              Cancel
-            </button>
+          <Progress value={job.fraction} label={job.label} failed={!!job.error} />
+          {job.error && (
+            <div class="error-box" role="alert" data-testid="job-error">
+              {job.error === "cancelled" ? "Cancelled." : `Failed: ${job.error}`}
+            </div>
           )}
+          <div class="row">
+            {!job.done && (
+              <button type="button" onClick={() => abort.current?.abort()}>
+                Cancel
+              </button>
+            )}
+            {job.error && job.retry && (
+              <button type="button" class="primary" onClick={job.retry} data-testid="job-retry">
+                Retry
+              </button>
+            )}
+            {job.done && (
+              <button type="button" onClick={() => setJob(null)} data-testid="job-dismiss">
+                Dismiss
+              </button>
+            )}
+          </div>
         </section>
       )}
       <div class="two">
@@ -257,7 +282,17 @@ function ModelDetail({ id, listed, listLoaded }: { id: string; listed?: Model; l
       <dl class="facts">
         <dt>Status</dt>
         <dd>
-          <StatusBadge status={m.status ?? m.owned_by} /> {m.loaded ? <span class="badge good">loaded</span> : m.owned_by === "local" ? <span class="muted small">not loaded</span> : null}
+          {servable(m) ? <StatusBadge status={m.status ?? m.owned_by} /> : <span class="badge skipped" data-testid="not-serving">source only: cannot serve</span>}{" "}
+          {m.loaded ? (
+            <span class="badge good" data-testid="model-loaded">
+              loaded
+            </span>
+          ) : m.owned_by === "local" ? (
+            <span class="muted small" data-testid="model-loaded">
+              not loaded
+            </span>
+          ) : null}
+          {m.owned_by === "local" && servable(m) && m.status === "ready" && <LoadButton model={m} onDone={rec.reload} />}
         </dd>
         <dt>Serves</dt>
         <dd data-testid="model-capabilities">{caps.length ? caps.join(", ") : m.owned_by === "local" ? "nothing yet: a source-format model, convert it to serve it" : "chat (a provider's model)"}</dd>
@@ -309,6 +344,39 @@ function ModelDetail({ id, listed, listLoaded }: { id: string; listed?: Model; l
         )}
       </dl>
     </section>
+  );
+}
+
+/** A local model that can answer requests: one with capabilities (a source-format model,
+ * safetensors say, has none until converted). Providers' models are listed without them. */
+function servable(m: Model): boolean {
+  return m.owned_by !== "local" || (m.capabilities ?? []).length > 0 || m.status !== "ready";
+}
+
+/** Load or unload a local model, as Ollama clients do: `POST /api/generate` with an empty
+ * prompt loads it (kept for the server's keep_alive); with `keep_alive: 0` it is unloaded
+ * once idle. */
+function LoadButton({ model, onDone }: { model: Model; onDone: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const go = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      await postJSON(`${inferenceBase}/api/generate`, { model: model.id, prompt: "", stream: false, ...(model.loaded ? { keep_alive: 0 } : {}) });
+    } catch (e) {
+      setError(e);
+    }
+    setBusy(false);
+    onDone();
+  };
+  return (
+    <>
+      <button type="button" class="small" disabled={busy} onClick={go} data-testid={model.loaded ? "unload" : "load"}>
+        {busy ? (model.loaded ? "Unloading…" : "Loading…") : model.loaded ? "Unload" : "Load"}
+      </button>
+      <ErrorBox error={error} />
+    </>
   );
 }
 
