@@ -416,3 +416,33 @@ def test_statement_progress_is_reported_the_same() -> None:
         assert value == 6 + 3 * 32
     assert seen[True] == seen[False]
     assert [e[0] for e in seen[True]] == [0, 1, 2]
+
+
+def test_compiling_nested_chains_stays_linear(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain in a fused chain's body or count compiles as written: each part is compiled a
+    bounded number of times, however deep the nesting (the server compiles what it is sent)."""
+    from conch.lang.compiler import Compiler
+
+    def nested(depth: int) -> str:
+        body = f"x{depth} + 1"
+        for k in range(depth, 1, -1):
+            body = f"x{k - 1} | map(fn(x{k}) => {body}) | take(xs | map(fn(y) => y) | sum)"
+        return f"let xs = [1]\nlet x0 = [[1]]\nx0 | map(fn(x1) => {body})"
+
+    calls = 0
+    real = Compiler.expr
+
+    def counting(self: Compiler, node: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(self, node)
+
+    monkeypatch.setattr(Compiler, "expr", counting)
+    work = {}
+    for fuse in (True, False):
+        for depth in (6, 12):
+            calls = 0
+            compile_program(nested(depth), fuse=fuse)
+            work[fuse, depth] = calls
+    assert work[True, 12] <= 4 * work[False, 12]
+    assert work[True, 12] / work[True, 6] <= 1.2 * work[False, 12] / work[False, 6]

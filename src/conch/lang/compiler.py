@@ -280,6 +280,7 @@ class Compiler:
         self.last_captures: list[Binding] = []
         # pipelines of collection builtins as one loop (fusion.py); off to compare with it
         self.fuse = fuse
+        self.fusing = False  # compiling the parts of a chain being fused
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func

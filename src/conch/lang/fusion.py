@@ -217,6 +217,10 @@ def _source_kind(c: Compiler, src: A.Node) -> str | None:
 
 def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
     """The fused code for the chain ending at ``node``, or None to compile it as written."""
+    if c.fusing:
+        # Inside a chain being fused (a body, a count) chains compile as written: each of those
+        # is compiled up to three times (list, lazy, as written), which nesting would multiply.
+        return None
     chain = _chain(c, node)
     if chain is None:
         return None
@@ -226,11 +230,12 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
     buf: list[py.stmt] = []
     try:
         with c.into(buf):
+            cur = _temp(c, c.expr(src), src)  # compiled once: a chain in it may be fused
+            c.fusing = True
             if kind == "range":
-                cur = _temp(c, c.expr(src), src)
                 result = _lazy_chain(c, stages, cur, ints=True)
             else:
-                result = _eager_chain(c, stages, src, kind == "list")
+                result = _eager_chain(c, stages, cur, kind == "list")
             if result is None:
                 raise _NotFusable
     except (_NotFusable, ConchError):
@@ -240,6 +245,8 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
         c.pipe_used = saved[4]
         del c.unresolved[saved[5]:]
         return None
+    finally:
+        c.fusing = False
     c.out.extend(buf)
     return result
 
@@ -347,8 +354,7 @@ def _comp(target: str, it: py.expr, ifs: list[py.expr]) -> py.comprehension:
 # -- a list: one comprehension per stage ----------------------------------------------------
 
 
-def _eager_chain(c: Compiler, stages: list[_Stage], src: A.Node, static: bool) -> py.expr:
-    s = _temp(c, c.expr(src), src)
+def _eager_chain(c: Compiler, stages: list[_Stage], s: py.Name, static: bool) -> py.expr:
     if static:
         return _eager(c, stages, s)
     fused: list[py.stmt] = []
