@@ -28,6 +28,10 @@ def test_a_model_is_loaded_and_unloaded_from_its_record(
         expect(detail.get_by_test_id("model-loaded")).to_have_text("not loaded", timeout=60_000)
     detail.get_by_test_id("load").click()
     expect(detail.get_by_test_id("model-loaded")).to_have_text("loaded", timeout=120_000)
+    # The store's table says so too.
+    expect(page.locator(f"tr[data-model='{MODEL}'] .badge.good", has_text="loaded")).to_have_count(
+        1
+    )
     assert MODEL in [m["name"] for m in servers.get(servers.inference, "/api/ps").json()["models"]]
     for fact in ("Format", "Context", "Size", "Source"):
         expect(detail.locator("dt", has_text=fact)).to_be_visible()

@@ -120,7 +120,7 @@ export function Models() {
   const models = list.data ?? [];
   return (
     <div class="models stack">
-      {selected && <ModelDetail key={selected} id={selected} listed={list.data?.find((m) => m.id === selected)} listLoaded={!!list.data} />}
+      {selected && <ModelDetail key={selected} id={selected} listed={list.data?.find((m) => m.id === selected)} listLoaded={!!list.data} onChange={list.reload} />}
       <section class="pane">
         <div class="row between">
           <h2>Model store</h2>
@@ -257,7 +257,7 @@ export function Models() {
   );
 }
 
-function ModelDetail({ id, listed, listLoaded }: { id: string; listed?: Model; listLoaded: boolean }) {
+function ModelDetail({ id, listed, listLoaded, onChange }: { id: string; listed?: Model; listLoaded: boolean; onChange: () => void }) {
   // A local model's full record; a provider's model has only what the list says.
   const remote = listed != null && listed.owned_by !== "local";
   const rec = useLoad<Model | null>((s) => (remote ? Promise.resolve(listed ?? null) : getJSON<Model>(`${inferenceBase}/v1/models/${encodeURIComponent(id)}`, s)), [id, remote]);
@@ -292,7 +292,7 @@ function ModelDetail({ id, listed, listLoaded }: { id: string; listed?: Model; l
               not loaded
             </span>
           ) : null}
-          {m.owned_by === "local" && servable(m) && m.status === "ready" && <LoadButton model={m} onDone={rec.reload} />}
+          {m.owned_by === "local" && servable(m) && m.status === "ready" && <LoadButton model={m} onDone={() => (rec.reload(), onChange())} />}
         </dd>
         <dt>Serves</dt>
         <dd data-testid="model-capabilities">{caps.length ? caps.join(", ") : m.owned_by === "local" ? "nothing yet: a source-format model, convert it to serve it" : "chat (a provider's model)"}</dd>
