@@ -8,13 +8,16 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
-from tests.web.studio.conftest import Servers
+from tests.web.studio.conftest import VIEWPORT, Servers
+from tests.web.studio.test_chats import InferenceProcess
 
 MODEL = "smollm2-135m-instruct"
 
@@ -114,3 +117,38 @@ def test_an_outage_is_shown_and_the_page_reconnects(
     expect(page.get_by_test_id("reconnected")).to_contain_text("answers again")
     expect(page.get_by_test_id("inference-health")).to_contain_text("running", timeout=15_000)
     expect(page.get_by_test_id("inference-health")).not_to_contain_text("unreachable")
+
+
+@pytest.fixture()
+def inference(tmp_path: Path) -> Iterator[InferenceProcess]:
+    server = InferenceProcess(tmp_path / "data")
+    server.data_dir.mkdir()
+    server.start()
+    yield server
+    server.kill()
+
+
+def test_a_server_killed_and_started_again_is_picked_up(
+    browser: Any, inference: InferenceProcess, shots: Path
+) -> None:
+    """The real thing: the inference server (serving this studio alone) is killed, then
+    started again on its port; the open Status page shows the outage, then recovers by itself."""
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(inference.url + "/#/status")
+        health = page.get_by_test_id("inference-health")
+        expect(health).to_contain_text("running", timeout=30_000)
+        inference.kill()
+        expect(page.get_by_test_id("outage")).to_contain_text("unreachable", timeout=20_000)
+        expect(health).to_contain_text("unreachable")
+        inference.start()
+        expect(page.get_by_test_id("outage")).to_have_count(0, timeout=30_000)
+        expect(page.get_by_test_id("reconnected")).to_be_visible()
+        expect(health).to_contain_text("running", timeout=20_000)
+        page.screenshot(path=str(shots / "status-reconnected.png"))
+    finally:
+        context.close()
+    assert not errors, errors
