@@ -232,6 +232,14 @@ def _and(tests: list[py.expr]) -> py.expr:
     return tests[0] if len(tests) == 1 else py.BoolOp(py.And(), tests)
 
 
+def _int_literal(n: A.Node | None) -> bool:
+    return isinstance(n, A.Literal) and type(n.value) is int
+
+
+def _float_literal(n: A.Node | None) -> bool:
+    return isinstance(n, A.Literal) and type(n.value) is float
+
+
 def _is_trivial(e: py.expr) -> bool:
     return isinstance(e, py.Constant | py.Name)
 
@@ -281,6 +289,7 @@ class Compiler:
         # pipelines of collection builtins as one loop (fusion.py); off to compare with it
         self.fuse = fuse
         self.fusing = False  # compiling the parts of a chain being fused
+        self.int_names: set[str] = set()  # Python names of bindings known to hold Ints (fusion.py)
         if self.session:
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
@@ -734,8 +743,17 @@ class Compiler:
             return py.Compare(a, [_CMP_OPS[op]()], [b])
 
         if op == "*" and self.checked:
-            # a limited run: ``"ab" * n`` and ``[0] * n`` are bounded by the collection limit
-            return self.at(_call("$mul", [left, right]), n, oppos)
+            # a limited run: ``"ab" * n`` and ``[0] * n`` are bounded by the collection limit,
+            # by ``$mul``, unless the operands cannot be a String or an Array
+            if lnode is not None and self.known_int(lnode) and self.known_int(rnode):
+                return self.at(build(left, right), n, oppos)
+            if not (_float_literal(lnode) or _float_literal(rnode)):
+                if _int_literal(rnode) and lnode is not None:
+                    return self.numeric_mul(left, right, left, n, oppos)
+                if _int_literal(lnode):
+                    return self.numeric_mul(left, right, right, n, oppos)
+                return self.at(_call("$mul", [left, right]), n, oppos)
+            # by a Float: a String or an Array fails in Python's ``*`` as in ``$mul``
         if not need_l and not need_r:
             return self.at(build(left, right), n, oppos)
         # The tests run before the operation: keep operands evaluated left to right, once.
@@ -757,6 +775,43 @@ class Compiler:
                 tests += rtests
         fail = self.at(_call("$boolop", [_const(op), lref, rref]), n, oppos)
         return self.at(py.IfExp(_and(tests), self.at(build(lref, rref), n, oppos), fail), n, oppos)
+
+    def known_int(self, n: A.Node) -> bool:
+        """Whether ``n`` evaluates to an Int (or fails), given ``int_names``."""
+        if isinstance(n, A.Literal):
+            return type(n.value) is int
+        if isinstance(n, A.Name):
+            b = self.scope.lookup(n.name)
+            return b is not None and b.pyname in self.int_names
+        if isinstance(n, A.Unary):
+            return n.op == "-" and self.known_int(n.operand)
+        if isinstance(n, A.Binary):
+            return n.op in ("+", "-", "*", "//", "%") and self.known_int(n.left) and self.known_int(n.right)
+        return False
+
+    def numeric_mul(self, left: py.expr, right: py.expr, other: py.expr, n: A.Node,
+                    oppos: tuple[int, int, int]) -> py.expr:
+        """``left * right``, one of them an Int literal and ``other`` the other: Python's
+        ``*`` when ``other`` is an Int or a Float (not a Bool), else ``$mul`` as before."""
+        if _is_trivial(other):
+            ref: py.expr = other
+            first: py.expr = other
+        else:
+            t = self.fresh()
+            ref = _name(t)
+            first = py.NamedExpr(_store(t), other)
+        if other is left:
+            left = ref
+        else:
+            right = ref
+        self.builtins["$f:type"] = type
+        self.builtins["$f:int"] = int
+        self.builtins["$f:float"] = float
+        typ = _call("$f:type", [first])
+        test = py.BoolOp(py.Or(), [py.Compare(typ, [py.Is()], [_name("$f:int")]),
+                                   py.Compare(_call("$f:type", [ref]), [py.Is()], [_name("$f:float")])])
+        fast = self.at(py.BinOp(left, py.Mult(), right), n, oppos)
+        return self.at(py.IfExp(test, fast, self.at(_call("$mul", [left, right]), n, oppos)), n, oppos)
 
     def x_Binary(self, n: A.Binary) -> py.expr:
         op = n.op

@@ -290,8 +290,9 @@ def _body(c: Compiler, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -
     A kind is what is known of every value a stage sees: "int" (an Int), "num" (never a
     Bool: arithmetic on it needs no Bool check) or None.
     """
-    saved_loop = c.loop_depth
+    saved_loop, saved_ints = c.loop_depth, c.int_names
     c.loop_depth = 0  # a break in the body is not one of the fused loop's
+    c.int_names = ints  # ``*`` of Ints needs no ``$mul`` in a checked run
     c.pipe_input.append(None)
     stmts: list[py.stmt] = []
     try:
@@ -305,7 +306,7 @@ def _body(c: Compiler, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -
                 e = c.expr(lam.body)
             kind = "int" if _int(c, lam.body, ints) else "num" if c.never_bool(lam.body) else None
     finally:
-        c.loop_depth = saved_loop
+        c.loop_depth, c.int_names = saved_loop, saved_ints
         c.pipe_input.pop()
     if stmts:
         raise _NotFusable
@@ -416,14 +417,17 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
     names, body, body_kind = _body(c, lam, [kind], ints)
     x = names[0]
     ticks: list[py.expr] = [py.UnaryOp(py.Not(), _tick(c, lam))] if c.checked else []
-    if st.name == "map":
-        return c.at(py.ListComp(body, [_comp(x, cur, ticks)]), st.call), body_kind
-    if st.name == "where":
-        if _is_bool(body):
-            return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, body])]), st.call), kind
-        r = c.fresh("r")
-        test = _not_bool(c, st, _name(r), py.NamedExpr(_store(r), body))
-        return c.at(py.ListComp(_name(x), [_comp(x, cur, [*ticks, test])]), st.call), kind
+    if st.name in ("map", "where"):
+        if st.name == "map":
+            value, ifs, out_kind = body, [], body_kind
+        elif _is_bool(body):
+            value, ifs, out_kind = _name(x), [body], kind
+        else:
+            r = c.fresh("r")
+            value, ifs, out_kind = _name(x), [_not_bool(c, st, _name(r), py.NamedExpr(_store(r), body))], kind
+        if c.checked and _tickless(lam.body):
+            return _batched(c, st, lam, x, cur, value, ifs), out_kind
+        return c.at(py.ListComp(value, [_comp(x, cur, [*ticks, *ifs])]), st.call), out_kind
     # each: the results that are not null, through bounded_list as the builtin does. The
     # result is bound in a condition: a comprehension's iterable may not bind a name (and
     # the body may, in a Bool guard).
@@ -431,6 +435,83 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
     keep = py.Compare(py.NamedExpr(_store(r), body), [py.IsNot()], [_const(None)])
     gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
     return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
+
+
+# -- a checked stage over a list: its steps in batches ----------------------------------
+
+_CHUNK = 4096  # elements a batch takes at most: cancellation and the clock are looked at between
+
+
+def _tickless(n: A.Node | None) -> bool:
+    """Whether an inlined body (see ``_simple``) makes no steps of its own, has no effects and
+    takes a short time: no calls (a builtin may call a function, which steps, or print), no
+    pipes, no ``**`` or ``=~`` (a big power or a slow pattern would make a batch slow to
+    notice the clock)."""
+    if n is None or isinstance(n, A.Literal | A.Raw | A.Name):
+        return True
+    if isinstance(n, A.Interp):
+        return all(isinstance(p, str) or _tickless(p) for p in n.parts)
+    if isinstance(n, A.ArrayLit):
+        return all(_tickless(x) for x in n.items)
+    if isinstance(n, A.RecordLit):
+        return all(_tickless(v) for _, v in n.entries)
+    if isinstance(n, A.Unary):
+        return _tickless(n.operand)
+    if isinstance(n, A.Binary):
+        return n.op not in ("**", "=~") and _tickless(n.left) and _tickless(n.right)
+    if isinstance(n, A.RangeLit):
+        return _tickless(n.start) and _tickless(n.end)
+    if isinstance(n, A.Field):
+        return _tickless(n.obj)
+    if isinstance(n, A.Index):
+        return all(_tickless(x) for x in (n.obj, n.index, n.start, n.stop))
+    if isinstance(n, A.If):
+        return (_tickless(n.cond) and all(_tickless(s) for s in n.then.stmts)
+                and (n.orelse is None or (all(_tickless(s) for s in n.orelse.stmts)
+                                          if isinstance(n.orelse, A.Block) else _tickless(n.orelse))))
+    return False
+
+
+def _batched(c: Compiler, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value: py.expr,
+             ifs: list[py.expr]) -> py.expr:
+    """A map or where over the list ``cur`` in a checked run, its body making no steps of its
+    own: chunks of at most _CHUNK elements, each run without a step per element when
+    ``$batch`` says none of its steps would reach the step limit (then ``$steps`` adds the
+    steps taken: all of them, or, when an element fails, those up to and including it, which
+    is what the iterator has given), else with a ``$tick`` per element as unbatched. So the
+    step limit is met at the same element, and an error comes after the same steps.
+
+        r = []; it = iter(cur); left = len(cur)
+        while left:
+            m = left if left <= _CHUNK else _CHUNK; left -= m
+            if $batch(m):
+                try: r += [value for x in islice(it, m) if ifs]
+                finally: $steps(m - (it.__length_hint__() - left))
+            else:
+                r += [value for x in islice(it, m) if not $tick() and ifs]
+    """
+    import itertools
+
+    r, it, left, m = c.fresh("r"), c.fresh("it"), c.fresh("left"), c.fresh("m")
+    islice = _helper(c, "$f:islice", itertools.islice)
+    length = _helper(c, "$f:len", len)
+    chunk = _call(islice, [_name(it), _name(m)])
+    fast = c.at(py.ListComp(value, [_comp(x, chunk, ifs)]), st.call)
+    slow = c.at(py.ListComp(value, [_comp(x, chunk, [py.UnaryOp(py.Not(), _tick(c, lam)), *ifs])]), st.call)
+    hint = _call(py.Attribute(_name(it), "__length_hint__", py.Load()), [])
+    taken = py.BinOp(_name(m), py.Sub(), py.BinOp(hint, py.Sub(), _name(left)))
+    add = c.at(py.Expr(c.at(_call("$steps", [taken]), lam)), lam)
+    loop = py.While(_name(left), [
+        _assign(m, py.IfExp(py.Compare(_name(left), [py.LtE()], [_const(_CHUNK)]), _name(left), _const(_CHUNK))),
+        py.AugAssign(_store(left), py.Sub(), _name(m)),
+        py.If(c.at(_call("$batch", [_name(m)]), lam), [
+            py.Try([py.AugAssign(_store(r), py.Add(), fast)], [], [], [add]),
+        ], [py.AugAssign(_store(r), py.Add(), slow)]),
+    ], [])
+    for stmt in (_assign(r, py.List([], py.Load())), _assign(it, _call(_helper(c, "$f:iter", iter), [cur])),
+                 _assign(left, _call(length, [cur])), loop):
+        c.emit(c.at(stmt, st.call))
+    return _name(r)
 
 
 def _bounded_list() -> Any:

@@ -186,6 +186,24 @@ def _checks(ctx: Context) -> dict[str, Any]:
             if deadline is not None and monotonic() > deadline:
                 raise ConchError("TimeoutError", f"the run took longer than {lim.wall_time_s} s")
 
+    def batch(n: int) -> bool:
+        # Whether ``n`` steps may be taken at once (a fused stage over a chunk of a list, its
+        # bodies making no steps of their own): none of them reaches the step limit. Looks at
+        # cancellation and the clock, once, when one of those steps would have.
+        if steps + n >= over >= 0:
+            return False
+        if (steps & 15) + n > 15:
+            if cancelled.is_set():
+                raise ConchError("CancelledError", "the run was cancelled")
+            if deadline is not None and monotonic() > deadline:
+                raise ConchError("TimeoutError", f"the run took longer than {lim.wall_time_s} s")
+        return True
+
+    def add(n: int) -> None:
+        # The steps a batch took (all of a chunk, or up to the element that failed).
+        nonlocal steps
+        steps += n
+
     def enter() -> None:
         nonlocal depth
         depth += 1
@@ -199,7 +217,8 @@ def _checks(ctx: Context) -> dict[str, Any]:
         if depth > 0:
             depth -= 1
 
-    checks: dict[str, Any] = {"$tick": tick, "$enter": enter, "$leave": leave, "$mul": runtime.mul_bounded}
+    checks: dict[str, Any] = {"$tick": tick, "$enter": enter, "$leave": leave, "$mul": runtime.mul_bounded,
+                              "$batch": batch, "$steps": add}
     if lim.collection_size is not None:
         checks["$add"] = runtime.add_bounded
     return checks
