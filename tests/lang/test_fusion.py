@@ -446,3 +446,121 @@ def test_compiling_nested_chains_stays_linear(monkeypatch: pytest.MonkeyPatch) -
             work[fuse, depth] = calls
     assert work[True, 12] <= 4 * work[False, 12]
     assert work[True, 12] / work[True, 6] <= 1.2 * work[False, 12] / work[False, 6]
+
+
+# -- a checked stage over a list takes its steps in batches ----------------------------------
+
+
+def checked_code_names(source: str) -> set[str]:
+    """The names the checked compile of ``source`` uses, in all its code objects."""
+    def names(co: Any) -> set[str]:
+        out = set(co.co_names)
+        for const in co.co_consts:
+            if hasattr(const, "co_names"):
+                out |= names(const)
+        return out
+
+    return names(compile_program(source, frozenset({"xs"}))._compiled(True).code)
+
+
+def outcome_with(source: str, xs: list[Any], limits: Limits, fuse: bool) -> Any:
+    printed: list[str] = []
+    ctx = Context(limits=limits, output=printed.append)
+    try:
+        value = run(source, context=ctx, variables={"xs": xs}, fuse=fuse)
+        result = values.to_json_value(value.materialize() if isinstance(value, LazyList) else value)
+    except ConchError as err:
+        result = (err.kind, err.message, err.hint, err.line, err.column)
+    return result, printed
+
+
+def limited(outcome: Any) -> bool:
+    result = outcome[0]
+    return isinstance(result, tuple) and result[0] == "LimitError"
+
+
+def least_steps(source: str, xs: list[Any]) -> int:
+    """The smallest step limit the unfused program runs within (bisection)."""
+    lo, hi = 1, 1
+    while limited(outcome_with(source, xs, Limits(steps=hi), False)):
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if limited(outcome_with(source, xs, Limits(steps=mid), False)):
+            lo = mid + 1
+        else:
+            hi = mid
+    return hi
+
+
+BATCHED = [
+    "xs | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum",
+    "xs | where(fn(x) => x) | len",
+    'print("a")\nlet r = try { xs | map(fn(x) => 10 / (x - 4100)) | len } catch e { e.message }\n'
+    'print("b")\n[r, xs | map(fn(x) => x + 1) | where(fn(x) => x > 5) | len]',
+    'let r = try { xs | where(fn(x) => x.a) } catch e { e.message }\n[r, xs | map(fn(x) => -x) | sum]',
+]
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 4095, 4096, 4097, 4101, 9000])
+@pytest.mark.parametrize("source", BATCHED)
+def test_batched_steps_count_the_same(source: str, n: int) -> None:
+    """Around the least step limit that runs the program, and where its steps would stop in
+    each stage, the fused program fails (or runs) as the unfused one: at the same element,
+    with the same error, after the same output."""
+    assert "$batch" in checked_code_names(source)
+    xs: list[Any] = list(range(n))
+    least = least_steps(source, xs)
+    limits = {1, 2, 3, 17, least - 2, least - 1, least, least + 1}
+    limits |= {least * k // 7 + d for k in range(1, 7) for d in (-1, 0, 1)}
+    for steps in sorted(s for s in limits if s > 0):
+        fused = outcome_with(source, xs, Limits(steps=steps), True)
+        assert fused == outcome_with(source, xs, Limits(steps=steps), False), (n, steps)
+    assert not limited(outcome_with(source, xs, Limits(steps=least), True))
+    assert least == 1 or limited(outcome_with(source, xs, Limits(steps=least - 1), True))
+
+
+@pytest.mark.parametrize("xs", [[1, True, 3], [1, "a", 3], [1, 2, None], [{"a": 1}], [*range(5000), "x"]])
+@pytest.mark.parametrize("source", [
+    "xs | map(fn(x) => x * 2)", "xs | map(fn(x) => 3 * x) | where(fn(x) => x > 2)",
+    "xs | where(fn(x) => x * 1.5 > 2)", "xs | map(fn(x) => x - 1)",
+])
+def test_batched_errors_match(source: str, xs: list[Any]) -> None:
+    """An element that fails in a batch fails as it does unbatched (kind, message, position),
+    and after the same steps: the step limits around the element agree too."""
+    for steps in (None, 10, len(xs), len(xs) + 1, 2 * len(xs), 10_000_000):
+        limits = Limits(steps=steps, collection_size=100)
+        assert outcome_with(source, xs, limits, True) == outcome_with(source, xs, limits, False), steps
+
+
+def test_a_body_that_steps_or_prints_is_not_batched() -> None:
+    for source in ('xs | map(fn(x) => print(x))', "fn f(v) => v\nxs | map(fn(x) => f(x))",
+                   "xs | map(fn(x) => x ** 2)", 'xs | where(fn(x) => x =~ "a")'):
+        assert "$batch" not in checked_code_names(source), source
+    assert "$batch" in checked_code_names("xs | map(fn(x) => x * 2)")
+
+
+def test_cancellation_reaches_a_batched_stage() -> None:
+    ctx = Context(limits=Limits(wall_time_s=60))
+    ctx.cancelled.set()
+    err = error("xs | map(fn(x) => x + 1) | len", context=ctx, variables={"xs": list(range(100))})
+    assert err.kind == "CancelledError"
+    assert (err.line, err.column) == (1, 10)
+
+
+@pytest.mark.parametrize("source", [
+    'let s = "ab"\n[3, 4] | map(fn(x) => s * x)', 'let s = "ab"\n[3, 4] | map(fn(x) => x * s)',
+    'xs | map(fn(x) => x * 100)', 'xs | map(fn(x) => 100 * x)', 'xs | map(fn(x) => x * 2.5)',
+    'xs | map(fn(x) => x * x)', 'range(0, 5) | map(fn(x) => x * 3 * x) | sum', '"ab" * 60', '2 * [1, 2]',
+    'xs | map(fn(x) => [x] * 60)', "let n = 7\nxs | map(fn(x) => n * x * 2)", "xs | map(fn(x) => (x + x) * 2)",
+])
+@pytest.mark.parametrize("xs", [[1, 2], ["ab", "c"], [[1], [2, 3]], [True], [1.5, None], [{"a": 1}]])
+def test_checked_multiply_stays_bounded(source: str, xs: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``*`` without ``$mul`` only where no String or Array can be repeated: the same values and
+    errors (the collection limit among them) as where every ``*`` is ``$mul``, fused or not."""
+    from conch.lang.compiler import Compiler
+
+    limits = Limits(steps=1000, collection_size=100)
+    fused, unfused = outcome_with(source, xs, limits, True), outcome_with(source, xs, limits, False)
+    monkeypatch.setattr(Compiler, "bare_mul", False)
+    assert fused == unfused == outcome_with(source, xs, limits, True) == outcome_with(source, xs, limits, False)

@@ -259,6 +259,9 @@ def _is_bool(e: py.expr) -> bool:
 
 
 class Compiler:
+    # False: every ``*`` of a checked run through ``$mul``, as before (the tests compare)
+    bare_mul = True
+
     def __init__(
         self,
         *,
@@ -745,6 +748,8 @@ class Compiler:
         if op == "*" and self.checked:
             # a limited run: ``"ab" * n`` and ``[0] * n`` are bounded by the collection limit,
             # by ``$mul``, unless the operands cannot be a String or an Array
+            if not self.bare_mul:
+                return self.at(_call("$mul", [left, right]), n, oppos)
             if lnode is not None and self.known_int(lnode) and self.known_int(rnode):
                 return self.at(build(left, right), n, oppos)
             if not (_float_literal(lnode) or _float_literal(rnode)):
@@ -790,7 +795,7 @@ class Compiler:
         return False
 
     def numeric_mul(self, left: py.expr, right: py.expr, other: py.expr, n: A.Node,
-                    oppos: tuple[int, int, int]) -> py.expr:
+                    oppos: tuple[int, int, int] | None) -> py.expr:
         """``left * right``, one of them an Int literal and ``other`` the other: Python's
         ``*`` when ``other`` is an Int or a Float (not a Bool), else ``$mul`` as before."""
         if _is_trivial(other):
