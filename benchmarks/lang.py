@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     repeats: int = args.repeats
     sys.setrecursionlimit(10_000)
     from conch.lang import compile_program
+    from conch.lang.context import Context, Limits
     from conch.lang.values import LazyList, to_json_value
 
     def as_list_or_value(value: Any) -> Any:
@@ -173,6 +174,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             assert to_json_value(out_conch) == out_py, f"{key}: conch and Python disagree"
             t_nu = nu_time(nu, NU[key], data["files"].get(key)) if nu else None
             results.append({"bench": LABELS[key], "conch": t_conch, "python": t_py, "nu": t_nu})
+            if key == "a":
+                # The same with limits, as the agent server runs programs: a checked compile
+                # (steps counted, the clock watched, ``*`` bounded).
+                ctx = Context(limits=Limits(wall_time_s=600, steps=50_000_000, recursion=1000,
+                                            collection_size=10_000_000))
+                t_checked, out_checked = best_of(lambda p=program, c=ctx: as_list_or_value(p.run(context=c)),
+                                                 repeats)
+                assert to_json_value(out_checked) == out_py, "a: checked conch and Python disagree"
+                results.append({"bench": "(a) the same, checked (server limits)", "conch": t_checked,
+                                "python": t_py, "nu": None})
 
     if "e" in args.only:
         # Start-up is measured with compiled bytecode in place, as users have it.

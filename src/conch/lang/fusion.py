@@ -25,7 +25,11 @@ shape:
   code for anything else (a tuple, a value that is not an Array and must fail as before).
 - Limits. In a checked compile each inlined lambda still ticks once per call, at the
   lambda's position, in the same order; materialising stays with the builtins' own
-  ``bounded_list`` and ``LazyList`` (collection limit).
+  ``bounded_list`` and ``LazyList`` (collection limit). A map or where over a list whose
+  body makes no step of its own (``_tickless``) takes its steps in batches (``_batched``):
+  a chunk that no step of which would reach the limit runs without ticks and adds its steps
+  after, or up to the element that failed; any other chunk ticks per element. Nothing
+  observes the counter in between, so limits, errors and output come as before.
 - Captures. A generator is consumed later, possibly after the loop that made it moved on;
   like a lambda it takes the immutable bindings it reads as keyword defaults (by value).
 
