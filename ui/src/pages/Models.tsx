@@ -362,8 +362,17 @@ function LoadButton({ model, onDone }: { model: Model; onDone: () => void }) {
   const go = async () => {
     setBusy(true);
     setError(null);
+    const unloading = !!model.loaded;
     try {
-      await postJSON(`${inferenceBase}/api/generate`, { model: model.id, prompt: "", stream: false, ...(model.loaded ? { keep_alive: 0 } : {}) });
+      await postJSON(`${inferenceBase}/api/generate`, { model: model.id, prompt: "", stream: false, ...(unloading ? { keep_alive: 0 } : {}) });
+      // An unload takes effect once the model is idle, a moment after the answer: wait until
+      // the server lists it as it should be (a few seconds at most), so that every view of
+      // it, the table's included, reads the new state when refreshed.
+      for (let i = 0; i < 40; i++) {
+        const ps = await getJSON<{ models?: { name: string }[] }>(`${inferenceBase}/api/ps`);
+        if ((ps.models ?? []).some((m) => m.name === model.id) !== unloading) break;
+        await new Promise((r) => setTimeout(r, 250));
+      }
     } catch (e) {
       setError(e);
     }
