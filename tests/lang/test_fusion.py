@@ -564,3 +564,50 @@ def test_checked_multiply_stays_bounded(source: str, xs: list[Any], monkeypatch:
     fused, unfused = outcome_with(source, xs, limits, True), outcome_with(source, xs, limits, False)
     monkeypatch.setattr(Compiler, "bare_mul", False)
     assert fused == unfused == outcome_with(source, xs, limits, True) == outcome_with(source, xs, limits, False)
+
+
+RANGE_BATCHED = [
+    "range(0, N) | map(fn(x) => x * 2) | where(fn(x) => x % 3 == 0) | sum",
+    "range(0, N) | map(fn(x) => x + 1) | where(fn(x) => x > 5) | take(4100) | sum",
+    "range(0, N) | where(fn(x) => x % 2 == 0) | reduce(fn(a, b) => a + b)",
+    "range(0, N) | map(fn(x) => x * 3) | reduce(fn(a, b) => a + b, 7)",
+    "xs | map(fn(x) => x - 1) | count(fn(x) => x % 5 == 1)",
+    "range(0, N) | any(fn(x) => x == 4097)",
+    "xs | all(fn(x) => x < 4500)",
+    'let r = try { range(0, N) | map(fn(x) => 10 / (x - 4100)) | sum } catch e { e.message }\n'
+    'print(r)\n[r, range(0, N) | where(fn(x) => x > 3) | count(fn(x) => x > 4)]',
+    'let r = try { xs | reduce(fn(a, b) => a + b.c) } catch e { e.message }\n[r, xs | map(fn(x) => -x) | sum]',
+]
+
+
+@pytest.mark.parametrize("n", [0, 1, 16, 17, 4095, 4096, 4097, 4101, 9000])
+@pytest.mark.parametrize("template", RANGE_BATCHED)
+def test_batched_loops_count_the_same(template: str, n: int) -> None:
+    """A fold, a test or a summed chain (one loop) over a Range or a list takes its steps in
+    batches: the step limit is met, and errors come, as unbatched."""
+    source = template.replace("N", str(n))
+    assert "$batch" in checked_code_names(source)
+    xs: list[Any] = list(range(n))
+    least = least_steps(source, xs)
+    limits = {1, 2, 3, 17, least - 2, least - 1, least, least + 1}
+    limits |= {least * k // 7 + d for k in range(1, 7) for d in (-1, 0, 1)}
+    for steps in sorted(s for s in limits if s > 0):
+        fused = outcome_with(source, xs, Limits(steps=steps), True)
+        assert fused == outcome_with(source, xs, Limits(steps=steps), False), (n, steps)
+    assert not limited(outcome_with(source, xs, Limits(steps=least), True))
+    assert least == 1 or limited(outcome_with(source, xs, Limits(steps=least - 1), True))
+
+
+def test_a_lazy_result_is_not_batched() -> None:
+    """A generator whose elements go to the program (a LazyList) ticks per element: the
+    program's own steps come between them."""
+    assert "$batch" not in checked_code_names("range(0, 10) | map(fn(x) => x * 2)")
+    assert "$batch" not in checked_code_names("range(0, 10) | map(fn(x) => f(x)) | sum")
+
+
+def test_a_batched_loop_over_a_huge_range() -> None:
+    for source in ("range(0, 10**20) | map(fn(x) => x + 1) | any(fn(x) => x > 5000)",
+                   "range(0, 10**20) | map(fn(x) => x * 2) | take(5000) | sum"):
+        assert "$batch" in checked_code_names(source)
+        both(source, context=Context(limits=Limits(steps=100_000)))
+        assert same_error(source, context=Context(limits=Limits(steps=4000))).kind == "LimitError"

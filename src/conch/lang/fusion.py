@@ -573,7 +573,7 @@ def _lazy(c: Compiler, stages: list[_Stage], src: py.Name, ints: bool) -> py.exp
     if end.name != "sum":
         gen, _ = _generator(c, stages, src, lazy=True, ints=ints)
         return c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), end.call)
-    gen, kind = _generator(c, stages[:-1], src, lazy=True, ints=ints)
+    gen, kind = _generator(c, stages[:-1], src, lazy=True, ints=ints, summed=True)
     if kind == "int":
         return c.at(_call(_helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
     lazy = c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
@@ -607,9 +607,9 @@ def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
 
 
 def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool,
-               ints: bool = False) -> tuple[py.expr, str | None]:
+               ints: bool = False, summed: bool = False) -> tuple[py.expr, str | None]:
     """A call of a generator function taking ``src`` through ``stages``, and the kind of the
-    values it yields."""
+    values it yields (``summed``: consumed by ``sum``, which makes no steps in between)."""
     counts: list[py.expr] = list(_counts(c, stages))
 
     def last(value: py.expr, kind: str | None) -> list[py.stmt]:
@@ -617,6 +617,7 @@ def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool,
         return [py.Expr(py.Yield(value))]
 
     loop = _Loop(stages, lazy, ints, py.Return(None), last)
+    loop.batch = summed and _all_tickless(stages)
     return _def(c, loop, src, counts, stages[-1].call), loop.kind
 
 
@@ -638,6 +639,7 @@ def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
     from conch.lang.builtins.collections import empty_reduce
 
     loop = _Loop(stages, lazy, ints, py.Break(), last)
+    loop.batch = _all_tickless([*stages, st])
     loop.takes_expr = False  # the value is used on one of two branches, after a tick
     # reduce_: a null (or no) initial value means the first element starts the fold
     loop.prologue = [_assign(acc, _name("$init")), _assign(first, py.Compare(_name(acc), [py.Is()], [_const(None)]))]
@@ -676,6 +678,7 @@ def _test(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
         return out
 
     loop = _Loop(stages, lazy, ints, py.Break(), last)
+    loop.batch = _all_tickless([*stages, st])
     loop.prologue = [_assign(acc, _const({"count": 0, "any": False, "all": True}[st.name]))]
     loop.epilogue = [py.Return(_name(acc))]
     return _def(c, loop, src, counts, st.call)
@@ -699,6 +702,7 @@ class _Loop:
         self.takes_expr = True  # ``last`` evaluates its value once, first: no temporary needed
         self.ints: set[str] = set()  # bindings known to hold Ints
         self.kind: str | None = None  # what is known of the values yielded
+        self.batch = False  # nothing steps between its elements: may take its steps in batches
 
 
 def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node) -> py.expr:
@@ -724,6 +728,8 @@ def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node
         target = head.targets[0].id  # type: ignore[attr-defined]
         inner = inner[1:]
     for_stmt: py.stmt = py.For(_store(target), _name("$src"), inner, [], None)
+    if loop.batch and c.checked:
+        for_stmt = _batched_loop(c, target, inner, for_stmt)
     if loop.guards:
         for_stmt = py.If(_and(loop.guards), [for_stmt], [])
     body += [for_stmt, *loop.epilogue]
@@ -787,6 +793,70 @@ def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, 
         return out + rest
     out.append(py.If(py.Compare(_name(y), [py.IsNot()], [_const(None)]), rest, []))  # each
     return out
+
+
+def _all_tickless(stages: list[_Stage]) -> bool:
+    return all(s.lam is None or _tickless(s.lam.body) for s in stages)
+
+
+def _batched_loop(c: Compiler, target: str, inner: list[py.stmt], plain: py.stmt) -> py.stmt:
+    """The loop of a fold, a test or a summed generator over a list or a Range (else ``plain``)
+    in chunks of _CHUNK elements, each chunk that no step of which could reach the step limit
+    (``$tick`` statements per element, at most) counting its steps in a local and adding them
+    after (``$steps``, in a ``finally``: an element that fails has counted its own), any other
+    chunk ticking as written. Its consumer (``sum``) makes no steps between elements, nor do
+    the bodies (``_tickless``), so the counter is looked at by no one in between::
+
+        i = 0
+        while True:
+            chunk = src[i:i + _CHUNK]; i += _CHUNK
+            if not chunk: break
+            if $batch(len(chunk) * ticks):
+                k = 0
+                try:
+                    for x in chunk: <inner, each $tick() as k += 1>
+                    else: continue
+                finally: $steps(k)
+            else:
+                for x in chunk: <inner>
+                else: continue
+            break  # the inner loop stopped early (a take, any, all)
+    """
+    import ast
+    import copy
+
+    ticks = [n for s in inner for n in ast.walk(s)
+             if isinstance(n, py.Call) and isinstance(n.func, py.Name) and n.func.id == "$tick"]
+    if not ticks:
+        return plain
+    k, i, chunk = c.fresh("k"), c.fresh("i"), c.fresh("chunk")
+
+    class Count(ast.NodeTransformer):
+        def visit_Expr(self, node: py.Expr) -> Any:
+            v = node.value
+            if isinstance(v, py.Call) and isinstance(v.func, py.Name) and v.func.id == "$tick":
+                return ast.copy_location(py.AugAssign(_store(k), py.Add(), _const(1)), node)
+            return node
+
+    counted = [Count().visit(s) for s in copy.deepcopy(inner)]
+    typ = _helper(c, "$f:type", type)
+    end = py.BinOp(_name(i), py.Add(), _const(_CHUNK))
+    batch = ast.copy_location(_call("$batch", [py.BinOp(_call(_helper(c, "$f:len", len), [_name(chunk)]), py.Mult(),
+                                                        _const(len(ticks)))]), ticks[0])
+    body: list[py.stmt] = [
+        _assign(chunk, py.Subscript(_name("$src"), py.Slice(_name(i), end, None), py.Load())),
+        py.AugAssign(_store(i), py.Add(), _const(_CHUNK)),
+        py.If(py.UnaryOp(py.Not(), _name(chunk)), [py.Break()], []),
+        py.If(batch, [
+            _assign(k, _const(0)),
+            py.Try([py.For(_store(target), _name(chunk), counted, [py.Continue()], None)], [], [],
+                   [py.Expr(_call("$steps", [_name(k)]))]),
+        ], [py.For(_store(target), _name(chunk), inner, [py.Continue()], None)]),
+        py.Break(),
+    ]
+    known = py.BoolOp(py.Or(), [py.Compare(_call(typ, [_name("$src")]), [py.Is()], [_name(_helper(c, f"$f:{t.__name__}", t))])
+                                for t in (range, list)])
+    return py.If(known, [_assign(i, _const(0)), py.While(_const(True), body, [])], [plain])
 
 
 # -- builtins as the Python method they call ---------------------------------------------
