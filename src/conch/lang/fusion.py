@@ -28,8 +28,9 @@ shape:
   ``bounded_list`` and ``LazyList`` (collection limit). A map or where over a list whose
   body makes no step of its own (``_tickless``) takes its steps in batches (``_batched``):
   a chunk that no step of which would reach the limit runs without ticks and adds its steps
-  after, or up to the element that failed; any other chunk ticks per element. Nothing
-  observes the counter in between, so limits, errors and output come as before.
+  after, or up to the element that failed; any other chunk ticks per element. The loop of
+  a fold, a test or a summed chain over a list or a Range does the same (``_batched_loop``).
+  Nothing observes the counter in between, so limits, errors and output come as before.
 - Captures. A generator is consumed later, possibly after the loop that made it moved on;
   like a lambda it takes the immutable bindings it reads as keyword defaults (by value).
 
