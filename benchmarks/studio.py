@@ -39,6 +39,10 @@ PROGRAM = (
     '{id: i, name: "row ${i}", size: i * 7 % 1000, even: i % 2 == 0})'
 )
 TARGET_KB, TARGET_TTI_MS, TARGET_TABLE_MS = 300, 1000, 500
+TARGET_PAINT_MS, TARGET_LONG_TASK_MS = 300, 100
+PAGES = ("playground", "chat", "models", "agents/tasks", "agents/workflows", "agents/approvals",
+         "marketplace", "status")
+CHAT_MESSAGES = 2_000
 RUNS = 5
 
 
@@ -154,6 +158,89 @@ def _table(browser: Any, base: str) -> dict[str, float]:
     }
 
 
+def _first_paints(browser: Any, base: str) -> dict[str, float]:
+    """Each page opened by its address in a fresh page of a warm context (the bundle cached,
+    as when a link is followed): the browser's first contentful paint."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    warm = context.new_page()
+    warm.goto(base + "/#/playground")
+    warm.wait_for_load_state("networkidle")
+    out: dict[str, float] = {}
+    for name in PAGES:
+        page = context.new_page()
+        page.goto(f"{base}/#/{name}")
+        out[name] = float(page.wait_for_function(
+            "() => { const e = performance.getEntriesByName('first-contentful-paint')[0];"
+            " return e ? e.startTime : false }", polling="raf").json_value())
+        page.close()
+    context.close()
+    return out
+
+
+_SEED_CHAT = r"""async (n) => {
+    const db = await new Promise((ok, no) => {
+        const r = indexedDB.open("conch-studio", 1);
+        r.onupgradeneeded = () => r.result.createObjectStore("chats", { keyPath: "id" });
+        r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error);
+    });
+    const now = Date.now(), messages = [];
+    for (let i = 0; i < n; i++) {
+        const user = i % 2 === 0;
+        messages.push({ id: "m" + i, role: user ? "user" : "assistant", at: now - (n - i) * 1000,
+            status: user ? undefined : "done",
+            content: user ? "Question " + i + ": how do I sort a table by size?"
+                : "Answer " + i + ": use `sort_by`.\n\n```\nls() | sort_by(\"size\")\n```\n\n"
+                  + "- first point\n- second point with **bold** text\n" });
+    }
+    const chat = { id: "bench-chat", title: "2,000 messages", created: now, updated: now,
+        settings: { model: "", system: "", temperature: 0.7, maxTokens: 256, topP: 1 }, messages };
+    await new Promise((ok, no) => {
+        const tx = db.transaction("chats", "readwrite"); tx.objectStore("chats").put(chat);
+        tx.oncomplete = ok; tx.onerror = () => no(tx.error);
+    });
+}"""
+
+
+def _long_chat(browser: Any, base: str) -> dict[str, float]:
+    """A chat of 2,000 messages opened by its link and scrolled from top to bottom: the
+    longest main-thread task (the browser's Long Tasks API) and the time to show it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(base + "/#/models")
+    page.wait_for_load_state("networkidle")
+    page.evaluate(_SEED_CHAT, CHAT_MESSAGES)
+    page.goto(base + "/#/models?reload")  # a new document, so the chat is read from storage
+    page.evaluate("""() => { window.__long = [];
+        new PerformanceObserver(l => l.getEntries().forEach(e => window.__long.push(e.duration)))
+            .observe({ type: 'longtask' }); }""")
+    started = page.evaluate("performance.now()")
+    page.evaluate("location.hash = '#/chat/bench-chat'")
+    page.wait_for_function(
+        "() => document.body.textContent.includes('Answer 1999') ? performance.now() : false",
+        polling="raf", timeout=60_000)
+    shown = page.evaluate("performance.now()") - started
+    page.wait_for_timeout(300)
+    opening = float(page.evaluate("Math.max(0, ...window.__long)"))
+    page.evaluate("window.__long = []")
+    # Scroll up through the whole conversation a screen at a time (earlier messages are
+    # added as the top is reached), then back down to the end.
+    page.evaluate("""() => new Promise(done => {
+        const box = document.querySelector('[data-testid=messages]');
+        const up = () => { box.scrollTop -= box.clientHeight;
+            if (box.scrollTop <= 0 && !document.querySelector('[data-testid=earlier-messages]'))
+                return requestAnimationFrame(down);
+            requestAnimationFrame(up); };
+        const down = () => { box.scrollTop += box.clientHeight;
+            if (box.scrollTop + box.clientHeight >= box.scrollHeight - 2) return setTimeout(done, 200);
+            requestAnimationFrame(down); };
+        requestAnimationFrame(up);
+    })""")
+    assert page.evaluate("document.body.textContent.includes('Answer 1:')"), "not scrolled to the start"
+    scrolling = float(page.evaluate("Math.max(0, ...window.__long)"))
+    context.close()
+    return {"shown_ms": float(shown), "opening_task_ms": opening, "scrolling_task_ms": scrolling}
+
+
 def run() -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
@@ -165,12 +252,14 @@ def run() -> dict[str, Any]:
                 cold = _first_load(browser, base)  # the first page load of a cold server
                 warm = [_first_load(browser, base) for _ in range(RUNS)]
                 table = _table(browser, base)
+                paints = _first_paints(browser, base)
+                chat = _long_chat(browser, base)
                 browser.close()
         finally:
             proc.terminate()
             proc.wait(30)
     tti = sorted(w["tti_ms"] for w in warm)[len(warm) // 2]
-    return {"cold": cold, "tti_ms": tti, "table": table}
+    return {"cold": cold, "tti_ms": tti, "table": table, "paints": paints, "chat": chat}
 
 
 def main() -> None:
@@ -187,6 +276,12 @@ def main() -> None:
         (f"{ROWS:,}-row Table render", t["render_ms"], "ms", TARGET_TABLE_MS),
         (f"{ROWS:,}-row run, Ctrl+Enter to table", t["end_to_end_ms"], "ms", None),
         (f"{ROWS:,}-row sort by a column", t["sort_ms"], "ms", None),
+        *[(f"first paint, #/{name}", ms, "ms", TARGET_PAINT_MS) for name, ms in r["paints"].items()],
+        (f"{CHAT_MESSAGES:,}-message chat, link to shown", r["chat"]["shown_ms"], "ms", None),
+        (f"{CHAT_MESSAGES:,}-message chat, longest task opening", r["chat"]["opening_task_ms"],
+         "ms", TARGET_LONG_TASK_MS),
+        (f"{CHAT_MESSAGES:,}-message chat, longest task scrolling", r["chat"]["scrolling_task_ms"],
+         "ms", TARGET_LONG_TASK_MS),
     ]
     print(f"{'measure':<38} {'conch':>10} {'target':>10} {'ratio':>7}")
     for name, value, unit, target in rows:

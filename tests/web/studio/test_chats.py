@@ -396,3 +396,26 @@ def test_an_answer_cut_off_by_a_dead_server_is_kept_and_retried(browser: Any, in
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_a_long_chat_shows_its_latest_messages_and_earlier_ones_on_demand(servers: Servers, page: Any) -> None:
+    """A chat of 300 messages opens at its end with the latest 80 rendered; earlier ones come
+    a page at a time (the button, or scrolling to the top), all of them in the end."""
+    import benchmarks.studio as bench
+
+    page.goto(servers.agent + "/#/models")
+    page.evaluate(bench._SEED_CHAT, 300)
+    page.goto(servers.agent + "/#/chat/bench-chat")
+    page.reload()
+    messages = page.get_by_test_id("messages")
+    expect(messages).to_contain_text("Answer 299")
+    expect(messages.locator("article.msg")).to_have_count(80)
+    expect(page.get_by_test_id("earlier-messages")).to_contain_text("220 not shown")
+    page.get_by_test_id("earlier-messages").click()
+    expect(messages.locator("article.msg")).to_have_count(160)
+    for _ in range(10):  # scrolled to the top, the rest comes
+        messages.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+        page.wait_for_timeout(100)
+    expect(messages.locator("article.msg")).to_have_count(300)
+    expect(page.get_by_test_id("earlier-messages")).to_have_count(0)
+    assert "Question 0:" in (messages.text_content() or "")

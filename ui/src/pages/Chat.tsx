@@ -1,4 +1,5 @@
-import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { Component } from "preact";
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 import { getJSON } from "../api";
 import * as store from "../chats";
 import type { Chat as ChatRec, Msg, Settings } from "../chats";
@@ -8,6 +9,9 @@ import { Markdown } from "../components/Markdown";
 import { NotFound } from "../components/NotFound";
 import { inferenceBase } from "../config";
 import { link, navigate, useRoute } from "../router";
+
+// Messages rendered at a time in a long chat (see `shown`).
+const PAGE = 80;
 
 type ModelInfo = { id: string; owned_by: string; capabilities?: string[] };
 
@@ -62,6 +66,11 @@ export function Chat() {
   const [deleting, setDeleting] = useState(false);
   const log = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
+  // A long chat renders its latest messages, and earlier ones a page at a time as the view
+  // reaches them (scrolled to the top, or the button): 2,000 messages at once would hold the
+  // page for a second. `grown` keeps the scroll position when a page is added above.
+  const [shown, setShown] = useState(PAGE);
+  const grown = useRef<number | null>(null);
 
   const offered = useMemo(() => (models.data?.data ?? []).filter(canChat), [models.data]);
   const settings = chat ? chat.settings : draft;
@@ -76,6 +85,7 @@ export function Chat() {
   useEffect(() => {
     setEditing(null);
     setRenaming(null);
+    setShown(PAGE);
     stick.current = true;
   }, [id]);
 
@@ -85,6 +95,17 @@ export function Chat() {
     const el = log.current;
     if (el && stick.current) el.scrollTop = el.scrollHeight;
   }, [messages.length, last?.content]);
+  const first = Math.max(0, messages.length - shown);
+  const earlier = () => {
+    if (first === 0) return;
+    grown.current = log.current ? log.current.scrollHeight - log.current.scrollTop : null;
+    setShown((n) => n + PAGE);
+  };
+  useLayoutEffect(() => {
+    const el = log.current;
+    if (el && grown.current != null) el.scrollTop = el.scrollHeight - grown.current;
+    grown.current = null;
+  }, [shown]);
 
   if (route.parts.length > 1) return <NotFound what="Chat" back={{ href: "#/chat", label: "Start a new chat" }} />;
 
@@ -189,14 +210,22 @@ export function Chat() {
             <div class="messages" ref={log} data-testid="messages" onScroll={(e) => {
               const el = e.currentTarget as HTMLDivElement;
               stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+              if (el.scrollTop < 80 && first > 0 && grown.current == null) earlier();
             }}>
+              {first > 0 && (
+                <button type="button" class="small earlier" onClick={earlier} data-testid="earlier-messages">
+                  Show {Math.min(PAGE, first)} earlier messages ({first} not shown)
+                </button>
+              )}
               {messages.length === 0 && (
                 <p class="muted">
                   {id && chat === undefined ? "loading…" : "Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept in this browser."}
                 </p>
               )}
-              {messages.map((m, i) => (
-                <Message
+              {messages.slice(first).map((m, j) => {
+                const i = first + j;
+                return (
+                <MessageRow
                   key={m.id}
                   m={m}
                   last={i === messages.length - 1}
@@ -213,7 +242,8 @@ export function Chat() {
                     store.redo(chat!.id, i);
                   }}
                 />
-              ))}
+                );
+              })}
             </div>
             {/* Said once an answer ends (the streamed text itself is not read out token by token). */}
             <div class="sr-only" role="status" data-testid="chat-announce">
@@ -336,7 +366,7 @@ function ChatSettings(props: { settings: Settings; offered: ModelInfo[]; models:
   );
 }
 
-function Message(props: {
+type MessageProps = {
   m: Msg;
   last: boolean;
   busy: boolean;
@@ -344,7 +374,21 @@ function Message(props: {
   onEdit: (text: string | null) => void;
   onResend: (text: string) => void;
   onRetry: () => void;
-}) {
+};
+
+/** A message renders again only when what it shows changes: a long chat that grows by a page
+ * of earlier messages, or streams into its last one, does not parse every other one again. */
+class MessageRow extends Component<MessageProps> {
+  shouldComponentUpdate(next: MessageProps): boolean {
+    const p = this.props;
+    return next.m !== p.m || next.last !== p.last || next.busy !== p.busy || next.editing !== p.editing;
+  }
+  render() {
+    return <Message {...this.props} />;
+  }
+}
+
+function Message(props: MessageProps) {
   const { m, last, busy, editing } = props;
   const status = m.role === "assistant" && m.status && m.status !== "done" ? m.status : null;
   const unfinished = status === "failed" || status === "interrupted" || status === "stopped";
