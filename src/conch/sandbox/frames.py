@@ -6,12 +6,13 @@ that pipelines carry, where orjson is exact: it refuses integers beyond 64 bits 
 NaN and the infinities as ``null``. So a message that may hold such values is encoded by the
 standard library instead (:func:`encode_exact`), and the header's top bit says so: orjson
 would read a large integer back as a float, so such a frame is read by the standard library
-too. Frames are at most 256 MiB, which leaves that bit free.
+when it may hold one (or holds what orjson refuses). Frames are at most 256 MiB, which leaves that bit free.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any
 
@@ -61,5 +62,19 @@ def split_header(header: int) -> tuple[int, bool]:
     return header & ~EXACT, bool(header & EXACT)
 
 
+# 19 digits in a row: perhaps an integer past 64 bits, which orjson would read as a float.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def decode(body: bytes | bytearray, exact: bool) -> Any:
-    return json.loads(body) if exact else orjson.loads(body)
+    """An exact frame is read by orjson too unless it may hold what orjson reads differently:
+    a long run of digits (a big integer), or what it refuses (NaN, the infinities, a lone
+    surrogate), after which the standard library reads it."""
+    if not exact:
+        return orjson.loads(body)
+    if _LONG_DIGITS.search(body) is None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body)
