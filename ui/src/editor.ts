@@ -214,7 +214,9 @@ export function createEditor(parent: HTMLElement, doc: string, onRun: () => void
         // Tab indents; Escape then Tab moves focus on (CodeMirror), so the editor is no keyboard trap.
         keymap.of([...closeBracketsKeymap, ...defaultKeymap, ...historyKeymap, ...completionKeymap, indentWithTab]),
         EditorView.updateListener.of((u) => u.docChanged && onChange(u.state.doc.toString())),
-        EditorView.contentAttributes.of({ "aria-label": "conch program (Ctrl+Enter runs it)" }),
+        // tabindex: the content is what Tab reaches (as it would anyway, being editable), said
+        // explicitly so a scrolled editor counts as keyboard-scrollable (axe: scrollable-region-focusable).
+        EditorView.contentAttributes.of({ "aria-label": "conch program (Ctrl+Enter runs it)", tabindex: "0" }),
       ],
     }),
   });

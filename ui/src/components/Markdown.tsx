@@ -77,16 +77,19 @@ function block(tokens: Token[]): any {
       case "table": {
         const tb = t as Tokens.Table;
         return (
-          <table key={i} class="md-table">
-            <thead>
-              <tr>{tb.header.map((h, j) => <th key={j}>{inline(h.tokens)}</th>)}</tr>
-            </thead>
-            <tbody>
-              {tb.rows.map((r, j) => (
-                <tr key={j}>{r.map((c, k) => <td key={k}>{inline(c.tokens)}</td>)}</tr>
-              ))}
-            </tbody>
-          </table>
+          // A table wider than the message scrolls in its own box (focusable, for the keyboard).
+          <div key={i} class="scroll-x" tabIndex={0} role="region" aria-label="Table">
+            <table class="md-table">
+              <thead>
+                <tr>{tb.header.map((h, j) => <th key={j}>{inline(h.tokens)}</th>)}</tr>
+              </thead>
+              <tbody>
+                {tb.rows.map((r, j) => (
+                  <tr key={j}>{r.map((c, k) => <td key={k}>{inline(c.tokens)}</td>)}</tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         );
       }
       default:

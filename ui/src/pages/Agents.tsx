@@ -245,32 +245,35 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
             Refresh
           </button>
         </div>
-        <table class="data">
-          <thead>
-            <tr>
-              <th>Id</th>
-              <th>Status</th>
-              <th>Model</th>
-              <th>Capabilities</th>
-              <th>Description</th>
-            </tr>
-          </thead>
-          <tbody>
-            {agents.map((a) => (
-              <tr key={a.id}>
-                <td>
-                  <code>{a.id}</code>
-                </td>
-                <td>
-                  <StatusBadge status={a.status} />
-                </td>
-                <td>{a.model}</td>
-                <td class="clip">{(a.capabilities ?? []).join(", ")}</td>
-                <td>{a.description}</td>
+        {/* Focusable, so the keyboard can scroll a table wider than a phone (it has no links). */}
+        <div class="scroll-x" tabIndex={0} role="region" aria-label="Agents table">
+          <table class="data">
+            <thead>
+              <tr>
+                <th>Id</th>
+                <th>Status</th>
+                <th>Model</th>
+                <th>Capabilities</th>
+                <th>Description</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {agents.map((a) => (
+                <tr key={a.id}>
+                  <td>
+                    <code>{a.id}</code>
+                  </td>
+                  <td>
+                    <StatusBadge status={a.status} />
+                  </td>
+                  <td>{a.model}</td>
+                  <td class="clip">{(a.capabilities ?? []).join(", ")}</td>
+                  <td>{a.description}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       </section>
     </div>
   );

@@ -208,22 +208,24 @@ export function Status() {
         {providers.error ? (
           <Failure what="Providers" error={providers.error} />
         ) : (
-          <table class="data" data-testid="providers">
-            <thead>
-              <tr>
-                <th>Provider</th>
-                <th>Status</th>
-                <th>In /v1/status</th>
-                <th>Address</th>
-                <th>Check</th>
-              </tr>
-            </thead>
-            <tbody>
-              {(providers.data ?? []).map((p) => (
-                <Provider key={p.id} p={p} state={status.data?.providers?.[p.id]} />
-              ))}
-            </tbody>
-          </table>
+          <div class="scroll-x">
+            <table class="data" data-testid="providers">
+              <thead>
+                <tr>
+                  <th>Provider</th>
+                  <th>Status</th>
+                  <th>In /v1/status</th>
+                  <th>Address</th>
+                  <th>Check</th>
+                </tr>
+              </thead>
+              <tbody>
+                {(providers.data ?? []).map((p) => (
+                  <Provider key={p.id} p={p} state={status.data?.providers?.[p.id]} />
+                ))}
+              </tbody>
+            </table>
+          </div>
         )}
       </section>
     </div>

@@ -454,14 +454,17 @@ function Dag({ steps, deps, selected, onSelect }: { steps: WStep[]; deps: Record
                 // Lower case: SVG attributes are case-sensitive (tabIndex would be ignored).
                 tabindex={0}
                 aria-pressed={selected === s.id}
-                aria-label={`${s.id}: ${s.status}${dur != null ? `, ${duration(dur)}` : ""}`}
+                aria-label={`${s.id}: ${s.status}${dur != null ? `, ${duration(dur)}` : ""}${s.attempts && s.attempts > 1 ? `, try ${s.attempts}` : ""}`}
                 onClick={() => onSelect(s.id)}
                 onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && (e.preventDefault(), onSelect(s.id))}
               >
                 <title>{`${s.id}: ${s.status}`}</title>
                 <rect width={W} height={H} rx={8} />
-                <text x={10} y={18}>
-                  {s.id.length > 18 ? `${s.id.slice(0, 17)}…` : s.id}
+                {/* The whole id is drawn (a long one squeezed into the box, not cut short), and
+                    the drawn words are the aria-label's words in the same order (WCAG 2.5.3). The
+                    space ends the first line's words: axe joins the two texts without one. */}
+                <text x={10} y={18} {...(s.id.length > 18 ? { textLength: W - 20, lengthAdjust: "spacingAndGlyphs" } : {})}>
+                  {s.id}{" "}
                 </text>
                 <text x={10} y={35} class="sub">
                   {s.status}
