@@ -43,6 +43,15 @@ def test_an_idle_server_reads_zero_and_charts_have_axes(
     tps = page.get_by_test_id("chart-tps")
     expect(tps.locator("figcaption")).to_contain_text("tokens/s")
     expect(page.get_by_test_id("loaded-models")).to_be_visible()
+    # Each server's resident memory (process_resident_memory_bytes of its /metrics), in MB.
+    for server in ("inference", "agent"):
+        memory = page.get_by_test_id(f"chart-memory-{server}")
+        expect(memory.locator("figcaption")).to_contain_text("MB")
+        expect(memory.locator("polyline")).to_be_attached()
+        assert "MB" in memory.locator(".axis text").all_text_contents()
+        shown = memory.get_by_test_id("chart-value").inner_text().replace(",", "")
+        assert 10 < float(shown) < 100_000, shown
+    page.screenshot(path=str(shots / "status-memory.png"), full_page=True)
 
 
 def test_tokens_per_second_move_while_an_answer_is_written(

@@ -31,8 +31,12 @@ export function parseMetrics(text: string, skipRoutes: Set<string> = new Set()):
 
 const PERIOD_S = 2;
 const WINDOW = 60; // samples: two minutes
-type Series = { requests: number[]; tps: number[]; queue: number[]; active: number[]; gpu: number[]; agentRequests: number[]; activeRuns: number[] };
-const EMPTY: Series = { requests: [], tps: [], queue: [], active: [], gpu: [], agentRequests: [], activeRuns: [] };
+type Series = { requests: number[]; tps: number[]; queue: number[]; active: number[]; gpu: number[]; agentRequests: number[]; activeRuns: number[]; infMem: number[]; agentMem: number[] };
+const EMPTY: Series = { requests: [], tps: [], queue: [], active: [], gpu: [], agentRequests: [], activeRuns: [], infMem: [], agentMem: [] };
+// Each server's resident memory (prometheus_client's process collector, read from /proc: absent
+// on a platform without it, and then so is its chart), in MB (10^6 bytes).
+const RSS = "process_resident_memory_bytes";
+const MB = 1e6;
 
 function push(a: number[], v: number): number[] {
   const out = [...a, v];
@@ -111,6 +115,8 @@ export function Status() {
       gpu: push(s.gpu, inf?.get("conch_inference_gpu_memory_used_bytes") ?? 0),
       agentRequests: push(s.agentRequests, rate(agent, p.agent, "conch_http_requests_total")),
       activeRuns: push(s.activeRuns, agent?.get("conch_active_runs") ?? 0),
+      infMem: inf?.has(RSS) ? push(s.infMem, (inf.get(RSS) ?? 0) / MB) : s.infMem,
+      agentMem: agent?.has(RSS) ? push(s.agentMem, (agent.get(RSS) ?? 0) / MB) : s.agentMem,
     }));
   };
   useInterval(sample, PERIOD_S * 1000);
@@ -201,6 +207,8 @@ export function Status() {
           {gpuTotal ? <Chart values={series.gpu} label="GPU memory used" unit="bytes" max={gpuTotal} format={bytes} /> : null}
           {agentBase !== null && <Chart values={series.agentRequests} label="Agent server requests" unit="req/s" />}
           {agentBase !== null && <Chart values={series.activeRuns} label="Active runs" unit="runs" integer />}
+          {series.infMem.length > 0 && <Chart values={series.infMem} label="Inference server memory" unit="MB" integer testid="chart-memory-inference" />}
+          {agentBase !== null && series.agentMem.length > 0 && <Chart values={series.agentMem} label="Agent server memory" unit="MB" integer testid="chart-memory-agent" />}
         </div>
       </section>
       <section class="pane" aria-label="Providers">

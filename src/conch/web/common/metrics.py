@@ -6,13 +6,18 @@ counts requests by route template, method and status. A server subclasses it to 
 series on ``self.registry``; figures kept by the domain (pool sizes, loaded models) are best
 read when scraped, through a ``prometheus_client`` ``Collector``, so the domain never imports
 Prometheus.
+
+Each registry also carries the process's own series (``process_resident_memory_bytes``,
+``process_cpu_seconds_total``, open file descriptors...: ``ProcessCollector``, read from
+``/proc`` when scraped, absent elsewhere) and ``python_info`` (``PlatformCollector``), as the
+default registry would; the studio's Status page charts the resident memory of both servers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,6 +33,8 @@ class HTTPMetrics:
 
     def __init__(self, requests_name: str = "conch_http_requests") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.requests = Counter(
             requests_name,
             "HTTP requests by route template, method and status",
