@@ -39,6 +39,7 @@ test: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	@bash scripts/ensure_chromium.sh
+	@bash scripts/ensure_axe.sh
 	$(BIN)/pytest
 
 # The peers the benchmarks compare with: the `bench` extra, and Nushell from npm into
