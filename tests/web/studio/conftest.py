@@ -17,6 +17,8 @@ import pytest
 
 from conch import db
 from conch.config import Settings
+from tests.orchestration.scripted_model import ScriptedModel
+from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import _free_port
 
 CHROMIUM = os.environ.get("CONCH_CHROMIUM", "/usr/bin/chromium")
@@ -144,3 +146,21 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
     assert not outside, f"the studio requested outside addresses: {outside}"
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+# A scripted model and an orchestration server driven by it, per test module (the runs and
+# approvals pages need tasks whose model answers are known).
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedModel]:
+    model = ScriptedModel().start()
+    yield model
+    model.stop()
+
+
+@pytest.fixture(scope="module")
+def orch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         scripted: ScriptedModel) -> Iterator[Server]:
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    srv = start_thread_server(tmp_path_factory.mktemp(name), models_url=scripted.v1, wall_time_s=5.0)
+    yield srv
+    srv.stop()

@@ -8,35 +8,17 @@ rerun, and TOML definitions."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import expect
 
 from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, start_thread_server
+from tests.orchestration.servers import Server
 
 API = "/api/v1/orchestration"
 FINISHED = ("succeeded", "failed", "cancelled")
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedModel]:
-    model = ScriptedModel().start()
-    yield model
-    model.stop()
-
-
-@pytest.fixture(scope="module")
-def orch(tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel) -> Iterator[Server]:
-    srv = start_thread_server(
-        tmp_path_factory.mktemp("runs"), models_url=scripted.v1, wall_time_s=5.0
-    )
-    yield srv
-    srv.stop()
 
 
 def wait_done(c: httpx.Client, path: str, timeout: float = 60) -> dict[str, Any]:
