@@ -275,3 +275,40 @@ def test_pipeline_input_reaches_the_worker_exactly(agent_server: AgentServer) ->
     assert types["value"] == ["Int", "Int", "Float", "Float"], types
     assert total["result"] == str(big + 1) and total["value"] == big + 1
     assert echoed["value"] == big * 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"input": [1, 2]}',
+        b'{"input": [1], "steps": "sum"}',
+        b'{"input": [1], "steps": ["sum"], "limits": {"steps": 0}}',
+        b'{"input": [1], "steps": ["sum"], "limits": {"steps": true}}',
+        b'{"input": [1, 2, "steps": ["sum"]}',
+        b'[1, 2]',
+    ],
+)
+def test_pipeline_refusals_are_the_models_own(agent_server: AgentServer, body: bytes) -> None:
+    """The server leaves a pipeline's input unparsed (msgspec reads the rest), yet refuses
+    exactly what the request model refuses, with the model's own message."""
+    from pydantic import ValidationError
+
+    from conch.web.agent.errors import problems
+    from conch.web.agent.protocol import PipelineRequest
+
+    with pytest.raises(ValidationError) as refused:
+        PipelineRequest.model_validate_json(body)
+    with agent_server.client() as c:
+        r = c.post("/api/v1/pipeline", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == problems(refused.value.errors(include_url=False))
+
+
+def test_pipeline_input_may_be_anything_json(agent_server: AgentServer) -> None:
+    nested = {"a": [1, {"b": 2**70}], "s": "é\u2028", "f": 0.1}
+    with agent_server.client() as c:
+        echoed = c.post("/api/v1/pipeline", json={"input": nested, "steps": ["get(\"a\")"]}).json()
+        absent = c.post("/api/v1/pipeline", json={"steps": ["type_of"]}).json()
+        null = c.post("/api/v1/pipeline", json={"input": None, "steps": ["type_of"]}).json()
+    assert echoed["value"] == [1, {"b": 2**70}], echoed
+    assert absent["value"] == null["value"] == "Null", (absent, null)

@@ -133,9 +133,9 @@ class Job:
     steps: list[str] = field(default_factory=list)
     limits: dict[str, Any] | None = None
     stream: bool = False
-    # The client's JSON request body whose ``input`` is this job's (``input`` is then
-    # ignored): sent to the worker as it came, which reads ``input`` from it.
-    body: bytes | None = None
+    # The pipeline's ``input`` as the client's own JSON text (``input`` is then ignored):
+    # sent to the worker as it came, never decoded by the server.
+    input_json: bytes | None = None
 
     def payload(self, limits: Limits) -> dict[str, Any]:
         wall = limits.wall_time_s or 0.0
@@ -147,11 +147,11 @@ class Job:
             "builtin": self.builtin,
             "args": self.args,
             "kwargs": self.kwargs,
-            "input": None if self.body is not None else self.input,
+            "input": None if self.input_json is not None else self.input,
             "steps": self.steps,
             "limits": {k: getattr(limits, k) for k in _LIMIT_FIELDS},
             "cpu_s": wall + _GRACE_S,
-            "input_in_body": self.body is not None,
+            "input_follows": self.input_json is not None,
         }
 
 
@@ -681,8 +681,8 @@ class SandboxPool:
         # What a client sent is sent exactly (NaN, big integers), and its own bytes are
         # passed on rather than decoded and encoded again (a pipeline's input).
         frame = encode_exact(payload if payload is not None else job.payload(limits))
-        if job.body is not None and payload is None:
-            frame += encode_raw(job.body)
+        if job.input_json is not None and payload is None:
+            frame += encode_raw(job.input_json)
         for _attempt in range(2):
             run = _Run(frame)
             try:

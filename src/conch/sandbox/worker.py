@@ -194,11 +194,8 @@ def worker_main(sock: socket.socket) -> None:
         job = chan.recv()
         if job is None:
             return
-        if job.get("input_in_body"):
-            body = chan.recv()  # the client's request, as it sent it
-            if not isinstance(body, dict):
-                return
-            job["input"] = body.get("input")
+        if job.get("input_follows"):
+            job["input"] = chan.recv()  # the client's own JSON of the pipeline's input
         cpu.before(float(job.get("cpu_s") or 60.0))
         started = time.perf_counter()
         runner.run(job, chan)
