@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import signal
 import socket
@@ -39,7 +40,7 @@ from conch.config import Settings
 from conch.lang.context import Limits
 from conch.sandbox import cgroups, identity
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
-from conch.sandbox.frames import MAX_FRAME, decode, encode_exact, encode_raw, split_header
+from conch.sandbox.frames import MAX_FRAME, decode, encode, encode_exact, encode_raw, split_header
 from conch.sandbox.layers import Confinement, Layer, SandboxUnavailable
 from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
@@ -69,8 +70,8 @@ def effective_limits(configured: Limits, requested: dict[str, Any] | None) -> Li
     a limit (a larger value is ignored, the configured one applies)."""
     out = Limits(**{k: getattr(configured, k) for k in _LIMIT_FIELDS})
     for key, wanted in (requested or {}).items():
-        if key not in _LIMIT_FIELDS or wanted is None:
-            continue
+        if key not in _LIMIT_FIELDS or wanted is None or wanted == math.inf:
+            continue  # an infinite limit lowers nothing
         current = getattr(out, key)
         setattr(out, key, wanted if current is None else min(current, wanted))
     return out
@@ -136,6 +137,11 @@ class Job:
     # The pipeline's ``input`` as the client's own JSON text (``input`` is then ignored):
     # sent to the worker as it came, never decoded by the server.
     input_json: bytes | None = None
+
+    @property
+    def carries_values(self) -> bool:
+        """Whether the job holds values from a client (which may be NaN or big integers)."""
+        return bool(self.variables or self.args or self.kwargs or self.input is not None)
 
     def payload(self, limits: Limits) -> dict[str, Any]:
         wall = limits.wall_time_s or 0.0
@@ -679,8 +685,14 @@ class SandboxPool:
         """
         limits = self._limits(job)
         # What a client sent is sent exactly (NaN, big integers), and its own bytes are
-        # passed on rather than decoded and encoded again (a pipeline's input).
-        frame = encode_exact(payload if payload is not None else job.payload(limits))
+        # passed on rather than decoded and encoded again (a pipeline's input). A job that
+        # carries no client values (a program's source, finite limits) is exact in orjson,
+        # which takes a fifth of the time: on ``execute 1 + 1`` that was a tenth of the
+        # server's work per request.
+        if payload is None and not job.carries_values:
+            frame = encode(job.payload(limits))
+        else:
+            frame = encode_exact(payload if payload is not None else job.payload(limits))
         if job.input_json is not None and payload is None:
             frame += encode_raw(job.input_json)
         for _attempt in range(2):
