@@ -167,28 +167,43 @@ class OffloadPlan:
 
 
 def plan_offload(opts: RuntimeOptions, shape: ModelShape | None, kv_tokens: int,
-                 free_bytes: int | None, device: str = "the GPU") -> OffloadPlan:
-    """How many layers to offload, given the free GPU memory (None: unknown, trust the setting)."""
+                 free_bytes: int | None, device: str = "the GPU",
+                 draft: ModelShape | None = None) -> OffloadPlan:
+    """How many layers to offload, given the free GPU memory (None: unknown, trust the setting).
+
+    ``draft``: the draft model's shape when it loads beside this one. It is opened with the
+    same number of GPU layers and a KV cache of as many cells, so its weights and cache count
+    against the same free memory; the plan leaves room for both."""
     if not opts.on_gpu:
         why = "no GPU backend in this llama.cpp build" if not opts.gpu_backend else "n_gpu_layers = 0"
         return OffloadPlan(0, shape.n_layer if shape else None, f"runs on the CPU ({why})", True)
     if shape is None or free_bytes is None:
         return OffloadPlan(opts.n_gpu_layers, shape.n_layer if shape else None,
                            "offloaded as configured (free GPU memory unknown)", True)
+
+    def need_for(layers: int) -> int:
+        need = shape.need_bytes(layers, kv_tokens, opts.kv_cache_type)
+        if draft is not None and layers > 0:
+            # The margin for compute buffers is counted once, with the target's.
+            need += draft.need_bytes(min(layers, draft.n_layer), kv_tokens, opts.kv_cache_type) - _MARGIN_BYTES
+        return need
+
+    with_draft = f" with its draft model {opts.draft_model}" if draft is not None else ""
     want = shape.n_layer if opts.n_gpu_layers < 0 else min(opts.n_gpu_layers, shape.n_layer)
-    need = shape.need_bytes(want, kv_tokens, opts.kv_cache_type)
+    need = need_for(want)
     if need <= free_bytes:
         return OffloadPlan(opts.n_gpu_layers, shape.n_layer,
-                           f"{want} of {shape.n_layer} layers on {device} (~{_gib(need)} of {_gib(free_bytes)} free)",
+                           f"{want} of {shape.n_layer} layers on {device}{with_draft} "
+                           f"(~{_gib(need)} of {_gib(free_bytes)} free)",
                            True)
     fit = want
-    while fit > 0 and shape.need_bytes(fit, kv_tokens, opts.kv_cache_type) > free_bytes:
+    while fit > 0 and need_for(fit) > free_bytes:
         fit -= 1
     placed = (f"{fit} of {shape.n_layer} layers offloaded, the rest run on the CPU" if fit
               else "it runs on the CPU")
     return OffloadPlan(
         fit, shape.n_layer,
-        f"does not fit on {device}: {want} layers need ~{_gib(need)}, {_gib(free_bytes)} free; {placed} "
+        f"does not fit on {device}: {want} layers{with_draft} need ~{_gib(need)}, {_gib(free_bytes)} free; {placed} "
         "(n_gpu_layers, n_ctx and kv_cache_type = \"q8_0\" change this)",
         False,
     )
@@ -254,7 +269,7 @@ def _gpus_free() -> tuple[int, str] | None:
 
 
 def load_placed(model_id: str, path: str, opts: RuntimeOptions, kv_tokens: int,
-                load: Callable[[int], Any]) -> tuple[Any, Placement]:
+                load: Callable[[int], Any], *, with_draft: bool = False) -> tuple[Any, Placement]:
     """Load with the planned number of GPU layers, falling back to fewer when llama.cpp cannot
     allocate: a model that does not fit the GPU never fails to load while the CPU can take it.
 
@@ -262,8 +277,10 @@ def load_placed(model_id: str, path: str, opts: RuntimeOptions, kv_tokens: int,
     frees what it built and raises. The last attempt (CPU only) raises what llama.cpp raised.
     """
     shape = read_shape(path) if opts.on_gpu else None
+    draft = read_shape(opts.draft_path) if opts.on_gpu and with_draft and opts.draft_path else None
     before = _gpus_free() if opts.on_gpu else None
-    plan = plan_offload(opts, shape, kv_tokens, before[0] if before else None, before[1] if before else "the GPU")
+    plan = plan_offload(opts, shape, kv_tokens, before[0] if before else None, before[1] if before else "the GPU",
+                        draft=draft)
     n_layer = plan.n_layer
     (log.info if plan.fits else log.warning)("model %s: %s", model_id, plan.reason)
     note = plan.reason

@@ -89,6 +89,26 @@ def test_plan_fits_partially_and_never_refuses(smollm2_path: Path) -> None:
     assert cpu.n_gpu_layers == 0 and "no GPU backend" in cpu.reason
 
 
+
+def test_plan_leaves_room_for_the_draft_model(smollm2_path: Path) -> None:
+    """A draft model is opened with the target's GPU layers and as many KV cells: the plan
+    counts its weights and cache against the same free memory (once the margin)."""
+    shape = read_shape(smollm2_path)
+    assert shape is not None
+    opts = runtime_options(
+        Settings(model_overrides={"m": ModelOverrides(draft_model="d")}), "m", gpu_backend=True
+    )
+    alone = shape.need_bytes(shape.n_layer, 4096, "f16")
+    both = alone + shape.need_bytes(shape.n_layer, 4096, "f16") - offload._MARGIN_BYTES
+    # Room for the target alone: without the draft it fits, with it only some layers do.
+    assert plan_offload(opts, shape, 4096, alone + 1, "CUDA0").fits
+    squeezed = plan_offload(opts, shape, 4096, alone + 1, "CUDA0", draft=shape)
+    assert not squeezed.fits and 0 < squeezed.n_gpu_layers < shape.n_layer
+    assert "with its draft model d" in squeezed.reason
+    roomy = plan_offload(opts, shape, 4096, both + 1, "CUDA0", draft=shape)
+    assert roomy.fits and roomy.n_gpu_layers == -1
+    assert "with its draft model d" in roomy.reason
+
 def test_fallback_steps() -> None:
     assert list(offload.fallback_layers(-1, 24)) == [-1, 12, 6, 3, 1, 0]
     assert list(offload.fallback_layers(0, 24)) == [0]

@@ -132,7 +132,8 @@ class LlamaEngine:
         kv_tokens = self._n_ctx_req * (2 if self.n_parallel > 1 else 1)
         try:
             # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
-            _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with)
+            _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with,
+                                            with_draft=bool(opts.draft_model and self.draft_max))
         finally:
             # Loading may have computed on this thread; only the decode worker keeps OpenMP threads.
             release_openmp_threads()
