@@ -8,9 +8,12 @@ points at ``/etc/shadow`` reads as ``PermissionError``, which no path check can 
 A worker starts as root, imports what it needs, and then drops for good
 (:func:`become`) before its first job. The sandbox user must be able to reach the workspace;
 whether it can is worked out from the permission bits of each directory on the way (as the
-kernel will check them), so that an unreachable workspace, typically beneath root's 0700 home
-directory, is named with its cause at start-up instead of failing in every worker. The
-interpreter's own files need not be reachable (:func:`reroot_imports`).
+kernel will check them). Where it cannot, typically because the workspace is beneath root's
+0700 home directory, each worker covers the outermost directory in the way in a mount
+namespace of its own (:mod:`conch.sandbox.mountns`), or, where the kernel refuses that,
+stays root, which the layer's report says with both causes
+(:func:`conch.sandbox.probe.user`). The interpreter's own files need not be reachable
+(:func:`reroot_imports`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,17 @@ class SandboxUser:
     name: str
     uid: int
     gid: int
+
+
+@dataclass(frozen=True)
+class Drop:
+    """How the workers of a server running as root stop being root: as ``user``, and where
+    ``cover`` is set, in a mount namespace of their own in which that directory (the
+    outermost above the workspace that ``user`` cannot search) holds only the way down to
+    the workspace."""
+
+    user: SandboxUser
+    cover: str | None = None
 
 
 def resolve(name: str) -> SandboxUser:
@@ -72,6 +86,25 @@ def unreachable(path: str | Path, user: SandboxUser, *, read: bool = True) -> st
         bits = 5 if stat.S_ISDIR(st.st_mode) else 4
         if not _may(st, user, bits):
             return f"{real} is mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}"
+    return None
+
+
+def first_blocked(workspace: str | Path, user: SandboxUser) -> tuple[str, str] | None:
+    """The outermost directory above ``workspace`` that ``user`` cannot search, and why;
+    ``None`` when it can search its way down. The workspace itself is not judged (it is
+    handed to the user) and need not exist yet: the walk stops where the path does, since
+    what is missing from there down the server makes."""
+    real = Path(os.path.realpath(workspace))
+    for parent in reversed(real.parents):
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return str(parent), f"{parent}: {exc.strerror}"
+        if not _may(st, user, 1):
+            return str(parent), (f"{parent} is mode {stat.S_IMODE(st.st_mode):04o}, "
+                                 f"owner uid {st.st_uid}")
     return None
 
 

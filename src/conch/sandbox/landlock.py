@@ -139,6 +139,8 @@ class Ruleset:
     ports: list[int] = field(default_factory=list)
     paths: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    # (descriptor, rights) of each path, from :meth:`open`
+    opened: list[tuple[int, int]] | None = None
 
     def allow(self, paths: Iterable[str], rights: int) -> None:
         for path in paths:
@@ -156,43 +158,65 @@ class Ruleset:
     def handled_scopes(self) -> int:
         return self.scopes if self.abi >= 6 else 0
 
-    def restrict_self(self) -> None:
-        """Apply the ruleset to this thread (and what it starts from now on); for a
-        single-threaded process, the process. A path that does not exist is skipped and
-        named in ``skipped``."""
-        handled = self.handled_fs
-        attr = _RulesetAttr(handled, self.handled_net, self.handled_scopes)
-        # An older kernel takes the larger struct as long as the fields it does not know
-        # are zero (copy_struct_from_user), which the handled_* properties ensure.
-        fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
-                      ctypes.c_uint32(0))
+    def open(self) -> None:
+        """Open every path now, for rules on what they name at this moment: a worker whose
+        mount namespace then covers some of them (:mod:`conch.sandbox.mountns`) still
+        grants access to the real directories, which it reaches through descriptors. A path
+        that does not exist is skipped and named in ``skipped``."""
+        if self.opened is not None:
+            return
+        self.opened = []
         try:
             for path, rights in self.paths:
-                self._add_path(fd, path, rights & handled)
-            if self.handled_net & CONNECT_TCP:
-                for port in self.ports:
-                    rule = _NetPortAttr(CONNECT_TCP, port)
-                    _syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT),
-                             ctypes.byref(rule), ctypes.c_uint32(0))
-            _syscall_prctl_no_new_privs()
-            _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0))
-        finally:
-            os.close(fd)
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    self.skipped.append(path)
+                    continue
+                self.opened.append((fd, rights))
+        except BaseException:
+            self.close()
+            raise
 
-    def _add_path(self, ruleset_fd: int, path: str, rights: int) -> None:
+    def close(self) -> None:
+        for fd, _rights in self.opened or ():
+            os.close(fd)
+        self.opened = None
+
+    def restrict_self(self) -> None:
+        """Apply the ruleset to this thread (and what it starts from now on); for a
+        single-threaded process, the process. Paths are opened now unless :meth:`open`
+        was called before."""
+        self.open()
+        handled = self.handled_fs
+        attr = _RulesetAttr(handled, self.handled_net, self.handled_scopes)
         try:
-            target = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            self.skipped.append(path)
-            return
-        try:
-            if not stat.S_ISDIR(os.fstat(target).st_mode):
-                rights &= ~_DIR_ONLY
-            rule = _PathBeneathAttr(rights, target)
-            _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
-                     ctypes.byref(rule), ctypes.c_uint32(0))
+            # An older kernel takes the larger struct as long as the fields it does not know
+            # are zero (copy_struct_from_user), which the handled_* properties ensure.
+            fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr),
+                          ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+            try:
+                for target, rights in self.opened or ():
+                    self._add_path(fd, target, rights & handled)
+                if self.handled_net & CONNECT_TCP:
+                    for port in self.ports:
+                        rule = _NetPortAttr(CONNECT_TCP, port)
+                        _syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT),
+                                 ctypes.byref(rule), ctypes.c_uint32(0))
+                _syscall_prctl_no_new_privs()
+                _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0))
+            finally:
+                os.close(fd)
         finally:
-            os.close(target)
+            self.close()
+
+    @staticmethod
+    def _add_path(ruleset_fd: int, target: int, rights: int) -> None:
+        if not stat.S_ISDIR(os.fstat(target).st_mode):
+            rights &= ~_DIR_ONLY
+        rule = _PathBeneathAttr(rights, target)
+        _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                 ctypes.byref(rule), ctypes.c_uint32(0))
 
 
 def _syscall_prctl_no_new_privs() -> None:

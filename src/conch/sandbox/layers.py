@@ -115,27 +115,53 @@ def ruleset(plan: Confinement, abi: int) -> landlock.Ruleset:
     return rules
 
 
-def confine(plan: Confinement) -> dict[str, Layer]:
+@dataclass
+class Prepared:
+    """Landlock and seccomp made ready to apply (:func:`prepare`); ``rules`` is ``None``
+    where there is no Landlock (``missing`` says why) or the sandbox is off."""
+
+    plan: Confinement
+    abi: int = 0
+    rules: landlock.Ruleset | None = None
+    missing: str = ""
+
+
+def prepare(plan: Confinement) -> Prepared:
+    """What of the layers must see the file system as it is before a worker's own mount
+    namespace covers part of it (:mod:`conch.sandbox.mountns`): the Landlock rules are
+    opened on the paths they name (the interpreter's, perhaps beneath the covered
+    directory), and libseccomp, which finding reads ld.so's cache and may write a
+    temporary file, is loaded."""
+    if plan.mode == "off":
+        return Prepared(plan)
+    seccomp.available()
+    abi = landlock.abi_version()
+    if abi < 1:
+        return Prepared(plan, missing="the kernel offers no Landlock (Linux 5.13+ with "
+                                      "landlock in lsm=)")
+    rules = ruleset(plan, abi)
+    rules.open()
+    return Prepared(plan, abi, rules)
+
+
+def confine(plan: Confinement | Prepared) -> dict[str, Layer]:
     """Apply landlock and seccomp to this process (a worker, before its first job) and say
     what is in force. In strict mode a missing layer raises :class:`SandboxUnavailable`."""
-    if plan.mode == "off":
+    prepared = plan if isinstance(plan, Prepared) else prepare(plan)
+    if prepared.plan.mode == "off":
         return {"landlock": Layer(False, "off"), "seccomp": Layer(False, "off")}
-    report = {"landlock": _landlock(plan), "seccomp": _seccomp(plan)}
-    if plan.mode == "strict":
+    report = {"landlock": _landlock(prepared), "seccomp": _seccomp(prepared.plan)}
+    if prepared.plan.mode == "strict":
         missing = [f"{name} ({layer.detail})" for name, layer in report.items() if not layer.active]
         if missing:
             raise SandboxUnavailable("sandbox = \"strict\" but " + ", ".join(missing))
     return report
 
 
-def _landlock(plan: Confinement) -> Layer:
-    abi = landlock.abi_version()
-    if abi < 1:
-        return Layer(False, "the kernel offers no Landlock (Linux 5.13+ with landlock in lsm=)")
-    # libseccomp is loaded before the file system closes: finding it reads ld.so's cache
-    # and may write a temporary file.
-    seccomp.available()
-    rules = ruleset(plan, abi)
+def _landlock(prepared: Prepared) -> Layer:
+    plan, abi, rules = prepared.plan, prepared.abi, prepared.rules
+    if rules is None:
+        return Layer(False, prepared.missing)
     try:
         rules.restrict_self()
     except OSError as exc:

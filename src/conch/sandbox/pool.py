@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from conch.config import Settings
 from conch.lang.context import Limits
-from conch.sandbox import cgroups, identity
+from conch.sandbox import cgroups, identity, probe
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.sandbox.frames import MAX_FRAME, decode, encode, encode_exact, encode_raw, split_header
 from conch.sandbox.layers import Confinement, Layer, SandboxUnavailable
@@ -490,21 +490,18 @@ class SandboxPool:
         return {"user": user_layer, "limits": limits}
 
     def _prepare_user(self) -> Layer:
-        if os.geteuid() != 0:
-            return Layer(True, f"the server's own (uid {os.geteuid()}), not root")
-        try:
-            user = identity.resolve(self.settings.sandbox_user)
-        except LookupError as exc:
-            return Layer(False, f"workers run as root: {exc}")
-        blocked = identity.unreachable(self.workspace, user)
-        if blocked is not None:
-            return Layer(False, f"workers run as root: {user.name} cannot reach the workspace "
-                                f"({blocked}); set `workspace` to a directory it can reach")
-        identity.hand_over(self.workspace, user)
-        self.user = user
+        layer, drop = probe.user(self.settings)
+        if drop is None:
+            return layer
+        identity.hand_over(self.workspace, drop.user)
+        self.user = drop.user
         # Workers start as root and drop once started (conch.sandbox.identity.become).
-        self.config.user = [user.uid, user.gid]
-        return Layer(True, f"{user.name} (uid {user.uid}, gid {user.gid}), no supplementary groups")
+        self.config.user = [drop.user.uid, drop.user.gid]
+        if drop.cover is not None:
+            self.config.cover = drop.cover
+            # The worker's namespace holds the workspace's real path only.
+            self.config.workspace = os.path.realpath(self.workspace)
+        return layer
 
     def describe_layers(self) -> str:
         return "; ".join(

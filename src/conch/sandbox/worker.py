@@ -81,6 +81,9 @@ class WorkerConfig:
     language_checks: bool = True
     # [uid, gid] to run as once started (a server running as root)
     user: list[int] | None = None
+    # The directory above the workspace that ``user`` cannot search, covered in the
+    # worker's own mount namespace (conch.sandbox.mountns); ``workspace`` is then real
+    cover: str | None = None
     # Whether the server keeps what a run sends to be recorded (Context.records)
     records: bool = False
 
@@ -89,19 +92,26 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
     """The kernel layers, last, once everything is imported: from here on the worker reads
     nothing outside the workspace and what the interpreter needs, and is not root.
 
-    Landlock and seccomp go on while the worker is still root, so that the ruleset can open
-    the interpreter's directories wherever they are; then the worker drops to the sandbox
-    user, reaching those directories through descriptors opened before (reroot_imports)."""
+    The order matters. The import path is opened first (reroot_imports), and so are the
+    paths of the Landlock rules (prepare), while every directory is where it was: the mount
+    namespace that follows may cover them. The namespace is set up while the worker is
+    root and before Landlock and seccomp, which forbid mounts. Landlock and seccomp go on
+    while the worker is still root; then it drops to the sandbox user, reaching the
+    interpreter's directories through the descriptors opened before."""
+    from conch.sandbox.layers import Confinement, confine, prepare
+
     applied: dict[str, Any] = {}
     if config.user is not None:
         from conch.sandbox.identity import reroot_imports
 
         reroot_imports((config.user[0], config.user[1]))
-    if config.confinement is not None:
-        from conch.sandbox.layers import Confinement, confine
+    prepared = None if config.confinement is None else prepare(Confinement(**config.confinement))
+    if config.cover is not None:
+        from conch.sandbox.mountns import cover
 
-        applied = {name: layer.to_dict()
-                   for name, layer in confine(Confinement(**config.confinement)).items()}
+        cover(config.workspace, config.cover)
+    if prepared is not None:
+        applied = {name: layer.to_dict() for name, layer in confine(prepared).items()}
     if config.user is not None:
         from conch.sandbox.identity import become
 
