@@ -19,6 +19,13 @@ def test_only_allowlisted_variables_pass() -> None:
     assert set(env) <= set(ALLOWED_ENV)
 
 
+def test_the_import_path_is_the_servers_wherever_the_worker_starts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    env = worker_environment(Settings(), {"PYTHONPATH": "src::/opt/lib"})
+    assert env["PYTHONPATH"] == f"{tmp_path / 'src'}:/opt/lib"
+
+
 def test_worker_settings_drop_every_secret(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, api_key="a", openai_api_key="sk-o", anthropic_api_key="sk-a",
                         hf_token="hf_secret_token", database_url="postgresql://u:pw@h/db",

@@ -24,6 +24,12 @@ def worker_environment(settings: Settings, environ: dict[str, str] | None = None
     source = os.environ if environ is None else environ
     env = {k: source[k] for k in ALLOWED_ENV if k in source}
     env.setdefault("PATH", os.defpath)
+    if "PYTHONPATH" in env:
+        # Resolved against the server's directory: a worker starts elsewhere (beside its
+        # workspace), where a relative entry would name another conch or nothing, and an
+        # empty one its own directory.
+        entries = [os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(entries)
     return env
 
 
