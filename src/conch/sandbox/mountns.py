@@ -15,8 +15,8 @@ mounted there reaches the server or any other process. Where the kernel refuses 
 namespace (no ``CAP_SYS_ADMIN``, as in a default Docker container) :func:`check` says
 why, and the workers stay root as before.
 
-Standard library only: :func:`check` runs this module in a fresh interpreter with no
-site-packages.
+Standard library only (as is :mod:`conch.sandbox.identity`, which it uses): :func:`check`
+runs it in a fresh interpreter without site-packages.
 """
 
 from __future__ import annotations
