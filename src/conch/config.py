@@ -162,8 +162,9 @@ class Settings(BaseSettings):
     main_gpu: int = 0
     flash_attn: Literal["auto", "on", "off"] = "auto"
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
-    # llama.cpp's micro-batch (n_ubatch). None: 63 on the CPU (keeps prefix reuse bitwise exact,
-    # docs/inference.md), 512 with a GPU backend (a 64-stream step is then one micro-batch).
+    # llama.cpp's micro-batch (n_ubatch). None: 512, as llama-server. 63 on the CPU makes a
+    # reused prompt prefix bitwise what a fresh prefill computes, at the cost of a third of prefill speed
+    # (docs/inference.md, "Exact prefix reuse").
     n_ubatch: int | None = None
     # Per-model overrides of the settings above (and n_ctx), keyed by model id:
     # [model_overrides."smollm2-135m-instruct"] n_gpu_layers = 0

@@ -18,12 +18,15 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# The micro-batch on the CPU: ggml's CPU flash attention takes a tiled path from 64 query rows,
-# whose rounding depends on the batch split and KV layout; below it prefix reuse is bitwise exact.
-CPU_UBATCH = 63
-# On a GPU a 64-stream decode step in one micro-batch instead of two: +12 % aggregate at 64
-# streams and a quarter of the first-token time under 16-stream load (H100, 2026-11-22).
-GPU_UBATCH = 512
+# llama.cpp's micro-batch, as llama-server's default. On a GPU a 64-stream decode step is one
+# micro-batch instead of two (+12 % aggregate at 64 streams, a quarter of the first-token time
+# under 16-stream load; H100, 2026-11-22); on the CPU a prompt is prefilled 1.5x faster per
+# CPU-second than in micro-batches of 63 (2 vCPUs, 2026-11-26: 135 against 90 tokens).
+CPU_UBATCH = GPU_UBATCH = 512
+# Below 64 query rows ggml's CPU flash attention keeps to one path whose rows do not depend on
+# how they were batched, so a reused prefix holds exactly what a fresh prefill computes
+# (docs/inference.md, "Exact prefix reuse"): ``n_ubatch = 63`` asks for that, at that price.
+EXACT_UBATCH = 63
 
 # Compute buffers, CUDA graphs and the driver's own share: kept free when planning.
 _MARGIN_BYTES = 768 * 1024 * 1024

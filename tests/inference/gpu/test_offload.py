@@ -23,10 +23,10 @@ def test_defaults_follow_the_build() -> None:
     assert (gpu.n_gpu_layers, gpu.n_ubatch, gpu.on_gpu) == (-1, GPU_UBATCH, True)
     cpu = runtime_options(s, "m", gpu_backend=False)
     assert (cpu.n_gpu_layers, cpu.n_ubatch, cpu.on_gpu) == (0, CPU_UBATCH, False)
-    # asking for layers without a GPU backend runs on the CPU, with the CPU's exact micro-batch
+    # asking for layers without a GPU backend runs on the CPU
     forced = runtime_options(Settings(n_gpu_layers=99), "m", gpu_backend=False)
     assert (forced.n_gpu_layers, forced.n_ubatch) == (0, CPU_UBATCH)
-    # n_gpu_layers = 0 on a GPU build keeps the CPU micro-batch too
+    # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch, as llama-server's (512)
     assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == CPU_UBATCH
 
 

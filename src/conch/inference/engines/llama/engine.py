@@ -47,7 +47,7 @@ from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
-from conch.inference.offload import Placement, RuntimeOptions, load_placed
+from conch.inference.offload import EXACT_UBATCH, Placement, RuntimeOptions, load_placed
 from conch.inference.tool_calls import render_messages
 
 if TYPE_CHECKING:
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Largest micro-batch: ggml's CPU flash attention takes its tiled path from 64 query rows
-# (GGML_FA_TILE_Q), and that path's results depend on the batch split and the KV cell layout.
-EXACT_UBATCH = 63
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
 _KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type
@@ -196,8 +193,8 @@ class LlamaEngine:
         return {
             "n_ctx": kv_total,
             "n_batch": self.n_batch,
-            # On the CPU (63): exact prefix reuse (see the module docstring) for prefill 4-8 %
-            # slower than in one 512-token micro-batch. On a GPU (512): whole decode steps.
+            # 512 by default, as llama-server; 63 for exact prefix reuse (kv_pool.py), whose
+            # price is a third of the CPU's prefill speed (conch.inference.offload).
             "n_ubatch": min(self.n_batch, self.runtime.n_ubatch),
             "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
             "type_k": _KV_TYPES[self.runtime.kv_cache_type],

@@ -57,7 +57,7 @@ class KVPool:
         # The scheduler's prompt step (n_batch) and llama.cpp's micro-batch (n_ubatch), which
         # decide where a prefill's micro-batches end; set by the engine.
         self.n_batch = 512
-        self.n_ubatch = 63
+        self.n_ubatch = 512
         # Long prefixes saved across restarts (prompt_cache.py); None: memory only.
         self.disk: PromptCache | None = None
 
@@ -115,8 +115,10 @@ class KVPool:
         n = len(job.tokens)
         best, best_len = self._best_cached(job.tokens)
         # At least one prompt token is decoded again: its logits give the first sample. With
-        # micro-batches under EXACT_UBATCH the reused prefix holds exactly the KV a fresh
-        # prefill would compute, so reuse never changes an output.
+        # micro-batches of at most 63 rows (``n_ubatch = 63``, offload.EXACT_UBATCH) the reused
+        # prefix holds exactly the KV a fresh prefill would compute, so reuse never changes an
+        # output; with larger ones (the default, as llama-server) the re-decoded tail is batched
+        # otherwise than a fresh prefill and may round differently in the last bits.
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):
@@ -142,9 +144,9 @@ class KVPool:
         sharing the longest prefix in memory: the one a prefill would take) when it beats
         ``keep`` (that prefix) by ``min_tokens`` and lands where a prefill would put it.
 
-        The saved cells are what a prefill computed (micro-batches under EXACT_UBATCH), copied
-        byte for byte; placed as a prefill places them (see "Restored cells"), a restored
-        prefix gives the outputs a fresh prefill would."""
+        The saved cells are what a prefill computed, copied byte for byte; placed as a prefill
+        places them (see "Restored cells"), a restored prefix gives the outputs a fresh prefill
+        would, bitwise with micro-batches of at most 63 rows (see :meth:`assign`)."""
         disk = self.disk
         assert disk is not None
         n = len(job.tokens)
