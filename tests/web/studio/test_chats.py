@@ -398,24 +398,62 @@ def test_an_answer_cut_off_by_a_dead_server_is_kept_and_retried(browser: Any, in
     assert not errors, errors
 
 
-def test_a_long_chat_shows_its_latest_messages_and_earlier_ones_on_demand(servers: Servers, page: Any) -> None:
-    """A chat of 300 messages opens at its end with the latest 80 rendered; earlier ones come
-    a page at a time (the button, or scrolling to the top), all of them in the end."""
+_STEP_UP = """async (step) => {
+    // Scrolls up by `step` and tells how far a message in the middle of the view moved: a
+    // window that keeps its place moves it by exactly `step`, whatever was measured above.
+    const box = document.querySelector('[data-testid=messages]');
+    const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const mid = box.getBoundingClientRect().top + box.clientHeight / 2;
+    const row = [...box.querySelectorAll('article')].find(a => a.getBoundingClientRect().bottom >= mid);
+    if (!row) return null;
+    const pos = row.getAttribute('aria-posinset'), before = row.getBoundingClientRect().top;
+    box.scrollTop -= step;
+    await frame();
+    const again = box.querySelector(`article[aria-posinset="${pos}"]`);
+    return { pos: Number(pos), moved: again ? again.getBoundingClientRect().top - before : null,
+             rendered: box.querySelectorAll('article').length, top: box.scrollTop };
+}"""
+
+
+def test_a_long_chat_renders_a_window_of_its_messages_and_keeps_its_place(servers: Servers, page: Any) -> None:
+    """A chat of 300 messages opens at its end with only the messages near the view in the
+    DOM; scrolled up (messages above measured for the first time as they come), the view
+    does not jump; its first message is reached, and its end again."""
     import benchmarks.studio as bench
 
+    # Answers of 1 to 11 paragraphs, so that heights differ from the window's guess.
+    seed = bench._SEED_CHAT.replace('+ "- first point', '+ "A paragraph.\\n\\n".repeat(i * 37 % 11) + "- first point')
+    assert seed != bench._SEED_CHAT
     page.goto(servers.agent + "/#/models")
-    page.evaluate(bench._SEED_CHAT, 300)
+    page.evaluate(seed, 300)
     page.goto(servers.agent + "/#/chat/bench-chat")
     page.reload()
     messages = page.get_by_test_id("messages")
     expect(messages).to_contain_text("Answer 299")
-    expect(messages.locator("article.msg")).to_have_count(80)
-    expect(page.get_by_test_id("earlier-messages")).to_contain_text("220 not shown")
-    page.get_by_test_id("earlier-messages").click()
-    expect(messages.locator("article.msg")).to_have_count(160)
-    for _ in range(10):  # scrolled to the top, the rest comes
-        messages.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
-        page.wait_for_timeout(100)
-    expect(messages.locator("article.msg")).to_have_count(300)
-    expect(page.get_by_test_id("earlier-messages")).to_have_count(0)
-    assert "Question 0:" in (messages.text_content() or "")
+    rendered = messages.locator("article.msg")
+    assert 3 <= rendered.count() < 40, rendered.count()
+    expect(rendered.last).to_have_attribute("aria-posinset", "300")
+    expect(rendered.last).to_have_attribute("aria-setsize", "300")
+    expect(rendered.last).to_be_in_viewport()
+    step = messages.evaluate("el => Math.floor(el.clientHeight / 3)")
+    seen = set()
+    for _ in range(60):
+        r = page.evaluate(_STEP_UP, step)
+        assert r is not None
+        if r["top"] <= 0:
+            break
+        assert r["moved"] is not None and abs(r["moved"] - step) <= 1, r
+        assert r["rendered"] < 40, r
+        seen.add(r["pos"])
+    assert len(seen) > 10, seen  # it went through many messages measured on the way
+    for _ in range(20):  # to the top: the first question is there
+        messages.evaluate("el => { el.scrollTop = 0; }")
+        page.wait_for_timeout(50)
+        if messages.evaluate("el => el.scrollTop") == 0 and "Question 0:" in (messages.text_content() or ""):
+            break
+    expect(rendered.first).to_have_attribute("aria-posinset", "1")
+    expect(rendered.first).to_contain_text("Question 0:")
+    assert rendered.count() < 40
+    messages.evaluate("el => { el.scrollTop = el.scrollHeight; }")  # and the end again
+    expect(messages).to_contain_text("Answer 299")
+    expect(rendered.last).to_have_attribute("aria-posinset", "300")

@@ -1,5 +1,6 @@
 import { Component } from "preact";
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import type { ComponentChildren } from "preact";
 import { getJSON } from "../api";
 import * as store from "../chats";
 import type { Chat as ChatRec, Msg, Settings } from "../chats";
@@ -10,8 +11,12 @@ import { NotFound } from "../components/NotFound";
 import { inferenceBase } from "../config";
 import { link, navigate, useRoute } from "../router";
 
-// Messages rendered at a time in a long chat (see `shown`).
-const PAGE = 80;
+// The message window (see MessageWindow): a message's height until it has been rendered
+// once (then the average of those measured), the space between messages (`.msg`'s
+// margin-bottom), and how far beyond the view messages are rendered, above and below.
+const GUESS = 140;
+const GAP = 10;
+const OVERSCAN = 800;
 
 type ModelInfo = { id: string; owned_by: string; capabilities?: string[] };
 
@@ -64,13 +69,8 @@ export function Chat() {
   const [editing, setEditing] = useState<{ index: number; text: string } | null>(null);
   const [renaming, setRenaming] = useState<string | null>(null);
   const [deleting, setDeleting] = useState(false);
-  const log = useRef<HTMLDivElement>(null);
+  // Whether the view follows the end of the chat (it is at the bottom, or a message was sent).
   const stick = useRef(true);
-  // A long chat renders its latest messages, and earlier ones a page at a time as the view
-  // reaches them (scrolled to the top, or the button): 2,000 messages at once would hold the
-  // page for a second. `grown` keeps the scroll position when a page is added above.
-  const [shown, setShown] = useState(PAGE);
-  const grown = useRef<number | null>(null);
 
   const offered = useMemo(() => (models.data?.data ?? []).filter(canChat), [models.data]);
   const settings = chat ? chat.settings : draft;
@@ -82,30 +82,20 @@ export function Chat() {
     setDraft((d) => ({ ...d, model: (offered.find((m) => m.owned_by === "local") ?? offered[0]).id }));
   }, [offered, chat]);
 
+  // Another chat opens at its end; set while rendering, as its message window (keyed by the
+  // id) is laid out before any effect of this component would run.
+  const shownId = useRef(id);
+  if (shownId.current !== id) {
+    shownId.current = id;
+    stick.current = true;
+  }
   useEffect(() => {
     setEditing(null);
     setRenaming(null);
-    setShown(PAGE);
-    stick.current = true;
   }, [id]);
 
   const messages = chat?.messages ?? [];
   const last = messages[messages.length - 1];
-  useEffect(() => {
-    const el = log.current;
-    if (el && stick.current) el.scrollTop = el.scrollHeight;
-  }, [messages.length, last?.content]);
-  const first = Math.max(0, messages.length - shown);
-  const earlier = () => {
-    if (first === 0) return;
-    grown.current = log.current ? log.current.scrollHeight - log.current.scrollTop : null;
-    setShown((n) => n + PAGE);
-  };
-  useLayoutEffect(() => {
-    const el = log.current;
-    if (el && grown.current != null) el.scrollTop = el.scrollHeight - grown.current;
-    grown.current = null;
-  }, [shown]);
 
   if (route.parts.length > 1) return <NotFound what="Chat" back={{ href: "#/chat", label: "Start a new chat" }} />;
 
@@ -207,44 +197,24 @@ export function Chat() {
                 </div>
               )}
             </div>
-            <div class="messages" ref={log} data-testid="messages" onScroll={(e) => {
-              const el = e.currentTarget as HTMLDivElement;
-              stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
-              if (el.scrollTop < 80 && first > 0 && grown.current == null) earlier();
-            }}>
-              {first > 0 && (
-                <button type="button" class="small earlier" onClick={earlier} data-testid="earlier-messages">
-                  Show {Math.min(PAGE, first)} earlier messages ({first} not shown)
-                </button>
-              )}
-              {messages.length === 0 && (
-                <p class="muted">
-                  {id && chat === undefined ? "loading…" : "Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept in this browser."}
-                </p>
-              )}
-              {messages.slice(first).map((m, j) => {
-                const i = first + j;
-                return (
-                <MessageRow
-                  key={m.id}
-                  m={m}
-                  last={i === messages.length - 1}
-                  busy={busy}
-                  editing={editing?.index === i ? editing.text : null}
-                  onEdit={(text) => setEditing(text == null ? null : { index: i, text })}
-                  onResend={(text) => {
-                    setEditing(null);
-                    stick.current = true;
-                    store.redo(chat!.id, i, text);
-                  }}
-                  onRetry={() => {
-                    stick.current = true;
-                    store.redo(chat!.id, i);
-                  }}
-                />
-                );
-              })}
-            </div>
+            <MessageWindow
+              key={id ?? ""}
+              messages={messages}
+              stick={stick}
+              busy={busy}
+              editing={editing}
+              onEdit={(i, text) => setEditing(text == null ? null : { index: i, text })}
+              onResend={(i, text) => {
+                setEditing(null);
+                stick.current = true;
+                store.redo(chat!.id, i, text);
+              }}
+              onRetry={(i) => {
+                stick.current = true;
+                store.redo(chat!.id, i);
+              }}
+              empty={id && chat === undefined ? "loading…" : "Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept in this browser."}
+            />
             {/* Said once an answer ends (the streamed text itself is not read out token by token). */}
             <div class="sr-only" role="status" data-testid="chat-announce">
               {last?.role === "assistant" && last.status && last.status !== "streaming" ? `Answer ${last.status === "done" ? "finished" : STATUS_TEXT[last.status]}` : ""}
@@ -366,8 +336,146 @@ function ChatSettings(props: { settings: Settings; offered: ModelInfo[]; models:
   );
 }
 
+type WindowProps = {
+  messages: Msg[];
+  stick: { current: boolean };
+  busy: boolean;
+  editing: { index: number; text: string } | null;
+  onEdit: (i: number, text: string | null) => void;
+  onResend: (i: number, text: string) => void;
+  onRetry: (i: number) => void;
+  empty: ComponentChildren;
+};
+
+/** Where each message starts, from the heights measured so far (and `guess` for the rest). */
+function offsets(messages: Msg[], heights: Map<string, number>, guess: number): number[] {
+  const off = new Array<number>(messages.length + 1);
+  off[0] = 0;
+  for (let i = 0; i < messages.length; i++) off[i + 1] = off[i] + (heights.get(messages[i].id) ?? guess);
+  return off;
+}
+
+/** The first index whose message ends below `y`. */
+function indexAt(off: number[], y: number): number {
+  let lo = 0;
+  let hi = off.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (off[mid + 1] <= y) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** The chat's messages as a window: only those within OVERSCAN of the view are in the DOM,
+ * with a spacer above and below standing for the rest (their measured heights, or a guess
+ * until they have been shown). A long chat laid out whole costs the browser a layout of every
+ * message on each change (200 ms at 2,000 messages); the window costs what 20 do.
+ * The message under the top of the view is the anchor: when heights above it change (a
+ * message measured for the first time), the view is moved so that it stays put. */
+function MessageWindow(props: WindowProps) {
+  const { messages, stick } = props;
+  const box = useRef<HTMLDivElement>(null);
+  const heights = useRef(new Map<string, number>());
+  const [view, setView] = useState({ top: 0, height: typeof window === "undefined" ? 800 : window.innerHeight });
+  const [, remeasured] = useState(0);
+  // The message under the top of the view and how far into it the view starts.
+  const anchor = useRef<{ id: string; delta: number } | null>(null);
+
+  let measured = 0;
+  heights.current.forEach((h) => (measured += h));
+  const guess = heights.current.size ? Math.round(measured / heights.current.size) : GUESS;
+  const off = offsets(messages, heights.current, guess);
+  const total = off[messages.length];
+  // Where the view is: the last screen while following the end; else where the anchor puts
+  // it in these offsets (the scroll position is in the last render's, which a new guess for
+  // the messages above moves).
+  const at = anchor.current ? messages.findIndex((m) => m.id === anchor.current!.id) : -1;
+  const top = stick.current ? Math.max(0, total - view.height) : at >= 0 ? off[at] + anchor.current!.delta : view.top;
+  const start = indexAt(off, top - OVERSCAN);
+  const end = Math.min(messages.length, indexAt(off, top + view.height + OVERSCAN) + 1);
+  const rendered = useRef({ off, start, end, guess });
+  rendered.current = { off, start, end, guess };
+
+  const keepAnchor = (el: HTMLDivElement, o: number[]) => {
+    const i = indexAt(o, el.scrollTop);
+    anchor.current = i < messages.length ? { id: messages[i].id, delta: el.scrollTop - o[i] } : null;
+  };
+
+  useLayoutEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    // Measure what was rendered; the spacers stand only for messages not rendered, so they
+    // are right as they are and only the view's position needs mending.
+    let changed = false;
+    el.querySelectorAll<HTMLElement>(":scope > article").forEach((row, j) => {
+      const m = messages[start + j];
+      const h = row.getBoundingClientRect().height + GAP;
+      if (m && heights.current.get(m.id) !== h) {
+        heights.current.set(m.id, h);
+        changed = true;
+      }
+    });
+    const now = changed ? offsets(messages, heights.current, guess) : off;
+    if (stick.current) el.scrollTop = el.scrollHeight;
+    else if (anchor.current) {
+      const i = messages.findIndex((m) => m.id === anchor.current!.id);
+      if (i >= 0) el.scrollTop = now[i] + anchor.current.delta;
+    }
+    if (el.clientHeight && el.clientHeight !== view.height) setView((v) => ({ ...v, height: el.clientHeight }));
+    // Messages measured shorter than guessed may leave the view short of rendered ones.
+    if (changed) remeasured((n) => n + 1);
+  });
+
+  // A message whose height changes by itself (the window resized, text reflowed) is measured again.
+  useEffect(() => {
+    const el = box.current;
+    if (!el || typeof ResizeObserver === "undefined") return;
+    const ro = new ResizeObserver(() => remeasured((n) => n + 1));
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+
+  return (
+    <div
+      class="messages"
+      ref={box}
+      data-testid="messages"
+      onScroll={(e) => {
+        const el = e.currentTarget as HTMLDivElement;
+        stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+        keepAnchor(el, rendered.current.off);
+        setView({ top: el.scrollTop, height: el.clientHeight });
+      }}
+    >
+      {messages.length === 0 && <p class="muted">{props.empty}</p>}
+      {start > 0 && <div class="msg-spacer" style={{ height: `${off[start]}px` }} aria-hidden="true" />}
+      {messages.slice(start, end).map((m, j) => {
+        const i = start + j;
+        return (
+          <MessageRow
+            key={m.id}
+            m={m}
+            pos={i + 1}
+            of={messages.length}
+            last={i === messages.length - 1}
+            busy={props.busy}
+            editing={props.editing?.index === i ? props.editing.text : null}
+            onEdit={(text) => props.onEdit(i, text)}
+            onResend={(text) => props.onResend(i, text)}
+            onRetry={() => props.onRetry(i)}
+          />
+        );
+      })}
+      {end < messages.length && <div class="msg-spacer" style={{ height: `${total - off[end]}px` }} aria-hidden="true" />}
+    </div>
+  );
+}
+
 type MessageProps = {
   m: Msg;
+  pos: number;
+  of: number;
   last: boolean;
   busy: boolean;
   editing: string | null;
@@ -381,7 +489,7 @@ type MessageProps = {
 class MessageRow extends Component<MessageProps> {
   shouldComponentUpdate(next: MessageProps): boolean {
     const p = this.props;
-    return next.m !== p.m || next.last !== p.last || next.busy !== p.busy || next.editing !== p.editing;
+    return next.m !== p.m || next.pos !== p.pos || next.of !== p.of || next.last !== p.last || next.busy !== p.busy || next.editing !== p.editing;
   }
   render() {
     return <Message {...this.props} />;
@@ -393,7 +501,7 @@ function Message(props: MessageProps) {
   const status = m.role === "assistant" && m.status && m.status !== "done" ? m.status : null;
   const unfinished = status === "failed" || status === "interrupted" || status === "stopped";
   return (
-    <article class={`msg ${m.role}${unfinished ? " unfinished" : ""}`} data-testid={`msg-${m.role}`} data-status={m.status}>
+    <article class={`msg ${m.role}${unfinished ? " unfinished" : ""}`} aria-posinset={props.pos} aria-setsize={props.of} data-testid={`msg-${m.role}`} data-status={m.status}>
       <header class="muted small row between">
         <span>
           {m.role}
