@@ -193,15 +193,21 @@ export function send(id: string, text: string): void {
   void answer(id);
 }
 
-/** Answer again from message `index` on: a retry or regenerate of the assistant message at
- * `index`, or an edited user message at `index` (given its new text). Later messages go. */
-export function redo(id: string, index: number, edited?: string): void {
+/** The user message at `index` edited to `edited` and answered again: later messages go. */
+export function redo(id: string, index: number, edited: string): void {
   update(id, (c) => {
-    const keep = c.messages.slice(0, index + (edited == null ? 0 : 1));
-    if (edited != null) keep[index] = { ...keep[index], content: edited, at: Date.now() };
+    const keep = c.messages.slice(0, index + 1);
+    keep[index] = { ...keep[index], content: edited, at: Date.now() };
     return { ...c, updated: Date.now(), messages: keep };
   });
   void answer(id);
+}
+
+/** Answer again in place of the assistant message at `index` (Retry, Regenerate), from the
+ * messages before it; the messages after it are kept as they are. */
+export function retry(id: string, index: number): void {
+  const c = cache.get(id);
+  if (c?.messages[index]?.role === "assistant") void answer(id, index);
 }
 
 /** What the model is sent: empty failed answers left out, and turns of the same role merged
@@ -217,16 +223,18 @@ function history(msgs: Msg[]): { role: string; content: string }[] {
   return out;
 }
 
-/** Answer the chat's last message (streamed into a new assistant message). */
-export async function answer(id: string): Promise<void> {
+/** Answer the chat's last message (streamed into a new assistant message), or, given `at`,
+ * the messages before `at` into a new message in place of the one there. */
+export async function answer(id: string, at?: number): Promise<void> {
   const chat = cache.get(id);
   if (!chat || running.has(id)) return;
   const { settings } = chat;
   const msgId = newId("m");
-  const sent = history(chat.messages);
+  const sent = history(at == null ? chat.messages : chat.messages.slice(0, at));
+  const fresh: Msg = { id: msgId, role: "assistant", content: "", at: Date.now(), status: "streaming", model: settings.model };
   update(id, (c) => ({
     ...c,
-    messages: [...c.messages, { id: msgId, role: "assistant", content: "", at: Date.now(), status: "streaming", model: settings.model }],
+    messages: at == null ? [...c.messages, fresh] : c.messages.map((m, i) => (i === at ? fresh : m)),
   }));
   const patch = (p: Partial<Msg>, soon = false) =>
     update(id, (c) => ({ ...c, updated: Date.now(), messages: c.messages.map((m) => (m.id === msgId ? { ...m, ...p } : m)) }), soon);

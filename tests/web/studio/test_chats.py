@@ -301,7 +301,31 @@ def test_a_failed_answer_is_kept_marked_and_retried(servers: Servers, page: Any,
         answer = _wait_answer(page)
         expect(answer).to_have_attribute("data-status", "done")
         expect(page.get_by_test_id("msg-assistant").first).to_have_attribute("data-status", "failed")
-        assert answer.locator(".md").inner_text().strip()
+        second = answer.locator(".md").inner_text().strip()
+        assert second
+        # The earlier failed answer has Retry too: it is answered in its place, from the
+        # conversation up to it, and what follows it is kept as it was.
+        sent: list[Any] = []
+        page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None)
+        earlier = page.get_by_test_id("msg-assistant").first
+        expect(earlier.get_by_role("button", name="Retry this failed answer")).to_be_visible()
+        earlier.get_by_test_id("retry").click()
+        expect(earlier).to_have_attribute("data-status", "done", timeout=120_000)
+        expect(page.get_by_test_id("send")).to_be_visible()
+        assert earlier.locator(".md").inner_text().strip()
+        roles = page.locator("[data-testid=messages] article").evaluate_all("els => els.map(e => e.dataset.testid)")
+        assert roles == ["msg-user", "msg-assistant", "msg-user", "msg-assistant"], roles
+        expect(page.get_by_test_id("msg-user").last).to_have_text(re.compile("Are you there?"))
+        assert page.get_by_test_id("msg-assistant").last.locator(".md").inner_text().strip() == second
+        expect(page.get_by_test_id("msg-assistant").last).to_have_attribute("data-status", "done")
+        assert len(sent) == 1, sent
+        asked = [m for m in sent[0]["messages"] if m["role"] != "system"]
+        assert asked == [{"role": "user", "content": "Hello there"}], asked
+        # Kept so after a reload; no answer is left with Retry.
+        page.reload()
+        expect(page.get_by_test_id("msg-assistant").first).to_have_attribute("data-status", "done")
+        expect(page.get_by_test_id("retry")).to_have_count(0)
+        expect(page.get_by_test_id("regenerate")).to_have_count(1)
     finally:
         httpx.delete(servers.inference + f"/v1/models/{broken}", timeout=30)
 

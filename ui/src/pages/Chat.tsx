@@ -210,8 +210,9 @@ export function Chat() {
                 store.redo(chat!.id, i, text);
               }}
               onRetry={(i) => {
-                stick.current = true;
-                store.redo(chat!.id, i);
+                // An earlier answer is written where it is: the view stays on it.
+                stick.current = i === messages.length - 1;
+                store.retry(chat!.id, i);
               }}
               empty={id && chat === undefined ? "loading…" : "Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept in this browser."}
             />
@@ -516,8 +517,14 @@ function Message(props: MessageProps) {
                 Edit
               </button>
             )}
-            {m.role === "assistant" && last && !busy && (
-              <button type="button" class={`small ${unfinished ? "primary" : ""}`} onClick={props.onRetry} data-testid={unfinished ? "retry" : "regenerate"}>
+            {m.role === "assistant" && (unfinished || last) && !busy && (
+              <button
+                type="button"
+                class={`small ${unfinished ? "primary" : ""}`}
+                onClick={props.onRetry}
+                aria-label={unfinished ? `Retry this ${STATUS_TEXT[status!]} answer` : "Regenerate this answer"}
+                data-testid={unfinished ? "retry" : "regenerate"}
+              >
                 {unfinished ? "Retry" : "Regenerate"}
               </button>
             )}
