@@ -1,10 +1,11 @@
 import type { ComponentType } from "preact";
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { apiKey, forgetKey, getJSON, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { apiKey, forgetKey, getJSON, listOf, onKeyPrompt, prefetchJSON, provideKey } from "./api";
 import { NotFound } from "./components/NotFound";
 import { config } from "./config";
-import { parseHash, useRoute } from "./router";
+import type { Task } from "./orch";
+import { parseHash, plural, useRoute } from "./router";
 import "./style.css";
 
 // `sub`: the page has routes of its own under `#/<id>/…` (objects, tabs); the others have none.
@@ -96,21 +97,33 @@ function KeyPrompt() {
   );
 }
 
-/** A link to the approvals inbox with the number of tasks waiting for a person (polled
- * from the orchestration metrics every 5 s, and at once when the inbox itself reloads). */
+/** What waits for a person: calls to decide, in how many tasks. */
+export type Waiting = { calls: number; tasks: number };
+
+/** A link to the approvals inbox with the number of calls waiting for a decision (a task
+ * waiting on 3 calls counts 3). The orchestration metrics are polled every 5 s (a route the
+ * Status page's request rates leave out) and the waiting tasks read only while some wait, as
+ * the metrics count tasks, not calls; the inbox, when it reloads, tells the badge at once. */
 function ApprovalsLink() {
-  const [count, setCount] = useState<number | null>(null);
+  const [waiting, setWaiting] = useState<Waiting | null>(null);
   useEffect(() => {
     let stop = false;
-    const poll = () =>
-      document.visibilityState === "visible" &&
-      getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics").then(
-        (m) => !stop && setCount(typeof m?.waiting_tasks === "number" ? m.waiting_tasks : null),
-        () => undefined, // down or not there: keep the last count
-      );
-    poll();
+    const poll = async () => {
+      if (document.visibilityState !== "visible") return;
+      try {
+        const m = await getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics");
+        const tasks = typeof m?.waiting_tasks === "number" ? m.waiting_tasks : null;
+        if (!tasks) return void (!stop && setWaiting(tasks == null ? null : { calls: 0, tasks: 0 }));
+        const body = await getJSON("/api/v1/orchestration/tasks?status=waiting&limit=200");
+        const list = listOf<Task>(body, "tasks").filter((t) => t.status === "waiting");
+        if (!stop) setWaiting({ calls: list.reduce((n, t) => n + (t.pending?.length ?? 0), 0), tasks: list.length });
+      } catch {
+        // down or not there: keep the last count
+      }
+    };
+    void poll();
     const id = setInterval(poll, 5000);
-    const on = (e: Event) => setCount((e as CustomEvent<number>).detail);
+    const on = (e: Event) => setWaiting((e as CustomEvent<Waiting>).detail);
     addEventListener("conch-approvals", on);
     return () => {
       stop = true;
@@ -118,13 +131,16 @@ function ApprovalsLink() {
       removeEventListener("conch-approvals", on);
     };
   }, []);
-  const label = count ? `Approvals: ${count} waiting` : "Approvals: none waiting";
+  const calls = waiting?.calls ?? 0;
+  const label = calls
+    ? `Approvals: ${plural(calls, "call")} waiting for a decision, in ${plural(waiting!.tasks, "task")}`
+    : "Approvals: no call waiting for a decision";
   return (
     <a class="approvals-link" href="#/agents/approvals" aria-label={label} title={label} data-testid="approvals-link">
       Approvals
-      {count ? (
-        <span class="nav-badge" data-testid="approvals-count">
-          {count}
+      {calls ? (
+        <span class="nav-badge" data-testid="approvals-count" aria-hidden="true">
+          {calls}
         </span>
       ) : null}
     </a>

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
+from tests.orchestration.scripted_model import ScriptedModel, call, final, native, tool
 from tests.orchestration.servers import Server
 
 API = "/api/v1/orchestration"
@@ -135,3 +135,47 @@ def test_a_waiting_task_is_decided_on_its_own_page(
     expect(detail.locator(".badge").first).to_have_text("succeeded", timeout=30_000)
     expect(page.get_by_test_id("task-pending")).to_have_count(0)
     expect(detail.get_by_test_id("timeline-step")).to_have_count(2)
+
+
+def test_the_header_badge_counts_pending_calls(orch: Server, scripted: ScriptedModel, page: Any) -> None:
+    """A task waiting on three calls of one native turn counts 3, not 1; with a second task
+    waiting on one call the badge reads 4, its name says what it counts, and it follows the
+    calls as they are decided."""
+    scripted.tool_models.add("native-tools")
+    goal = scripted.script(
+        "List three folders (one turn, three calls)",
+        native(call("ls", path="."), call("ls", path="./"), call("ls", path="././")),
+        {"content": "listed all three"},
+    )
+    with orch.client() as c:
+        assert c.get(f"{API}/tasks?status=waiting").json() == []
+        body = {"goal": goal, "tools": ["ls"], "model": "native-tools", "approvals": ASK_LS}
+        three = c.post(f"{API}/tasks", json=body).json()
+        three = wait_status(c, f"{API}/tasks/{three['id']}", "waiting")
+        assert len(three["pending"]) == 3, three
+        one = waiting_task(c, scripted, "List the workspace (the badge's second task)")
+    page.goto(f"{orch.url}/#/playground")
+    badge = page.get_by_test_id("approvals-count")
+    expect(badge).to_have_text("4", timeout=15_000)
+    link = page.get_by_role("link", name="Approvals: 4 calls waiting for a decision, in 2 tasks")
+    expect(link).to_be_visible()
+    expect(link).to_have_attribute("title", "Approvals: 4 calls waiting for a decision, in 2 tasks")
+    # One of the three decided elsewhere (the API): the badge follows at its next poll.
+    with orch.client() as c:
+        r = c.post(f"{API}/tasks/{three['id']}/approve", json={"call_id": three["pending"][0]["call_id"]})
+        assert r.status_code == 200, r.text
+    expect(badge).to_have_text("3", timeout=15_000)
+    expect(page.get_by_role("link", name="Approvals: 3 calls waiting for a decision, in 2 tasks")).to_be_visible()
+    # The inbox tells the badge at once when it reloads; deciding everything there empties it.
+    page.get_by_test_id("approvals-link").click()
+    inbox = page.get_by_test_id("approvals")
+    expect(inbox.get_by_test_id("approvals-summary")).to_contain_text("2 tasks waiting, 3 calls")
+    for _ in range(3):
+        inbox.get_by_test_id("approve").first.click()
+        page.wait_for_timeout(300)
+    expect(inbox.get_by_test_id("approvals-empty")).to_be_visible(timeout=30_000)
+    expect(badge).to_have_count(0, timeout=15_000)
+    expect(page.get_by_role("link", name="Approvals: no call waiting for a decision")).to_be_visible()
+    with orch.client() as c:
+        assert wait_status(c, f"{API}/tasks/{three['id']}", "succeeded")["result"] == "listed all three"
+        wait_status(c, f"{API}/tasks/{one['id']}", "succeeded")

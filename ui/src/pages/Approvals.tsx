@@ -9,7 +9,7 @@ type Inbox = { tasks: Task[]; steps: Map<string, { wf: Workflow; step: string }>
 
 /** Everything that waits for a person: tasks in status `waiting` (a workflow's task step
  * among them, named by its workflow and step), each with its pending calls. Polled. */
-export function Approvals({ onCount }: { onCount?: (n: number) => void }) {
+export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; tasks: number }) => void }) {
   const inbox = useLoad<Inbox>(async (s) => {
     const [tasks, wfs] = await Promise.all([
       getJSON(`${O}/tasks?status=waiting&limit=200`, s).then((b) => listOf<Task>(b, "tasks")),
@@ -17,8 +17,9 @@ export function Approvals({ onCount }: { onCount?: (n: number) => void }) {
     ]);
     const steps = new Map<string, { wf: Workflow; step: string }>();
     for (const wf of wfs) for (const st of wf.steps) if (st.task_id) steps.set(st.task_id, { wf, step: st.id });
-    onCount?.(tasks.length);
-    return { tasks: tasks.filter((t) => t.status === "waiting"), steps };
+    const waiting = tasks.filter((t) => t.status === "waiting");
+    onCount?.({ calls: waiting.reduce((n, t) => n + (t.pending?.length ?? 0), 0), tasks: waiting.length });
+    return { tasks: waiting, steps };
   });
   useInterval(inbox.reload, 3000);
   const [decided, setDecided] = useState<string | null>(null);
