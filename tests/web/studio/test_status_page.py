@@ -51,7 +51,20 @@ def test_an_idle_server_reads_zero_and_charts_have_axes(
         assert "MB" in memory.locator(".axis text").all_text_contents()
         shown = memory.get_by_test_id("chart-value").inner_text().replace(",", "")
         assert 10 < float(shown) < 100_000, shown
+    # Counts (sequences, queued requests, runs) are whole numbers, on the axis too, and the
+    # axis says "count": what is counted is in the caption, pluralised, not a unit.
+    for testid, noun in (("chart-sequences", "sequences"), ("chart-queue", "requests"), ("chart-runs", "runs")):
+        chart = page.get_by_test_id(testid)
+        expect(chart.locator("figcaption")).to_have_text(re.compile(rf": 0 {noun}$"))
+        assert chart.locator(".axis text").all_text_contents()[:4] == ["2", "1", "0", "count"]
+        expect(chart.locator("svg")).to_have_attribute("aria-label", re.compile(rf"now 0 {noun}; peak 0 {noun} "))
+    # Rates' axes carry no needless digits.
+    assert requests.locator(".axis text").all_text_contents()[:4] == ["1", "0.5", "0", "req/s"]
     page.screenshot(path=str(shots / "status-memory.png"), full_page=True)
+
+
+def _count_axes(page: Any) -> list[str]:
+    return page.locator("[data-testid=chart-sequences] .axis text, [data-testid=chart-queue] .axis text").all_text_contents()
 
 
 def test_tokens_per_second_move_while_an_answer_is_written(
@@ -64,6 +77,7 @@ def test_tokens_per_second_move_while_an_answer_is_written(
     )
     done = threading.Event()
     seen_during: list[str] = []
+    count_axes: list[str] = []
 
     def ask() -> None:
         body = {
@@ -95,11 +109,16 @@ def test_tokens_per_second_move_while_an_answer_is_written(
             if value not in ("0.00", "0"):
                 seen_during.append(value)
                 break
+            count_axes.extend(_count_axes(page))
             time.sleep(0.2)
         # The rate was there while the answer was still being written (the completion counter
         # alone would only move at its end).
         assert seen_during and not done.is_set(), "tokens/s stayed at 0 during generation"
         assert float(seen_during[0].replace(",", "")) > 0
+        # A sequence generating: the count charts' axes still read whole numbers.
+        count_axes.extend(_count_axes(page))
+        ticks = [t for t in count_axes if t not in ("count", "now") and "min" not in t]
+        assert ticks and all(t.replace(",", "").isdigit() for t in ticks), count_axes
         loaded = page.get_by_test_id("loaded-models")
         expect(loaded).to_contain_text(MODEL, timeout=15_000)
         page.screenshot(path=str(shots / "status-generating.png"))

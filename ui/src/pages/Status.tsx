@@ -202,11 +202,11 @@ export function Status() {
         <div class="charts">
           <Chart values={series.requests} label="Inference requests" unit="req/s" />
           <Chart values={series.tps} label="Tokens generated" unit="tokens/s" testid="chart-tps" />
-          <Chart values={series.active} label="Sequences generating" unit="sequences" integer />
-          <Chart values={series.queue} label="Queue depth" unit="requests" integer />
+          <Chart values={series.active} label="Sequences generating" count="sequence" testid="chart-sequences" />
+          <Chart values={series.queue} label="Queue depth" count="request" testid="chart-queue" />
           {gpuTotal ? <Chart values={series.gpu} label="GPU memory used" unit="bytes" max={gpuTotal} format={bytes} /> : null}
           {agentBase !== null && <Chart values={series.agentRequests} label="Agent server requests" unit="req/s" />}
-          {agentBase !== null && <Chart values={series.activeRuns} label="Active runs" unit="runs" integer />}
+          {agentBase !== null && <Chart values={series.activeRuns} label="Active runs" count="run" testid="chart-runs" />}
           {series.infMem.length > 0 && <Chart values={series.infMem} label="Inference server memory" unit="MB" integer testid="chart-memory-inference" />}
           {agentBase !== null && series.agentMem.length > 0 && <Chart values={series.agentMem} label="Agent server memory" unit="MB" integer testid="chart-memory-agent" />}
         </div>
@@ -245,43 +245,55 @@ function fmt(v: number, integer?: boolean): string {
   return v >= 100 ? Math.round(v).toLocaleString() : v.toFixed(v >= 10 ? 1 : 2);
 }
 
+/** An axis label: no more digits than the value needs (1, 0.5, 2.5, 250, 1,000). */
+function tick(v: number): string {
+  return v >= 100 ? Math.round(v).toLocaleString() : String(Number(v.toPrecision(2)));
+}
+
 /** A line chart with its axes: values on the left (0 to a rounded maximum, in the unit),
- * time along the bottom (minutes ago to now). */
-function Chart(props: { values: number[]; label: string; unit: string; integer?: boolean; max?: number; format?: (v: number) => string; testid?: string }) {
-  const { values, label, unit, integer } = props;
+ * time along the bottom (minutes ago to now). A chart of a count (`count`: what is counted,
+ * singular) has whole numbers only, on its axis too, and the axis is titled "count": the
+ * thing counted is in the caption ("Queue depth: 1 request"), as a count has no unit. */
+function Chart(props: { values: number[]; label: string; unit?: string; count?: string; integer?: boolean; max?: number; format?: (v: number) => string; testid?: string }) {
+  const { values, label, count } = props;
+  const integer = props.integer || count != null;
+  const unit = count != null ? "" : props.unit ?? "";
   const W = 300;
   const H = 110;
   const L = 44; // left margin for the value labels
   const B = 18; // bottom margin for the time labels
   const peak = Math.max(...values, 0);
-  const top = props.max ?? niceMax(peak, integer);
+  const top = props.max ?? (count != null ? countMax(peak) : niceMax(peak, integer));
   const show = props.format ?? ((v: number) => fmt(v, integer));
+  const axis = props.format ?? (integer ? (v: number) => fmt(v, true) : tick);
   const x = (i: number) => L + ((W - L - 4) * (WINDOW - values.length + i)) / (WINDOW - 1);
   const y = (v: number) => 4 + (H - B - 8) * (1 - Math.min(v, top) / top);
   const pts = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
   const last = values.length ? values[values.length - 1] : 0;
   const minutes = (WINDOW * PERIOD_S) / 60;
+  const now = count != null ? plural(Math.round(last), count) : `${show(last)}${props.format ? "" : ` ${unit}`}`;
+  const most = count != null ? plural(Math.round(peak), count) : `${show(peak)}${props.format ? "" : ` ${unit}`}`;
   return (
     <figure class="chart" data-testid={props.testid}>
       <figcaption>
-        {label}: <strong data-testid="chart-value">{show(last)}</strong> {props.format ? "" : unit}
+        {label}: <strong data-testid="chart-value">{show(last)}</strong> {count != null ? (Math.round(last) === 1 ? count : `${count}s`) : props.format ? "" : unit}
       </figcaption>
-      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`${label}: now ${show(last)} ${props.format ? "" : unit}; peak ${show(peak)} over the last ${minutes} minutes`}>
+      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`${label}: now ${now}; peak ${most} over the last ${minutes} minutes`}>
         <g class="axis">
           <line x1={L} y1={4} x2={L} y2={H - B} />
           <line x1={L} y1={H - B} x2={W - 4} y2={H - B} />
           <line class="grid" x1={L} y1={y(top / 2)} x2={W - 4} y2={y(top / 2)} />
           <text x={L - 4} y={8} text-anchor="end">
-            {show(top)}
+            {axis(top)}
           </text>
           <text x={L - 4} y={y(top / 2) + 3} text-anchor="end">
-            {integer && top % 2 ? fmt(top / 2) : show(top / 2)}
+            {axis(top / 2)}
           </text>
           <text x={L - 4} y={H - B} text-anchor="end">
             0
           </text>
           <text x={2} y={(H - B) / 2} class="unit" transform={`rotate(-90 8 ${(H - B) / 2})`} text-anchor="middle">
-            {unit}
+            {count != null ? "count" : unit}
           </text>
           <text x={L} y={H - 4}>
             −{minutes} min
@@ -305,6 +317,14 @@ function niceMax(v: number, integer?: boolean): number {
   const p = 10 ** Math.floor(Math.log10(v));
   for (const m of [1, 2, 5, 10]) if (m * p >= v) return integer ? Math.max(1, Math.ceil(m * p)) : m * p;
   return 10 * p;
+}
+
+/** The top of a count's axis: 2, 4 or 10 × 10^n at or above `v`, so that its half (the
+ * middle line) is a whole number too: 0–1–2 when idle, then 4, 10, 20, 40, 100… */
+function countMax(v: number): number {
+  const p = 10 ** Math.max(0, Math.floor(Math.log10(Math.max(v, 1))));
+  for (const m of [1, 2, 4, 10]) if (m * p >= v && (m * p) % 2 === 0) return m * p;
+  return 20 * p;
 }
 
 function Provider({ p, state }: { p: { id: string; status: string; url?: string }; state?: string }) {
