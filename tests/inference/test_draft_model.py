@@ -12,7 +12,7 @@ import conch.inference.engines.llama.engine as le
 from conch.config import Settings
 from conch.inference.engines.base import EngineError, SamplingParams
 from conch.inference.engines.llama.draft_model import check_same_vocab
-from conch.inference.offload import RuntimeOptions, runtime_options
+from conch.inference.offload import EXACT_UBATCH, RuntimeOptions, runtime_options
 from conch.inference.store import ModelRecord, ModelStore
 
 Result = tuple[str, list[int], str | None]
@@ -36,7 +36,7 @@ PROMPTS = [
 
 
 def _runtime(draft_id: str | None, draft_path: Path | None) -> RuntimeOptions:
-    return RuntimeOptions(0, 0, "auto", "f16", le.EXACT_UBATCH, 1024, False, draft_model=draft_id,
+    return RuntimeOptions(0, 0, "on", "f16", EXACT_UBATCH, 1024, False, draft_model=draft_id,
                           draft_path=str(draft_path) if draft_path else None)
 
 
@@ -44,7 +44,8 @@ def _runtime(draft_id: str | None, draft_path: Path | None) -> RuntimeOptions:
 def engines(smollm2_path: Path) -> Iterator[tuple[le.LlamaEngine, le.LlamaEngine]]:
     drafted = le.LlamaEngine("drafted", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=8,
                              runtime=_runtime("smollm2", smollm2_path))
-    plain = le.LlamaEngine("plain", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=0)
+    plain = le.LlamaEngine("plain", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=0,
+                           runtime=_runtime(None, None))
     drafted.load()
     plain.load()
     yield drafted, plain

@@ -16,6 +16,7 @@ import pytest
 import conch.inference.engines.llama.engine as le
 from conch.inference.engines.base import SamplingParams
 from conch.inference.engines.llama.speculative import JUDGE_AFTER, NgramDrafter
+from conch.inference.offload import RuntimeOptions, cpu_attention
 
 CODE = '''def total_price(items, tax_rate):
     total = 0
@@ -30,8 +31,13 @@ COPY = [{"role": "user", "content": f"Rewrite this function, renaming the variab
 
 @pytest.fixture(scope="module")
 def engines(smollm2_path: Path) -> Iterator[tuple[le.LlamaEngine, le.LlamaEngine]]:
+    # Both as a drafting engine runs on the CPU (flash attention, micro-batches under 64:
+    # offload.cpu_attention), so that the only difference is drafting itself.
+    fa, ub = cpu_attention(drafting=True)
     spec = le.LlamaEngine("spec", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=8)
-    plain = le.LlamaEngine("plain", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=0)
+    plain = le.LlamaEngine("plain", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=0,
+                           runtime=RuntimeOptions(0, 0, fa, "f16", ub, 1024, False))
+    assert spec.runtime == plain.runtime
     spec.load()
     plain.load()
     yield spec, plain

@@ -20,13 +20,27 @@ log = logging.getLogger(__name__)
 
 # llama.cpp's micro-batch, as llama-server's default. On a GPU a 64-stream decode step is one
 # micro-batch instead of two (+12 % aggregate at 64 streams, a quarter of the first-token time
-# under 16-stream load; H100, 2026-11-22); on the CPU a prompt is prefilled 1.5x faster per
-# CPU-second than in micro-batches of 63 (2 vCPUs, 2026-11-26: 135 against 90 tokens).
+# under 16-stream load; H100, 2026-11-22).
 CPU_UBATCH = GPU_UBATCH = 512
 # Below 64 query rows ggml's CPU flash attention keeps to one path whose rows do not depend on
-# how they were batched, so a reused prefix holds exactly what a fresh prefill computes
-# (docs/inference.md, "Exact prefix reuse"): ``n_ubatch = 63`` asks for that, at that price.
+# how they were batched (from 64 it switches to a tiled one that does).
 EXACT_UBATCH = 63
+
+
+def cpu_attention(*, drafting: bool, kv_cache_type: str = "f16") -> tuple[str, int]:
+    """``flash_attn = "auto"`` on the CPU, resolved, with its micro-batch.
+
+    Off, in micro-batches of 512: ggml's CPU flash attention took a third more CPU time per
+    prefilled token and a tenth more per generated one than plain attention on the bundled
+    model (2 vCPUs, 2026-11-26), and without it a reused prompt prefix is bitwise what a fresh
+    prefill computes at any micro-batch (docs/inference.md, "Exact prefix reuse"). On where
+    something needs it: a quantized KV cache (llama.cpp quantizes V only with it), and
+    speculative drafting, whose verified drafts (several rows a step) are bitwise what one-row
+    steps give only through flash attention's row-independent path; then in micro-batches
+    under 64 rows, which keep reuse exact with it."""
+    if drafting or kv_cache_type != "f16":
+        return "on", EXACT_UBATCH
+    return "off", CPU_UBATCH
 
 # Compute buffers, CUDA graphs and the driver's own share: kept free when planning.
 _MARGIN_BYTES = 768 * 1024 * 1024
@@ -70,11 +84,18 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
     if not gpu_backend:
         layers = 0  # nothing to offload to: say so instead of pretending
     draft = getattr(over, "draft_model", None) if over is not None else None
-    ubatch = pick("n_ubatch")
-    if ubatch is None:
-        ubatch = GPU_UBATCH if layers != 0 else CPU_UBATCH
+    flash_attn, ubatch = str(pick("flash_attn")), pick("n_ubatch")
+    if layers == 0:
+        drafting = bool(draft) or int(getattr(settings, "draft_max", 0) or 0) > 0
+        auto_fa, cpu_ubatch = cpu_attention(drafting=drafting, kv_cache_type=str(pick("kv_cache_type")))
+        if flash_attn == "auto":
+            flash_attn = auto_fa
+        if ubatch is None:
+            ubatch = cpu_ubatch if flash_attn == "on" else CPU_UBATCH
+    elif ubatch is None:
+        ubatch = GPU_UBATCH
     return RuntimeOptions(
-        n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=str(pick("flash_attn")),
+        n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=flash_attn,
         kv_cache_type=str(pick("kv_cache_type")), n_ubatch=max(1, int(ubatch)), n_ctx=int(pick("n_ctx")),
         gpu_backend=gpu_backend, draft_model=draft, draft_path=draft_model_path(settings, draft) if draft else None,
     )

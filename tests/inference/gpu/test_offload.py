@@ -10,6 +10,7 @@ from conch.config import ModelOverrides, Settings
 from conch.inference import device, offload
 from conch.inference.offload import (
     CPU_UBATCH,
+    EXACT_UBATCH,
     GPU_UBATCH,
     plan_offload,
     read_shape,
@@ -28,6 +29,21 @@ def test_defaults_follow_the_build() -> None:
     assert (forced.n_gpu_layers, forced.n_ubatch) == (0, CPU_UBATCH)
     # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch, as llama-server's (512)
     assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == CPU_UBATCH
+
+
+def test_auto_flash_attention_on_the_cpu() -> None:
+    """Off on the CPU (faster there, and prefix reuse stays exact); on where something needs
+    it — a quantized KV cache, speculative drafting — then in micro-batches under 64 rows; a
+    GPU leaves it to llama.cpp; an explicit setting is kept."""
+    cpu = runtime_options(Settings(), "m", gpu_backend=False)
+    assert (cpu.flash_attn, cpu.n_ubatch) == ("off", CPU_UBATCH)
+    drafting = runtime_options(Settings(draft_max=8), "m", gpu_backend=False)
+    assert (drafting.flash_attn, drafting.n_ubatch) == ("on", EXACT_UBATCH)
+    quantized = runtime_options(Settings(kv_cache_type="q8_0"), "m", gpu_backend=False)
+    assert (quantized.flash_attn, quantized.n_ubatch) == ("on", EXACT_UBATCH)
+    assert runtime_options(Settings(), "m", gpu_backend=True).flash_attn == "auto"
+    pinned = runtime_options(Settings(flash_attn="on", n_ubatch=256), "m", gpu_backend=False)
+    assert (pinned.flash_attn, pinned.n_ubatch) == ("on", 256)
 
 
 def test_per_model_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

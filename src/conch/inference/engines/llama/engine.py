@@ -47,7 +47,7 @@ from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
-from conch.inference.offload import EXACT_UBATCH, Placement, RuntimeOptions, load_placed
+from conch.inference.offload import Placement, RuntimeOptions, cpu_attention, load_placed
 from conch.inference.tool_calls import render_messages
 
 if TYPE_CHECKING:
@@ -104,7 +104,8 @@ class LlamaEngine:
         self.n_vocab = 0
         self.stats = EngineStats()
         # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
-        self.runtime = runtime or RuntimeOptions(0, 0, "auto", "f16", EXACT_UBATCH, n_ctx, False)
+        flash_attn, n_ubatch = cpu_attention(drafting=draft_max > 0)
+        self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
         self.placement: Placement | None = None
 
         self._model: Any = None
@@ -193,8 +194,7 @@ class LlamaEngine:
         return {
             "n_ctx": kv_total,
             "n_batch": self.n_batch,
-            # 512 by default, as llama-server; 63 for exact prefix reuse (kv_pool.py), whose
-            # price is a third of the CPU's prefill speed (conch.inference.offload).
+            # 512, as llama-server (conch.inference.offload).
             "n_ubatch": min(self.n_batch, self.runtime.n_ubatch),
             "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
             "type_k": _KV_TYPES[self.runtime.kv_cache_type],

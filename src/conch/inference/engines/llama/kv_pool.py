@@ -26,6 +26,9 @@ prefill would overwrite all but that prefix), and only while no other sequence h
 it lands where the prefill's cells would. Loaded into another free sequence beside an idle
 prefix (a "Hello" served first), it sat after that prefix's cells and the greedy answer
 changed.
+
+Both are flash attention's paths, which the CPU runs only where it is asked for (it is off
+there by default: offload.CPU_FLASH_ATTN); the pool keeps to these rules either way.
 """
 
 from __future__ import annotations
@@ -114,11 +117,10 @@ class KVPool:
         llama_cpp = init_backend()
         n = len(job.tokens)
         best, best_len = self._best_cached(job.tokens)
-        # At least one prompt token is decoded again: its logits give the first sample. With
-        # micro-batches of at most 63 rows (``n_ubatch = 63``, offload.EXACT_UBATCH) the reused
-        # prefix holds exactly the KV a fresh prefill would compute, so reuse never changes an
-        # output; with larger ones (the default, as llama-server) the re-decoded tail is batched
-        # otherwise than a fresh prefill and may round differently in the last bits.
+        # At least one prompt token is decoded again: its logits give the first sample. On the
+        # CPU without flash attention (the default, offload.CPU_FLASH_ATTN), or with it in
+        # micro-batches under 64 rows, the reused prefix holds exactly the KV a fresh prefill
+        # would compute, so reuse never changes an output.
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):
@@ -146,7 +148,7 @@ class KVPool:
 
         The saved cells are what a prefill computed, copied byte for byte; placed as a prefill
         places them (see "Restored cells"), a restored prefix gives the outputs a fresh prefill
-        would, bitwise with micro-batches of at most 63 rows (see :meth:`assign`)."""
+        would (bitwise where reuse is: see :meth:`assign`)."""
         disk = self.disk
         assert disk is not None
         n = len(job.tokens)
