@@ -160,12 +160,12 @@ class Settings(BaseSettings):
     # llama.cpp has a GPU backend compiled in and none otherwise; -1 is every layer, 0 the CPU.
     n_gpu_layers: int | None = None
     main_gpu: int = 0
-    # auto: llama.cpp's choice on a GPU; off on the CPU, where plain attention is faster and
-    # keeps prefix reuse exact (on with a quantized KV cache or drafting, which need it).
+    # auto: llama.cpp's choice on a GPU, on on the CPU ("off" there: faster for one stream,
+    # slower for several; docs/inference.md, "Which attention").
     flash_attn: Literal["auto", "on", "off"] = "auto"
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
-    # llama.cpp's micro-batch (n_ubatch). None: 512, as llama-server (63 with flash attention on
-    # the CPU: docs/inference.md, "Exact prefix reuse").
+    # llama.cpp's micro-batch (n_ubatch). None: 512 on a GPU; on the CPU 63 with flash attention
+    # (keeps prefix reuse exact: docs/inference.md, "Exact prefix reuse"), 512 without.
     n_ubatch: int | None = None
     # Per-model overrides of the settings above (and n_ctx), keyed by model id:
     # [model_overrides."smollm2-135m-instruct"] n_gpu_layers = 0

@@ -21,6 +21,7 @@ import pytest
 import conch.inference.engines.llama.backend as backend
 from conch.inference.engines.base import SamplingParams
 from conch.inference.engines.llama import LlamaEngine
+from conch.inference.offload import RuntimeOptions, cpu_attention
 
 
 def _address(pointer: Any) -> int:
@@ -60,8 +61,9 @@ def _prompts() -> list[list[dict[str, str]]]:
     return [*out, out[1], out[4]]
 
 
-def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    engine = LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt)
+def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch,
+         runtime: RuntimeOptions | None = None) -> list[list[str]]:
+    engine = LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt, runtime=runtime)
     # The worker thread binds the fast calls when it starts (in load).
     hashing = _HashingCalls(backend.fast_calls(), N_VOCAB)
     monkeypatch.setattr(backend, "_fast", hashing)
@@ -100,3 +102,15 @@ def test_prefix_reuse_is_bitwise_exact(smollm2_path: Path, monkeypatch: pytest.M
     assert all(fresh) and sum(map(len, fresh)) > 50
     assert reused == fresh
 
+
+
+def test_prefix_reuse_is_exact_without_flash_attention_too(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flash_attn = "off"`` on the CPU, in llama-server's micro-batches of 512: plain
+    attention's rows do not depend on how they were batched either."""
+    fa, ubatch = cpu_attention("off")
+    assert (fa, ubatch) == ("off", 512)
+    off = RuntimeOptions(0, 0, fa, "f16", ubatch, 1024, False)
+    fresh = _run(smollm2_path, cache_prompt=False, monkeypatch=monkeypatch, runtime=off)
+    reused = _run(smollm2_path, cache_prompt=True, monkeypatch=monkeypatch, runtime=off)
+    assert all(fresh) and sum(map(len, fresh)) > 50
+    assert reused == fresh

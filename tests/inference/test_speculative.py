@@ -33,7 +33,7 @@ COPY = [{"role": "user", "content": f"Rewrite this function, renaming the variab
 def engines(smollm2_path: Path) -> Iterator[tuple[le.LlamaEngine, le.LlamaEngine]]:
     # Both as a drafting engine runs on the CPU (flash attention, micro-batches under 64:
     # offload.cpu_attention), so that the only difference is drafting itself.
-    fa, ub = cpu_attention(drafting=True)
+    fa, ub = cpu_attention("auto")
     spec = le.LlamaEngine("spec", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=8)
     plain = le.LlamaEngine("plain", str(smollm2_path), n_ctx=1024, n_parallel=2, draft_max=0,
                            runtime=RuntimeOptions(0, 0, fa, "f16", ub, 1024, False))

@@ -20,27 +20,28 @@ log = logging.getLogger(__name__)
 
 # llama.cpp's micro-batch, as llama-server's default. On a GPU a 64-stream decode step is one
 # micro-batch instead of two (+12 % aggregate at 64 streams, a quarter of the first-token time
-# under 16-stream load; H100, 2026-11-22).
+# under 16-stream load; H100, 2026-11-22). On the CPU, with flash attention off.
 CPU_UBATCH = GPU_UBATCH = 512
 # Below 64 query rows ggml's CPU flash attention keeps to one path whose rows do not depend on
-# how they were batched (from 64 it switches to a tiled one that does).
+# how they were batched (from 64 it switches to a tiled one that does): the CPU's default.
 EXACT_UBATCH = 63
 
 
-def cpu_attention(*, drafting: bool, kv_cache_type: str = "f16") -> tuple[str, int]:
-    """``flash_attn = "auto"`` on the CPU, resolved, with its micro-batch.
+def cpu_attention(flash_attn: str) -> tuple[str, int]:
+    """``flash_attn`` on the CPU, ``auto`` resolved, with its default micro-batch.
 
-    Off, in micro-batches of 512: ggml's CPU flash attention took a third more CPU time per
-    prefilled token and a tenth more per generated one than plain attention on the bundled
-    model (2 vCPUs, 2026-11-26), and without it a reused prompt prefix is bitwise what a fresh
-    prefill computes at any micro-batch (docs/inference.md, "Exact prefix reuse"). On where
-    something needs it: a quantized KV cache (llama.cpp quantizes V only with it), and
-    speculative drafting, whose verified drafts (several rows a step) are bitwise what one-row
-    steps give only through flash attention's row-independent path; then in micro-batches
-    under 64 rows, which keep reuse exact with it."""
-    if drafting or kv_cache_type != "f16":
-        return "on", EXACT_UBATCH
-    return "off", CPU_UBATCH
+    ``auto`` is on, in micro-batches under 64 rows: ggml's CPU flash attention skips the cells
+    a row may not see, so several streams in the unified KV pool each attend over their own
+    cells only; plain attention computes every row over every sequence's cells, and so took
+    more time at 4 and 8 streams (2026-11-26: 113–131 against 133–157 tokens/s) although it
+    prefilled ~1.4x and generated ~1.1x the tokens per CPU-second of one stream. Flash
+    attention is also what a quantized KV cache needs, and what keeps a verified draft
+    (several rows a step) bitwise what one-row steps give. Under 64 rows its results do not
+    depend on how rows were batched, so a reused prefix is exact; ``off`` is exact at any
+    micro-batch and takes llama-server's 512 (docs/inference.md, "Exact prefix reuse")."""
+    if flash_attn == "off":
+        return "off", CPU_UBATCH
+    return "on", EXACT_UBATCH
 
 # Compute buffers, CUDA graphs and the driver's own share: kept free when planning.
 _MARGIN_BYTES = 768 * 1024 * 1024
@@ -86,12 +87,8 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
     draft = getattr(over, "draft_model", None) if over is not None else None
     flash_attn, ubatch = str(pick("flash_attn")), pick("n_ubatch")
     if layers == 0:
-        drafting = bool(draft) or int(getattr(settings, "draft_max", 0) or 0) > 0
-        auto_fa, cpu_ubatch = cpu_attention(drafting=drafting, kv_cache_type=str(pick("kv_cache_type")))
-        if flash_attn == "auto":
-            flash_attn = auto_fa
-        if ubatch is None:
-            ubatch = cpu_ubatch if flash_attn == "on" else CPU_UBATCH
+        flash_attn, cpu_ubatch = cpu_attention(flash_attn)
+        ubatch = cpu_ubatch if ubatch is None else ubatch
     elif ubatch is None:
         ubatch = GPU_UBATCH
     return RuntimeOptions(

@@ -23,24 +23,21 @@ def test_defaults_follow_the_build() -> None:
     gpu = runtime_options(s, "m", gpu_backend=True)
     assert (gpu.n_gpu_layers, gpu.n_ubatch, gpu.on_gpu) == (-1, GPU_UBATCH, True)
     cpu = runtime_options(s, "m", gpu_backend=False)
-    assert (cpu.n_gpu_layers, cpu.n_ubatch, cpu.on_gpu) == (0, CPU_UBATCH, False)
+    assert (cpu.n_gpu_layers, cpu.n_ubatch, cpu.on_gpu) == (0, EXACT_UBATCH, False)
     # asking for layers without a GPU backend runs on the CPU
     forced = runtime_options(Settings(n_gpu_layers=99), "m", gpu_backend=False)
-    assert (forced.n_gpu_layers, forced.n_ubatch) == (0, CPU_UBATCH)
-    # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch, as llama-server's (512)
-    assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == CPU_UBATCH
+    assert (forced.n_gpu_layers, forced.n_ubatch) == (0, EXACT_UBATCH)
+    # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch
+    assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == EXACT_UBATCH
 
 
 def test_auto_flash_attention_on_the_cpu() -> None:
-    """Off on the CPU (faster there, and prefix reuse stays exact); on where something needs
-    it — a quantized KV cache, speculative drafting — then in micro-batches under 64 rows; a
-    GPU leaves it to llama.cpp; an explicit setting is kept."""
+    """On the CPU ``auto`` is flash attention in micro-batches under 64 rows (exact reuse);
+    ``off`` takes 512 (exact too); a GPU leaves it to llama.cpp; a micro-batch set is kept."""
     cpu = runtime_options(Settings(), "m", gpu_backend=False)
-    assert (cpu.flash_attn, cpu.n_ubatch) == ("off", CPU_UBATCH)
-    drafting = runtime_options(Settings(draft_max=8), "m", gpu_backend=False)
-    assert (drafting.flash_attn, drafting.n_ubatch) == ("on", EXACT_UBATCH)
-    quantized = runtime_options(Settings(kv_cache_type="q8_0"), "m", gpu_backend=False)
-    assert (quantized.flash_attn, quantized.n_ubatch) == ("on", EXACT_UBATCH)
+    assert (cpu.flash_attn, cpu.n_ubatch) == ("on", EXACT_UBATCH)
+    off = runtime_options(Settings(flash_attn="off"), "m", gpu_backend=False)
+    assert (off.flash_attn, off.n_ubatch) == ("off", CPU_UBATCH)
     assert runtime_options(Settings(), "m", gpu_backend=True).flash_attn == "auto"
     pinned = runtime_options(Settings(flash_attn="on", n_ubatch=256), "m", gpu_backend=False)
     assert (pinned.flash_attn, pinned.n_ubatch) == ("on", 256)

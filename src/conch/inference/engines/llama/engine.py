@@ -104,7 +104,7 @@ class LlamaEngine:
         self.n_vocab = 0
         self.stats = EngineStats()
         # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
-        flash_attn, n_ubatch = cpu_attention(drafting=draft_max > 0)
+        flash_attn, n_ubatch = cpu_attention("auto")
         self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
         self.placement: Placement | None = None
 

@@ -27,8 +27,8 @@ it lands where the prefill's cells would. Loaded into another free sequence besi
 prefix (a "Hello" served first), it sat after that prefix's cells and the greedy answer
 changed.
 
-Both are flash attention's paths, which the CPU runs only where it is asked for (it is off
-there by default: offload.CPU_FLASH_ATTN); the pool keeps to these rules either way.
+Both are flash attention's paths (on by default on the CPU; ``flash_attn = "off"`` has
+neither); the pool keeps to these rules either way.
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ class KVPool:
         n = len(job.tokens)
         best, best_len = self._best_cached(job.tokens)
         # At least one prompt token is decoded again: its logits give the first sample. On the
-        # CPU without flash attention (the default, offload.CPU_FLASH_ATTN), or with it in
-        # micro-batches under 64 rows, the reused prefix holds exactly the KV a fresh prefill
-        # would compute, so reuse never changes an output.
+        # CPU, with flash attention in micro-batches under 64 rows (the default) or without it,
+        # the reused prefix holds exactly the KV a fresh prefill would compute, so reuse never
+        # changes an output (offload.cpu_attention).
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):
