@@ -502,12 +502,9 @@ BATCHED = [
 ]
 
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 4095, 4096, 4097, 4101, 9000])
-@pytest.mark.parametrize("source", BATCHED)
-def test_batched_steps_count_the_same(source: str, n: int) -> None:
-    """Around the least step limit that runs the program, and where its steps would stop in
-    each stage, the fused program fails (or runs) as the unfused one: at the same element,
-    with the same error, after the same output."""
+def _steps_count_the_same(source: str, n: int) -> None:
+    """Around the least step limit that runs ``source`` over ``n`` Ints, and where its steps
+    would stop in each stage, the batched fused program fails (or runs) as the unfused one."""
     assert "$batch" in checked_code_names(source)
     xs: list[Any] = list(range(n))
     least = least_steps(source, xs)
@@ -518,6 +515,15 @@ def test_batched_steps_count_the_same(source: str, n: int) -> None:
         assert fused == outcome_with(source, xs, Limits(steps=steps), False), (n, steps)
     assert not limited(outcome_with(source, xs, Limits(steps=least), True))
     assert least == 1 or limited(outcome_with(source, xs, Limits(steps=least - 1), True))
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 4095, 4096, 4097, 4101, 9000])
+@pytest.mark.parametrize("source", BATCHED)
+def test_batched_steps_count_the_same(source: str, n: int) -> None:
+    """Around the least step limit that runs the program, and where its steps would stop in
+    each stage, the fused program fails (or runs) as the unfused one: at the same element,
+    with the same error, after the same output."""
+    _steps_count_the_same(source, n)
 
 
 @pytest.mark.parametrize("xs", [[1, True, 3], [1, "a", 3], [1, 2, None], [{"a": 1}], [*range(5000), "x"]])
@@ -586,16 +592,7 @@ def test_batched_loops_count_the_same(template: str, n: int) -> None:
     """A fold, a test or a summed chain (one loop) over a Range or a list takes its steps in
     batches: the step limit is met, and errors come, as unbatched."""
     source = template.replace("N", str(n))
-    assert "$batch" in checked_code_names(source)
-    xs: list[Any] = list(range(n))
-    least = least_steps(source, xs)
-    limits = {1, 2, 3, 17, least - 2, least - 1, least, least + 1}
-    limits |= {least * k // 7 + d for k in range(1, 7) for d in (-1, 0, 1)}
-    for steps in sorted(s for s in limits if s > 0):
-        fused = outcome_with(source, xs, Limits(steps=steps), True)
-        assert fused == outcome_with(source, xs, Limits(steps=steps), False), (n, steps)
-    assert not limited(outcome_with(source, xs, Limits(steps=least), True))
-    assert least == 1 or limited(outcome_with(source, xs, Limits(steps=least - 1), True))
+    _steps_count_the_same(source, n)
 
 
 def test_a_lazy_result_is_not_batched() -> None:

@@ -6,23 +6,16 @@ restarted); only models that can chat are offered."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import expect
 
 from tests.inference.sources.conftest import make_small_gguf
-from tests.web.conftest import _free_port
-from tests.web.studio.conftest import VIEWPORT, Servers
+from tests.web.studio.conftest import VIEWPORT, InferenceProcess, Servers
 
 MODEL = "smollm2-135m-instruct"
 
@@ -328,62 +321,6 @@ def test_a_failed_answer_is_kept_marked_and_retried(servers: Servers, page: Any,
         expect(page.get_by_test_id("regenerate")).to_have_count(1)
     finally:
         httpx.delete(servers.inference + f"/v1/models/{broken}", timeout=30)
-
-
-# -- an inference server killed mid-answer, then started again ---------------------------------
-_SERVE = """
-import sys, uvicorn
-from pathlib import Path
-from conch.config import Settings
-from conch.web.inference.app import create_app
-data, port, models_port = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-settings = Settings(data_dir=data, port=port, models_port=models_port, n_parallel=1, n_ctx=1024)
-uvicorn.run(create_app(settings), host="127.0.0.1", port=models_port, log_level="warning")
-"""
-
-
-class InferenceProcess:
-    """`conch models serve` in its own process, so that a test can kill it (SIGKILL: the
-    connection drops mid-stream, as when the machine or the process dies)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.port, self.models_port = _free_port(), _free_port()
-        self.url = f"http://127.0.0.1:{self.models_port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, str(self.data_dir), str(self.port), str(self.models_port)],
-            env=env,
-        )
-        # Generous: importing conch and starting a server takes a few seconds, more on a busy
-        # machine.
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, "the inference server exited"
-            time.sleep(0.2)
-        raise RuntimeError("the inference server did not start")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-
-@pytest.fixture()
-def inference(tmp_path: Path) -> Iterator[InferenceProcess]:
-    server = InferenceProcess(tmp_path / "data")
-    server.data_dir.mkdir()
-    server.start()
-    yield server
-    server.kill()
 
 
 def test_an_answer_cut_off_by_a_dead_server_is_kept_and_retried(browser: Any, inference: InferenceProcess, shots: Path) -> None:

@@ -8,16 +8,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import expect
 
-from tests.web.studio.conftest import VIEWPORT, Servers
-from tests.web.studio.test_chats import InferenceProcess
+from tests.web.studio.conftest import VIEWPORT, InferenceProcess, Servers
 
 MODEL = "smollm2-135m-instruct"
 
@@ -145,15 +142,6 @@ def test_an_outage_is_shown_and_the_page_reconnects(
     expect(page.get_by_test_id("reconnected")).to_contain_text("answers again")
     expect(page.get_by_test_id("inference-health")).to_contain_text("running", timeout=15_000)
     expect(page.get_by_test_id("inference-health")).not_to_contain_text("unreachable")
-
-
-@pytest.fixture()
-def inference(tmp_path: Path) -> Iterator[InferenceProcess]:
-    server = InferenceProcess(tmp_path / "data")
-    server.data_dir.mkdir()
-    server.start()
-    yield server
-    server.kill()
 
 
 def test_a_server_killed_and_started_again_is_picked_up(
