@@ -354,7 +354,7 @@ def run_llama_server(bin_: Path, model: Path, a: argparse.Namespace, work: Path)
 def run_conch(model: Path, a: argparse.Namespace, work: Path, lib_env: dict[str, str]) -> dict[str, Any]:
     data = work / "conch-data"
     base_env = {**os.environ, **lib_env, "CONCH_DATA_DIR": str(data), "CONCH_CONFIG": str(work / "none.toml"),
-                "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+                "PYTHONPATH": f"{a.conch_src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if not (data / ".bench-pulled").exists():
         r = _run([sys.executable, "-m", "conch.cli.main", "models", "pull", "bench", "--source", "file",
                   "--path", str(model)], env=base_env, timeout=600)
@@ -371,6 +371,9 @@ def run_conch(model: Path, a: argparse.Namespace, work: Path, lib_env: dict[str,
             m = measure_server(f"http://127.0.0.1:{port}", "bench", procs=a.procs, **kw)
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 m["status"] = httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).json()
+            with contextlib.suppress(httpx.HTTPError):  # what the studio's GPU memory chart reads
+                m["metrics_device"] = [line for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+                                       .text.splitlines() if "gpu" in line or "device" in line]
             res.update({k: v for k, v in m.items() if k != "errors" or v})
     return res
 
@@ -470,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slot-ctx", type=int, default=512, help="llama-server context per slot")
     ap.add_argument("--conch-ctx", type=int, default=8192)
     ap.add_argument("--n-gpu-layers", type=int, default=-1)
+    ap.add_argument("--conch-src", type=Path, default=ROOT / "src",
+                    help="the src folder conch runs from (an older checkout's, to compare two commits)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: run the harness on the CPU with the bundled model and a few tokens")
     a = ap.parse_args(argv)

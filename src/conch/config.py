@@ -61,6 +61,7 @@ class ModelOverrides(BaseModel):
     flash_attn: Literal["auto", "on", "off"] | None = None
     kv_cache_type: Literal["f16", "q8_0"] | None = None
     n_ubatch: int | None = None
+    n_batch: int | None = None
     n_ctx: int | None = None
     # Another local GGUF model (its id) proposing speculative drafts for this one; it must
     # share this model's vocabulary (docs/inference.md, "Speculative decoding").
@@ -167,6 +168,9 @@ class Settings(BaseSettings):
     # llama.cpp's micro-batch (n_ubatch). None: 512 on a GPU; on the CPU 63 with flash attention
     # (keeps prefix reuse exact: docs/inference.md, "Exact prefix reuse"), 512 without.
     n_ubatch: int | None = None
+    # Prompt tokens per step (llama.cpp's n_batch, llama-server's -b). None: 2048 on a GPU, 512 on
+    # the CPU (docs/inference.md, "Defaults").
+    n_batch: int | None = None
     # Per-model overrides of the settings above (and n_ctx), keyed by model id:
     # [model_overrides."smollm2-135m-instruct"] n_gpu_layers = 0
     model_overrides: dict[str, ModelOverrides] = Field(default_factory=dict)

@@ -22,6 +22,15 @@ log = logging.getLogger(__name__)
 # micro-batch instead of two (+12 % aggregate at 64 streams, a quarter of the first-token time
 # under 16-stream load; H100, 2026-11-22). On the CPU, with flash attention off.
 CPU_UBATCH = GPU_UBATCH = 512
+# Prompt tokens the scheduler hands llama.cpp in one step (llama.cpp's logical batch, n_batch).
+# On a GPU, llama-server's 2048: a step of a few hundred tokens costs a GPU little more than a
+# decode step, so a burst of prompts is prefilled in one or two steps, not eight. On the CPU a
+# step's time grows with its tokens, and 512 keeps a prompt from holding up the streams that are
+# generating for long.
+CPU_BATCH, GPU_BATCH = 512, 2048
+# Prompt tokens per step while other sequences are generating (chunked prefill) on the CPU; on a
+# GPU one micro-batch (n_ubatch), which costs the generating streams about one decode step.
+CPU_PREFILL_CHUNK = 128
 # Below 64 query rows ggml's CPU flash attention keeps to one path whose rows do not depend on
 # how they were batched (from 64 it switches to a tiled one that does): the CPU's default.
 EXACT_UBATCH = 63
@@ -61,6 +70,12 @@ class RuntimeOptions:
     gpu_backend: bool  # llama.cpp has a GPU backend compiled in
     draft_model: str | None = None  # another local model's id proposing speculative drafts
     draft_path: str | None = None  # its GGUF file; None: no ready local GGUF model has that id
+    n_batch: int = CPU_BATCH  # prompt tokens per step (llama.cpp's n_batch)
+
+    @property
+    def prefill_chunk(self) -> int:
+        """Prompt tokens per step while other sequences generate (chunked prefill)."""
+        return min(self.n_batch, self.n_ubatch if self.on_gpu else CPU_PREFILL_CHUNK)
 
     @property
     def on_gpu(self) -> bool:
@@ -91,10 +106,14 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
         ubatch = cpu_ubatch if ubatch is None else ubatch
     elif ubatch is None:
         ubatch = GPU_UBATCH
+    batch = pick("n_batch")
+    if batch is None:
+        batch = CPU_BATCH if layers == 0 else GPU_BATCH
     return RuntimeOptions(
         n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=flash_attn,
         kv_cache_type=str(pick("kv_cache_type")), n_ubatch=max(1, int(ubatch)), n_ctx=int(pick("n_ctx")),
         gpu_backend=gpu_backend, draft_model=draft, draft_path=draft_model_path(settings, draft) if draft else None,
+        n_batch=max(1, int(batch)),
     )
 
 

@@ -9,8 +9,11 @@ import pytest
 from conch.config import ModelOverrides, Settings
 from conch.inference import device, offload
 from conch.inference.offload import (
+    CPU_BATCH,
+    CPU_PREFILL_CHUNK,
     CPU_UBATCH,
     EXACT_UBATCH,
+    GPU_BATCH,
     GPU_UBATCH,
     plan_offload,
     read_shape,
@@ -29,6 +32,21 @@ def test_defaults_follow_the_build() -> None:
     assert (forced.n_gpu_layers, forced.n_ubatch) == (0, EXACT_UBATCH)
     # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch
     assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == EXACT_UBATCH
+
+
+def test_prompt_batch_follows_the_device() -> None:
+    """llama-server's 2048 prompt tokens a step on a GPU, where a burst of prompts then takes
+    one or two steps, and one micro-batch of prompt while others generate; 512 and 128 on the
+    CPU, where a step's time grows with its tokens; a setting wins, per model too."""
+    gpu = runtime_options(Settings(), "m", gpu_backend=True)
+    assert (gpu.n_batch, gpu.prefill_chunk) == (GPU_BATCH, GPU_UBATCH)
+    cpu = runtime_options(Settings(), "m", gpu_backend=False)
+    assert (cpu.n_batch, cpu.prefill_chunk) == (CPU_BATCH, CPU_PREFILL_CHUNK)
+    assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_batch == CPU_BATCH
+    small = runtime_options(Settings(n_batch=256, n_ubatch=64), "m", gpu_backend=True)
+    assert (small.n_batch, small.prefill_chunk) == (256, 64)
+    tiny = Settings(model_overrides={"t": ModelOverrides(n_batch=100)})
+    assert runtime_options(tiny, "t", gpu_backend=False).prefill_chunk == 100
 
 
 def test_auto_flash_attention_on_the_cpu() -> None:

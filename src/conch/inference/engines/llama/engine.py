@@ -71,7 +71,7 @@ class LlamaEngine:
         n_threads_batch: int | None = None,
         n_parallel: int = 4,
         cache_prompt: bool = True,
-        n_batch: int = 512,
+        n_batch: int | None = None,
         max_queue: int = 64,
         draft_max: int = 0,
         chat_template: str | None = None,
@@ -90,7 +90,6 @@ class LlamaEngine:
         self.n_threads_batch = n_threads_batch or self.n_threads
         self.cache_prompt = cache_prompt
         self.n_parallel = max(1, n_parallel)
-        self.n_batch = n_batch
         self.max_queue = max_queue
         self.draft_max = draft_max
         self._template_override = chat_template
@@ -106,6 +105,8 @@ class LlamaEngine:
         # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
         flash_attn, n_ubatch = cpu_attention("auto")
         self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
+        # Prompt tokens per step: the runtime's (2048 on a GPU, 512 on the CPU) unless given.
+        self.n_batch = n_batch or self.runtime.n_batch
         self.placement: Placement | None = None
 
         self._model: Any = None
@@ -182,7 +183,7 @@ class LlamaEngine:
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
-                draft_max=self.draft_max, draft=draft,
+                draft_max=self.draft_max, draft=draft, prefill_chunk=min(self.n_batch, self.runtime.prefill_chunk),
             )
             pool = self.scheduler.pool
             # Where a prefill's micro-batches end decides which prefix reuse is exact (kv_pool.py).
@@ -194,7 +195,7 @@ class LlamaEngine:
         return {
             "n_ctx": kv_total,
             "n_batch": self.n_batch,
-            # 512, as llama-server (conch.inference.offload).
+            # 512 on a GPU, as llama-server; 63 on the CPU (conch.inference.offload).
             "n_ubatch": min(self.n_batch, self.runtime.n_ubatch),
             "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
             "type_k": _KV_TYPES[self.runtime.kv_cache_type],
@@ -261,7 +262,8 @@ class LlamaEngine:
         # for bit what this context computes (greedy outputs differ between 1 and 2 threads).
         config = {
             "n_ctx": self.n_ctx, "kv_total": kv_total, "kv_cache_type": opts.kv_cache_type,
-            "flash_attn": opts.flash_attn, "n_ubatch": min(self.n_batch, opts.n_ubatch), "n_gpu_layers": n_gpu_layers,
+            "flash_attn": opts.flash_attn, "n_batch": self.n_batch, "n_ubatch": min(self.n_batch, opts.n_ubatch),
+            "n_gpu_layers": n_gpu_layers,
             "n_threads": self.n_threads, "n_threads_batch": self.n_threads_batch,
         }
         try:

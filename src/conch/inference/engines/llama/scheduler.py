@@ -40,12 +40,10 @@ from conch.inference.engines.llama.backend import fast_calls, init_backend, rele
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.kv_pool import KVPool
 from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, Acceptance, NgramDrafter
+from conch.inference.offload import CPU_PREFILL_CHUNK
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens decoded per step while other sequences are generating (chunked prefill): a long
-# prompt then delays the running streams by one chunk at a time instead of all at once.
-PREFILL_CHUNK_BUSY = 128
 # Speculative drafts (speculative.py) are decoded only while few sequences generate: a drafted
 # position costs nearly a whole token of compute once a step is large, and is thrown away when
 # the draft is wrong. At most this many drafted tokens go into one step.
@@ -140,12 +138,17 @@ class Scheduler:
         stats: EngineStats,
         draft_max: int = 0,
         draft: DraftModel | None = None,
+        prefill_chunk: int = CPU_PREFILL_CHUNK,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
         self._ctx = ctx
         self.name = name
         self.n_batch = n_batch
+        # Prompt tokens decoded per step while other sequences are generating (chunked
+        # prefill): a long prompt then delays the running streams by one chunk at a time
+        # instead of all at once (conch.inference.offload: 128 on the CPU, n_ubatch on a GPU).
+        self.prefill_chunk = max(1, prefill_chunk)
         self.max_queue = max_queue
         self.stats = stats
         self.draft_max = max(0, draft_max)  # tokens drafted per sequence and step; 0: no drafting
@@ -480,7 +483,7 @@ class Scheduler:
         a bounded chunk when other streams are generating, so their tokens keep flowing."""
         if generating == 0:
             return self.n_batch
-        return max(0, min(self.n_batch - generating, PREFILL_CHUNK_BUSY))
+        return max(0, min(self.n_batch - generating, self.prefill_chunk))
 
     def _step_need(self, jobs: list[Job]) -> int:
         """KV cells the next step writes, drafts aside: a token per generating sequence and
