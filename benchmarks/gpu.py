@@ -58,6 +58,7 @@ except ImportError:  # imported as benchmarks.gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_PROMPT = "Write a very long and detailed story about a lighthouse keeper and the sea, chapter by chapter."
+SMOLLM2_END_TOKENS = (0, 2)  # <|endoftext|>, <|im_end|>
 TARGETS = (  # (label, key, higher is better)
     ("1-stream decode tok/s", "decode_tps", True),
     ("TTFT p50", "ttft_p50_ms", False),
@@ -285,16 +286,21 @@ class GpuSampler(threading.Thread):
 
 # -- the load generator (benchmarks/serving.py) ------------------------------------------------------
 
-def _body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    return serving.body(model, prompt, max_tokens, stop=False)
+def _body(model: str, prompt: str, max_tokens: int, ban: tuple[int, ...] = ()) -> dict[str, Any]:
+    body = serving.body(model, prompt, max_tokens, stop=False)
+    if ban:  # every stream runs to max_tokens: random weights otherwise end some early, at random
+        body["logit_bias"] = {str(t): -100 for t in ban}
+    return body
 
 
-async def _sequential(url: str, model: str, prompts: list[str], max_tokens: int) -> list[dict[str, Any]]:
-    return await serving.sequential(url, [_body(model, p, max_tokens) for p in prompts])
+async def _sequential(url: str, model: str, prompts: list[str], max_tokens: int,
+                      ban: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    return await serving.sequential(url, [_body(model, p, max_tokens, ban) for p in prompts])
 
 
-def _client_proc(url: str, model: str, idxs: list[int], max_tokens: int, start_at: float) -> list[dict[str, Any]]:
-    return asyncio.run(serving.burst(url, [_body(model, f"Stream {i}: {LONG_PROMPT}", max_tokens) for i in idxs],
+def _client_proc(url: str, model: str, idxs: list[int], max_tokens: int, start_at: float,
+                 ban: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    return asyncio.run(serving.burst(url, [_body(model, f"Stream {i}: {LONG_PROMPT}", max_tokens, ban) for i in idxs],
                                      start_at))
 
 
@@ -302,11 +308,11 @@ _median = serving.median
 
 
 def measure_server(url: str, model: str, *, single: int, single_tokens: int, ttft: int,
-                   streams: list[tuple[int, int]], procs: int) -> dict[str, Any]:
+                   streams: list[tuple[int, int]], procs: int, ban: tuple[int, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": []}
     asyncio.run(_sequential(url, model, ["Warm-up: hello"], 16))
     if single:
-        runs = asyncio.run(_sequential(url, model, [LONG_PROMPT] * single, single_tokens))
+        runs = asyncio.run(_sequential(url, model, [LONG_PROMPT] * single, single_tokens, ban))
         out["decode_tps"] = _median([r["decode_tps"] for r in runs])
         out["single_tokens"] = [r["tokens"] for r in runs]
         out["errors"] += [r["error"] for r in runs if r["error"]]
@@ -321,7 +327,7 @@ def measure_server(url: str, model: str, *, single: int, single_tokens: int, ttf
         groups = [list(range(k, conc, n)) for k in range(n)]
         start_at = time.time() + 2.0
         with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
-            recs = [r for f in [ex.submit(_client_proc, url, model, g, toks, start_at) for g in groups] for r in f.result()]
+            recs = [r for f in [ex.submit(_client_proc, url, model, g, toks, start_at, ban) for g in groups] for r in f.result()]
         wall = max(r["t_end"] for r in recs) - min(r["t_send"] for r in recs)
         total = sum(r["tokens"] for r in recs if not r["error"])
         out[f"agg{conc}_tps"] = total / wall if wall > 0 else None
@@ -525,10 +531,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # (parallel slots, what to measure with that many): the single-stream figures and TTFT come from
     # the 16-slot server, as in the GPU issue's table
-    first = {"single": a.passes, "single_tokens": a.single_tokens, "ttft": a.ttft}
+    # The generated model's end-of-text tokens (SmolLM2's tokenizer) are banned, so that every
+    # stream generates all its tokens: random weights would end some early, by chance, and an
+    # aggregate would then count fewer tokens for one server than for the other.
+    ban = SMOLLM2_END_TOKENS if a.model is None and not a.cpu_smoke else ()
+    first = {"single": a.passes, "single_tokens": a.single_tokens, "ttft": a.ttft, "ban": ban}
     a.configs = ([(2, {**first, "streams": [(2, 8)]})] if a.cpu_smoke else
                  [(16, {**first, "streams": [(16, a.tokens16)]}),
-                  (64, {"single": 0, "single_tokens": 0, "ttft": 0, "streams": [(64, a.tokens64)]})])
+                  (64, {"single": 0, "single_tokens": 0, "ttft": 0, "streams": [(64, a.tokens64)], "ban": ban})])
     systems = [("llama-server", lambda: run_llama_server(bin_, model, a, a.work) if bin_ else {}),  # type: ignore[arg-type]
                ("llama-cpp-python in-process", lambda: run_in_process(model, a, lib_env)),
                ("conch", lambda: run_conch(model, a, a.work, lib_env))]
