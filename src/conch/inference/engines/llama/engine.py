@@ -183,12 +183,10 @@ class LlamaEngine:
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
-                draft_max=self.draft_max, draft=draft, prefill_chunk=min(self.n_batch, self.runtime.prefill_chunk),
+                draft_max=self.draft_max, draft=draft, n_ubatch=self.runtime.n_ubatch,
+                prefill_chunk=min(self.n_batch, self.runtime.prefill_chunk),
             )
-            pool = self.scheduler.pool
-            # Where a prefill's micro-batches end decides which prefix reuse is exact (kv_pool.py).
-            pool.n_batch, pool.n_ubatch = self.n_batch, min(self.n_batch, self.runtime.n_ubatch)
-            pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
+            self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
 
     def _context_params(self, kv_total: int) -> dict[str, Any]:

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 
 class KVPool:
-    def __init__(self, ctx: Any, *, kv_total: int, n_seqs: int, cache_prompt: bool, active: list[Job]) -> None:
+    def __init__(self, ctx: Any, *, kv_total: int, n_seqs: int, cache_prompt: bool, active: list[Job],
+                 n_batch: int, n_ubatch: int) -> None:
         self._ctx = ctx
         self.kv_total = kv_total
         self.cache_prompt = cache_prompt
@@ -58,9 +59,9 @@ class KVPool:
         # Running sequences: (exact cells, cells reused) when they were assigned.
         self._reused: dict[int, tuple[int, int]] = {}
         # The scheduler's prompt step (n_batch) and llama.cpp's micro-batch (n_ubatch), which
-        # decide where a prefill's micro-batches end; set by the engine.
-        self.n_batch = 512
-        self.n_ubatch = 512
+        # decide where a prefill's micro-batches end.
+        self.n_batch = n_batch
+        self.n_ubatch = min(n_batch, n_ubatch)
         # Long prefixes saved across restarts (prompt_cache.py); None: memory only.
         self.disk: PromptCache | None = None
 

@@ -131,6 +131,7 @@ class Scheduler:
         *,
         name: str,
         n_batch: int,
+        n_ubatch: int,
         n_parallel: int,
         kv_total: int,
         max_queue: int,
@@ -158,7 +159,8 @@ class Scheduler:
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
         self._outbox: list[tuple[Job, TokenEvent]] = []
-        self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active)
+        self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active,
+                           n_batch=n_batch, n_ubatch=n_ubatch)
         self.n_vocab = int(model.n_vocab())
         self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
             self._vocab, params, self.n_vocab, kv_total)
