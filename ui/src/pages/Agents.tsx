@@ -2,6 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
 import { duration, ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
+import { RunList } from "../components/RunList";
 import { Tabs } from "../components/Tabs";
 import { PendingCall } from "../components/PendingCall";
 import { TaskTimeline } from "../components/TaskTimeline";
@@ -108,29 +109,8 @@ function Tasks({ agents, selected }: { agents: any[]; selected: string | null })
             Create task
           </button>
         </form>
-        <section class="pane" aria-label="Tasks">
-          <div class="row between">
-            <h2>Tasks</h2>
-            <button type="button" class="small" onClick={list.reload}>
-              Refresh
-            </button>
-          </div>
-          {list.error ? <Failure what="Tasks" error={list.error} /> : null}
-          {list.data && list.data.length === 0 && (
-            <p class="muted" data-testid="empty-tasks">
-              No tasks yet: create one above.
-            </p>
-          )}
-          <ul class="item-list" data-testid="task-list">
-            {(list.data ?? []).map((t) => (
-              <li key={t.id}>
-                <a class="item-link" href={link("agents", "tasks", t.id)} aria-current={selected === t.id ? "page" : undefined} data-task={t.id}>
-                  <StatusBadge status={t.status} /> {t.goal}
-                </a>
-              </li>
-            ))}
-          </ul>
-        </section>
+        <RunList title="Tasks" kind="task" list={list} empty="No tasks yet: create one above." selected={selected}
+          href={(t) => link("agents", "tasks", t.id)} label={(t) => t.goal} />
       </div>
       {selected ? <TaskDetail key={selected} id={selected} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
     </div>

@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
 import { between, duration, ErrorBox, ErrorView, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
+import { RunList } from "../components/RunList";
 import { TaskTimeline } from "../components/TaskTimeline";
 import { FINISHED, O, show, type StepDef, type Task, type Workflow, type WStep, useEvents } from "../orch";
 import { link, navigate } from "../router";
@@ -145,29 +146,8 @@ export function Workflows({ selected, step }: { selected: string | null; step: s
             Run workflow
           </button>
         </form>
-        <section class="pane" aria-label="Workflows">
-          <div class="row between">
-            <h2>Workflows</h2>
-            <button type="button" class="small" onClick={list.reload}>
-              Refresh
-            </button>
-          </div>
-          {list.error ? <Failure what="Workflows" error={list.error} /> : null}
-          {list.data && list.data.length === 0 && (
-            <p class="muted" data-testid="empty-workflows">
-              No workflows yet: run one above.
-            </p>
-          )}
-          <ul class="item-list" data-testid="workflow-list">
-            {(list.data ?? []).map((w) => (
-              <li key={w.id}>
-                <a class="item-link" href={link("agents", "workflows", w.id)} aria-current={selected === w.id ? "page" : undefined} data-workflow={w.id}>
-                  <StatusBadge status={w.status} /> {w.name} <span class="muted small">{w.id}</span>
-                </a>
-              </li>
-            ))}
-          </ul>
-        </section>
+        <RunList title="Workflows" kind="workflow" list={list} empty="No workflows yet: run one above." selected={selected}
+          href={(w) => link("agents", "workflows", w.id)} label={(w) => <>{w.name} <span class="muted small">{w.id}</span></>} />
       </div>
       {selected ? (
         <WorkflowDetail key={selected} id={selected} step={step} onChange={list.reload} onEdit={(text) => (setDef(text), setError(null))} />
