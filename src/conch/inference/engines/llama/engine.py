@@ -107,6 +107,7 @@ class LlamaEngine:
         self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
         # Prompt tokens per step: the runtime's (2048 on a GPU, 512 on the CPU) unless given.
         self.n_batch = n_batch or self.runtime.n_batch
+        self.n_ubatch = min(self.n_batch, self.runtime.n_ubatch)
         self.placement: Placement | None = None
 
         self._model: Any = None
@@ -183,8 +184,8 @@ class LlamaEngine:
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
-                draft_max=self.draft_max, draft=draft, n_ubatch=self.runtime.n_ubatch,
-                prefill_chunk=min(self.n_batch, self.runtime.prefill_chunk),
+                draft_max=self.draft_max, draft=draft, n_ubatch=self.n_ubatch,
+                prefill_chunk=self.runtime.prefill_chunk,
             )
             self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
@@ -194,7 +195,7 @@ class LlamaEngine:
             "n_ctx": kv_total,
             "n_batch": self.n_batch,
             # 512 on a GPU, as llama-server; 63 on the CPU (conch.inference.offload).
-            "n_ubatch": min(self.n_batch, self.runtime.n_ubatch),
+            "n_ubatch": self.n_ubatch,
             "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
             "type_k": _KV_TYPES[self.runtime.kv_cache_type],
             "type_v": _KV_TYPES[self.runtime.kv_cache_type],
@@ -260,7 +261,7 @@ class LlamaEngine:
         # for bit what this context computes (greedy outputs differ between 1 and 2 threads).
         config = {
             "n_ctx": self.n_ctx, "kv_total": kv_total, "kv_cache_type": opts.kv_cache_type,
-            "flash_attn": opts.flash_attn, "n_batch": self.n_batch, "n_ubatch": min(self.n_batch, opts.n_ubatch),
+            "flash_attn": opts.flash_attn, "n_batch": self.n_batch, "n_ubatch": self.n_ubatch,
             "n_gpu_layers": n_gpu_layers,
             "n_threads": self.n_threads, "n_threads_batch": self.n_threads_batch,
         }

@@ -61,7 +61,7 @@ class KVPool:
         # The scheduler's prompt step (n_batch) and llama.cpp's micro-batch (n_ubatch), which
         # decide where a prefill's micro-batches end.
         self.n_batch = n_batch
-        self.n_ubatch = min(n_batch, n_ubatch)
+        self.n_ubatch = n_ubatch
         # Long prefixes saved across restarts (prompt_cache.py); None: memory only.
         self.disk: PromptCache | None = None
 

@@ -40,7 +40,6 @@ from conch.inference.engines.llama.backend import fast_calls, init_backend, rele
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.kv_pool import KVPool
 from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, Acceptance, NgramDrafter
-from conch.inference.offload import CPU_PREFILL_CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +136,9 @@ class Scheduler:
         max_queue: int,
         cache_prompt: bool,
         stats: EngineStats,
+        prefill_chunk: int,
         draft_max: int = 0,
         draft: DraftModel | None = None,
-        prefill_chunk: int = CPU_PREFILL_CHUNK,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
