@@ -113,6 +113,38 @@ def test_greedy_output_matches_the_cpu(smollm2_path: Path, tmp_path: Path) -> No
         break
 
 
+def test_text_is_made_while_the_next_step_computes(smollm2_path: Path, tmp_path: Path) -> None:
+    """Fully offloaded, llama_decode only queues a step: the scheduler makes the last step's
+    text meanwhile (overlap_text). Concurrent streams with stop strings come out as without it."""
+    engine = _engine(smollm2_path, tmp_path, n_parallel=4)
+    assert engine.scheduler is not None and engine.scheduler.overlap_text
+    prompts = [f"Tell me about the number {i}." for i in range(4)]
+
+    def streams(overlap: bool, stops: list[list[str]]) -> list[tuple[str, int, str | None]]:
+        assert engine.scheduler is not None
+        engine.scheduler.overlap_text = overlap
+
+        async def one(prompt: str, stop: list[str]) -> tuple[str, int, str | None]:
+            params = SamplingParams(max_tokens=48, temperature=0.0, stop=stop)
+            text, n, reason = "", 0, None
+            async for ev in engine.generate(engine.format_chat([{"role": "user", "content": prompt}]), params):
+                text, n, reason = text + ev.text, ev.n_tokens, ev.finish_reason or reason
+            return text, n, reason
+
+        async def go() -> list[tuple[str, int, str | None]]:
+            return list(await asyncio.gather(*[one(p, s) for p, s in zip(prompts, stops, strict=True)]))
+
+        return asyncio.run(go())
+
+    try:
+        full = streams(False, [[]] * 4)
+        assert streams(True, [[]] * 4) == full
+        stops = [[text[len(text) // 2 : len(text) // 2 + 3]] if len(text) > 8 else [] for text, _, _ in full]
+        assert streams(True, stops) == streams(False, stops)
+    finally:
+        engine.unload()
+
+
 def test_device_and_memory_are_reported(smollm2_path: Path, tmp_path: Path) -> None:
     info = device.device_info(fresh=True)
     assert info.device != "cpu" and info.gpu_offload

@@ -186,9 +186,18 @@ class LlamaEngine:
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
                 draft_max=self.draft_max, draft=draft, n_ubatch=self.n_ubatch,
                 prefill_chunk=self.runtime.prefill_chunk,
+                overlap_text=self._decode_is_queued(n_gpu_layers),
             )
             self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
+
+    def _decode_is_queued(self, n_gpu_layers: int) -> bool:
+        """Whether llama_decode returns before the step is computed: every layer and the output
+        on the GPU (llama.cpp offloads the output layer from n_layer + 1 on). Any layer on the
+        CPU computes inside the call."""
+        if not self.runtime.gpu_backend or n_gpu_layers == 0:
+            return False
+        return n_gpu_layers < 0 or n_gpu_layers > int(init_backend().llama_model_n_layer(self._model.model))
 
     def _context_params(self, kv_total: int) -> dict[str, Any]:
         return {

@@ -73,6 +73,10 @@ class Job:
     outbox: list[tuple[Job, TokenEvent]] = field(default_factory=list)
     drafter: NgramDrafter | None = None  # made when the job first generates, if drafting is on
     model_drafts: Acceptance = field(default_factory=Acceptance)  # the draft model's, if any
+    # Tokens sampled but not yet turned into text (Scheduler.overlap_text: while the GPU computes
+    # the next step), and whether the job has ended.
+    unsent: list[int] = field(default_factory=list)
+    finished: bool = False
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:
@@ -139,6 +143,7 @@ class Scheduler:
         prefill_chunk: int,
         draft_max: int = 0,
         draft: DraftModel | None = None,
+        overlap_text: bool = False,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -154,6 +159,11 @@ class Scheduler:
         self.draft_max = max(0, draft_max)  # tokens drafted per sequence and step; 0: no drafting
         # A second model proposing drafts (draft_model.py); None: prompt lookup only.
         self.draft = draft if self.draft_max else None
+        # When llama_decode returns before the step is computed (every layer on a GPU), the
+        # sampled tokens' text (detokenizing, stop strings, events for the event loop) is made
+        # while the GPU computes the next step rather than between steps. On the CPU
+        # llama_decode computes the step itself, and this would only hold every token back a step.
+        self.overlap_text = overlap_text
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
@@ -261,8 +271,13 @@ class Scheduler:
                     job.cancelled = True
 
     def _finish(self, job: Job, reason: str, error: str | None = None) -> None:
+        if job.finished:
+            return
+        job.finished = True
         if job in self._active:
             self._active.remove(job)
+        elif job in self._pending:  # preempted (_make_room) before its last text showed a stop string
+            self._pending.remove(job)
         if job.seq >= 0:
             seq = job.seq
             self.pool.release(job, keep=reason != "error")
@@ -281,6 +296,8 @@ class Scheduler:
         ctx = self._ctx.ctx
         batch = self._batch
         pool = self.pool
+        # Jobs whose last tokens await their text (overlap_text), made after the next llama_decode.
+        untexted: list[Job] = []
         while True:
             # The previous step's tokens (and any errors) go out before the next step or a wait.
             self._flush()
@@ -372,8 +389,9 @@ class Scheduler:
             rc = llama_cpp.llama_decode(ctx, batch)
             if rc != 0:
                 with self._cond:
-                    for job in active:
+                    for job in active + untexted:
                         self._finish(job, "error", f"llama_decode failed with status {rc}")
+                untexted = []
                 continue
             for job, take in prefilled:
                 job.n_past += take
@@ -381,14 +399,35 @@ class Scheduler:
                 job.n_past += 1
 
             finished: list[tuple[Job, str]] = []
+            if untexted:
+                # The GPU computes this step meanwhile. A stop string found now ends its job
+                # with this step's token of it computed for nothing (its cell is a valid prefix).
+                for job in untexted:
+                    if not job.finished and (reason := self._text(job)) is not None:
+                        finished.append((job, reason))
+                untexted = []
+                self._flush()
+            # On a GPU llama_decode only queues the step; the first sampler call would wait for
+            # it holding the GIL (fast_calls), so the event loop could not stream tokens
+            # meanwhile. Waiting here, with the GIL released, overlaps the two.
+            llama_cpp.llama_synchronize(ctx)
+
+            overlap = self.overlap_text
+            stopped = {id(job) for job, _ in finished}
             for job, idx, draft, from_model in sample_at:
+                if id(job) in stopped:
+                    continue
                 # One sampler draw per emitted token, in order; a drafted token is kept while it
                 # is the token just drawn, and then the logits after it give the next draw.
                 kept = 0
                 while True:
-                    reason = self._emit(job, fast.llama_sampler_sample(job.sampler, ctx, idx + kept), idx + kept)
+                    reason = self._take(job, fast.llama_sampler_sample(job.sampler, ctx, idx + kept), idx + kept)
+                    # A stream's first text goes out at once: a step's wait is all of its TTFT.
+                    if reason is None and (not overlap or not job.text):
+                        reason = self._text(job)
                     if reason is not None:
-                        finished.append((job, reason))
+                        # A job that ends now gets its text now: its last event carries it.
+                        finished.append((job, self._text(job) or reason))
                         break
                     if kept < len(draft) and job.last_token == draft[kept]:
                         kept += 1
@@ -407,29 +446,42 @@ class Scheduler:
                 if self.draft is not None and job.seq >= 0:
                     # The draft model's cells past what the target kept (its rejected drafts).
                     self.draft.trim(job.seq, job.n_past)
+                if overlap and job.unsent and reason is None:
+                    untexted.append(job)
             if finished:
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
 
-    def _emit(self, job: Job, tok: int, idx: int) -> str | None:
-        """Take a sampled token into the job's output; the finish reason if it ends the job."""
-        if job.params.logprobs is not None and not self._is_eog(tok):
+    def _take(self, job: Job, tok: int, idx: int) -> str | None:
+        """Take a sampled token into the job (its text comes in :meth:`_text`); "stop" at the
+        end of generation, "length" at the job's token budget."""
+        if self._is_eog(tok):
+            return "stop"
+        if job.params.logprobs is not None:  # the logits row is only there until the next step
             job.pending_logprobs.append(sampling.token_logprob(
                 init_backend().llama_get_logits_ith(self._ctx.ctx, idx), self.n_vocab, tok, job.params.logprobs,
                 self._piece))
-        if self._is_eog(tok):
-            return "stop"
         job.n_gen += 1
         self.stats.completion_tokens += 1
         job.last_token = tok
         job.generated.append(tok)
+        job.unsent.append(tok)
         if job.drafter is not None:
             job.drafter.extend((tok,))
-        reason = sampling.append_text(job, job.decoder.decode(self._piece(tok)))
-        if reason is None and job.n_gen >= job.max_tokens:
-            reason = "length"
-        return reason
+        return "length" if job.n_gen >= job.max_tokens else None
+
+    def _text(self, job: Job) -> str | None:
+        """The text of the job's unsent tokens, out to its stream; "stop" on a stop string."""
+        piece = self._piece
+        for k, tok in enumerate(job.unsent):
+            if sampling.append_text(job, job.decoder.decode(piece(tok))) == "stop":
+                # Drafted tokens after the stop were taken in the same step; they do not count.
+                job.n_gen -= len(job.unsent) - k - 1
+                job.unsent.clear()
+                return "stop"
+        job.unsent.clear()
+        return None
 
     def _draft_room(self, active: list[Job]) -> int:
         """Drafted tokens this step may hold: none when many sequences generate, else what the
