@@ -68,6 +68,8 @@ def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch,
     hashing = _HashingCalls(backend.fast_calls(), N_VOCAB)
     monkeypatch.setattr(backend, "_fast", hashing)
     engine.load()
+    assert engine.scheduler is not None
+    engine.scheduler.greedy_by_numpy = False  # every token through the chain, where the rows are read
     assert engine._model.n_vocab() == N_VOCAB
     samplers: dict[int, Any] = {}
     assert engine.scheduler is not None

@@ -61,6 +61,8 @@ def test_logprobs_are_log_softmax_of_the_sampled_rows(smollm2_path: Path, monkey
     calls = _RowCalls(backend.fast_calls(), 49152)
     monkeypatch.setattr(backend, "_fast", calls)
     engine.load()
+    assert engine.scheduler is not None
+    engine.scheduler.greedy_by_numpy = False  # every token through the chain, where the rows are read
     try:
         text, lps = _generate(engine, "The capital of France is", SamplingParams(max_tokens=10, temperature=0, logprobs=4))
         _check_rows(engine, calls, text, lps)

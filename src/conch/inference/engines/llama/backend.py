@@ -48,6 +48,8 @@ def fast_calls() -> Any:
             ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool,
         ]
         lib.llama_token_to_piece.restype = ctypes.c_int32
+        lib.llama_get_logits_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.llama_get_logits_ith.restype = ctypes.c_void_p
         _fast = lib
     return _fast
 

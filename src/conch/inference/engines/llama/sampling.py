@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,6 +78,35 @@ def make_sampler(vocab: Any, params: SamplingParams, n_vocab: int = 0, n_ctx: in
         seed = params.seed if params.seed is not None else random.getrandbits(32)
         add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
     return chain
+
+
+class Greedy:
+    """Temperature 0 with at most a logit bias, read by numpy from the logits row: the chain's
+    answer (each bias added to its token's logit, then the first highest logit; llama.cpp's
+    greedy sampler keeps the first of equal maxima, as ``argmax`` does). llama.cpp's sampler
+    first copies the row into a candidate array (~70 µs per token for a 49k vocabulary), which
+    at 16 streams is a seventh of a GPU step."""
+
+    def __init__(self, bias: Mapping[int, float]) -> None:
+        self.tokens = np.fromiter(bias.keys(), dtype=np.intp, count=len(bias))
+        self.bias = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+
+    def pick(self, row: np.ndarray) -> int:
+        """The token, or -1 where the row has NaN (the chain skips NaN; argmax would take it)."""
+        if self.tokens.size:
+            row = row.copy()
+            row[self.tokens] += self.bias  # float32 + float32, as the C loop adds
+        tok = int(row.argmax())
+        return tok if row[tok] == row[tok] else -1
+
+
+def greedy(params: SamplingParams, n_vocab: int) -> Greedy | None:
+    """A :class:`Greedy` where the request's chain is logit bias and greedy alone, else None."""
+    if params.temperature > 0 or params.grammar or params.presence_penalty or params.frequency_penalty:
+        return None
+    if params.repeat_penalty != 1.0 or any(not 0 <= tok < n_vocab for tok in params.logit_bias):
+        return None
+    return Greedy(params.logit_bias)
 
 
 def token_logprob(logits_ptr: Any, n_vocab: int, tok: int, top: int, piece: Callable[[int], bytes]) -> TokenLogprob:

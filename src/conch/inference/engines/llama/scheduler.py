@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from conch.inference.engines.base import (
     EngineError,
     EngineStats,
@@ -60,6 +62,7 @@ class Job:
     cancelled: bool = False
     seq: int = -1
     sampler: Any = None
+    greedy: sampling.Greedy | None = None  # temperature 0 and at most a bias: numpy picks the token
     n_past: int = 0  # tokens of this sequence already in the KV cache
     n_gen: int = 0
     generated: list[int] = field(default_factory=list)
@@ -171,6 +174,10 @@ class Scheduler:
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active,
                            n_batch=n_batch, n_ubatch=n_ubatch)
         self.n_vocab = int(model.n_vocab())
+        self._row_type = ctypes.c_float * self.n_vocab  # a logits row, read in place
+        # Greedy requests are sampled by numpy on the logits row (sampling.Greedy); False: by
+        # llama.cpp's sampler chain, as every other request (tests that watch the chain's calls).
+        self.greedy_by_numpy = True
         self.make_sampler: Callable[[SamplingParams], Any] = lambda params: sampling.make_sampler(
             self._vocab, params, self.n_vocab, kv_total)
         self._batch: Any = None
@@ -330,6 +337,8 @@ class Scheduler:
                         except EngineError as exc:
                             job.push(TokenEvent("", 0, "error", str(exc)))
                             continue
+                        if self.greedy_by_numpy:
+                            job.greedy = sampling.greedy(job.params, self.n_vocab)
                     pool.assign(job)
                     self._active.append(job)
                 # Dropped between two tokens: this is the "stops within one token" guarantee.
@@ -421,7 +430,7 @@ class Scheduler:
                 # is the token just drawn, and then the logits after it give the next draw.
                 kept = 0
                 while True:
-                    reason = self._take(job, fast.llama_sampler_sample(job.sampler, ctx, idx + kept), idx + kept)
+                    reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
                     # A stream's first text goes out at once: a step's wait is all of its TTFT.
                     if reason is None and (not overlap or not job.text):
                         reason = self._text(job)
@@ -452,6 +461,14 @@ class Scheduler:
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
+
+    def _sample(self, fast: Any, ctx: Any, job: Job, idx: int) -> int:
+        if job.greedy is not None:
+            row = np.ctypeslib.as_array(self._row_type.from_address(fast.llama_get_logits_ith(ctx, idx)))
+            tok = job.greedy.pick(row)
+            if tok >= 0:
+                return tok
+        return int(fast.llama_sampler_sample(job.sampler, ctx, idx))
 
     def _take(self, job: Job, tok: int, idx: int) -> str | None:
         """Take a sampled token into the job (its text comes in :meth:`_text`); "stop" at the
