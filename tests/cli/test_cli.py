@@ -204,3 +204,18 @@ def test_agent_server_commands_say_when_the_server_is_not_running(
     assert r.returncode == 2, r.stderr
     assert "cannot reach the agent server at http://127.0.0.1:9" in r.stderr
     assert "conch serve" in r.stderr
+
+
+def test_a_program_ends_the_process_with_its_output_and_files_complete(env: dict[str, str], tmp_path: Path) -> None:
+    """`conch -c` and `conch run` leave without the interpreter's teardown (cli.main._exit_now):
+    nothing the program wrote may be lost by it."""
+    r = conch("-c", 'write("big.txt", range(0, 50000) | map(fn(x) => str(x)) | join("\\n")); range(0, 20000)',
+              env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == list(range(20000))
+    assert (tmp_path / "big.txt").read_text().splitlines() == [str(x) for x in range(50000)]
+    script = tmp_path / "s.conch"
+    script.write_text('print("before"); 1 / 0\n')
+    r = conch("run", str(script), env=env, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (1, "before\n")
+    assert "ZeroDivisionError" in r.stderr

@@ -22,6 +22,7 @@ from conch.cli.run import EXIT_SYNTAX, run_file, run_source
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import NoReturn
 
 _USAGE = """\
 usage: conch                          start the interactive shell
@@ -47,7 +48,32 @@ def _split_global(argv: list[str]) -> tuple[str | None, list[str]]:
     return config, rest
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _exit_now(status: int) -> NoReturn:
+    """End the process as the interpreter would, without its teardown: clearing every module
+    and a last garbage collection cost 2-3 ms of a 20 ms ``conch -c '1 + 1'``. What teardown
+    does that a program can tell is done first: other threads joined, ``atexit`` handlers run,
+    stdout and stderr flushed (files the builtins write are closed by them as they go)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib is one more import on the cold-start path)
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing to lose
+            pass
+    os._exit(status)
+
+
+def entry() -> None:
+    """The ``conch`` console script: :func:`main`, and a program run by ``-c`` or ``run`` ends
+    the process at once (see :func:`_exit_now`)."""
+    main(exit_now=True)
+
+
+def main(argv: Sequence[str] | None = None, *, exit_now: bool = False) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     config, rest = _split_global(args)
     if config:
@@ -57,9 +83,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         if len(rest) < 2:
             sys.stderr.write("conch: -c needs an argument\n" + _USAGE)
             raise SystemExit(EXIT_SYNTAX)
-        raise SystemExit(run_source(rest[1], rest[2:]))
+        status = run_source(rest[1], rest[2:])
+        if exit_now:
+            _exit_now(status)
+        raise SystemExit(status)
     if len(rest) >= 2 and rest[0] == "run" and not rest[1].startswith("-"):
-        raise SystemExit(run_file(rest[1], rest[2:]))
+        status = run_file(rest[1], rest[2:])
+        if exit_now:
+            _exit_now(status)
+        raise SystemExit(status)
     if not rest:
         from conch.cli.repl import run_repl
 
