@@ -33,6 +33,15 @@ Capability = Literal["chat", "embeddings", "tools"]
 
 _ORPHAN_GRACE_S = 60.0
 
+# How long a ready model's record is answered from memory. Every inference request looks its
+# model up (twice: the route checks it, the manager leases it), and a query through SQLAlchemy
+# was ~0.5 ms of the event loop's time each, serialized across a burst of requests. This
+# process's own writes take effect at once; another process's (`conch models rm` beside a
+# running server) within this long. Shared by the stores of one process (the inference app's,
+# the agent server's in-process backend), so that one's write is seen by the others at once.
+_READY_TTL_S = 1.0
+_ready: dict[tuple[str, str], tuple[float, ModelRecord]] = {}  # (database, id) -> (when, record)
+
 STATUSES: tuple[str, ...] = ("ready", "downloading", "converting", "failed")
 
 # Columns of the ``models`` table; every other field of a record lives in ``details``.
@@ -104,6 +113,7 @@ class ModelStore:
         settings.ensure_dirs()
         self.engine = db.engine_for(settings.effective_database_url)
         self._lock = threading.Lock()
+        self._database = str(settings.effective_database_url)
 
     # -- rows <-> records ------------------------------------------------------------------
     @staticmethod
@@ -127,6 +137,23 @@ class ModelStore:
             return [self._from_row(r) for r in rows]
 
     def get(self, model_id: str) -> ModelRecord | None:
+        """The record with this id (a ready one from memory for up to ``_READY_TTL_S``)."""
+        now, key = time.monotonic(), (self._database, model_id)
+        hit = _ready.get(key)
+        if hit is not None and now - hit[0] < _READY_TTL_S:
+            return hit[1].model_copy()
+        record = self._read(model_id)
+        # Only ready records: a pull another process finishes is seen at the next lookup.
+        if record is not None and record.status == "ready":
+            _ready[key] = (now, record.model_copy())
+        else:
+            _ready.pop(key, None)
+        return record
+
+    def _forget(self, model_id: str) -> None:
+        _ready.pop((self._database, model_id), None)
+
+    def _read(self, model_id: str) -> ModelRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(db.models).where(db.models.c.id == model_id)).first()
         return self._from_row(row) if row is not None else None
@@ -135,6 +162,7 @@ class ModelStore:
     def register(self, record: ModelRecord) -> None:
         """Insert or replace the record with this id."""
         row = self._to_row(record)
+        self._forget(record.id)
         with self._lock, self.engine.begin() as conn:
             exists = conn.execute(
                 sa.select(db.models.c.id).where(db.models.c.id == record.id)
@@ -143,12 +171,13 @@ class ModelStore:
                 conn.execute(db.models.update().where(db.models.c.id == record.id).values(**row))
             else:
                 conn.execute(db.models.insert().values(**row))
+        self._forget(record.id)  # a lookup racing the write may have cached the old row again
 
     def set_status(self, model_id: str, status: str, progress: float | None = None) -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown model status {status!r}; expected one of {', '.join(STATUSES)}")
         with self._lock:
-            record = self.get(model_id)
+            record = self._read(model_id)
             if record is None:
                 raise KeyError(model_id)
             updated = record.model_copy(update={"status": status, "progress": progress})
@@ -173,11 +202,13 @@ class ModelStore:
 
     def delete(self, model_id: str) -> None:
         """Forget the model and remove its files under ``models_dir`` (never a linked file)."""
-        record = self.get(model_id)
+        record = self._read(model_id)
         if record is None:
             raise KeyError(model_id)
+        self._forget(model_id)
         with self._lock, self.engine.begin() as conn:
             conn.execute(db.models.delete().where(db.models.c.id == model_id))
+        self._forget(model_id)  # a lookup racing the delete may have cached the row again
         target = self.model_dir(model_id)
         if target.exists() and self.is_managed_path(target):
             shutil.rmtree(target, ignore_errors=True)
