@@ -4,7 +4,8 @@ With every layer on a GPU, the scheduler turns a step's tokens into text (detoke
 strings, events) after it has queued the next step. The engine switches it on only then; here
 it is switched on for a CPU engine, where the same code runs in the same order, and every
 stream must come out as it does without it: text, finish reason, token counts, the stop
-string, log-probabilities, with drafts, preemption and cancellation.
+string, log-probabilities, with drafts, preemption and cancellation. And requests given up
+while they wait leave the queue at once.
 """
 
 from __future__ import annotations
@@ -141,3 +142,23 @@ def test_a_cancelled_stream_leaves_the_others_running(engine: le.LlamaEngine) ->
     alone = _streams(engine, False, [(PROMPTS[1], params)])[0][0]
     assert text == alone
     assert engine.scheduler.active_sequences == 0
+
+
+def test_requests_given_up_in_the_queue_leave_it_at_once(engine: le.LlamaEngine) -> None:
+    """Clients that disconnect while their requests wait (a burst of them, faster than a step)
+    must not fill the queue: the next requests are served, not answered 429."""
+    assert engine.scheduler is not None
+    scheduler = engine.scheduler
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    prompt = engine.format_chat([{"role": "user", "content": PROMPTS[0]}])
+
+    async def go() -> str:
+        # Hold the worker out of its admission while more than max_queue requests come and go.
+        with scheduler._cond:
+            for _ in range(scheduler.max_queue + 8):
+                engine.generate(prompt, params).cancel()
+            assert scheduler.queued == 0
+        return "".join([ev.text async for ev in engine.generate(prompt, params)])
+
+    assert asyncio.run(go())
+    assert scheduler.queued == 0 and scheduler.active_sequences == 0

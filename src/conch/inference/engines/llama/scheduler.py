@@ -52,7 +52,7 @@ SPEC_MAX_STREAMS = 4
 SPEC_STEP_TOKENS = 32
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself: compared by identity (lists hold it, `in` finds it)
 class Job:
     tokens: list[int]
     params: SamplingParams
@@ -126,7 +126,7 @@ class LlamaGeneration(Generation):
     def cancel(self) -> None:
         if not self._done:
             self._job.cancelled = True
-            self._scheduler.wake()
+            self._scheduler.drop(self._job)
 
 
 class Scheduler:
@@ -240,6 +240,20 @@ class Scheduler:
 
     def wake(self) -> None:
         with self._cond:
+            self._cond.notify()
+
+    def drop(self, job: Job) -> None:
+        """A cancelled job leaves the queue at once: while the worker is inside a step, clients
+        that give up (a burst of disconnects) would otherwise count against ``max_queue`` until
+        its next admission, and turn new requests away with 429. A running job ends at the
+        next step (the worker checks ``cancelled`` between two tokens)."""
+        with self._cond:
+            if job.seq < 0 and job in self._pending:
+                self._pending.remove(job)
+                job.finished = True
+                if job.sampler is not None:  # a preempted job keeps its sampler while it waits
+                    sampling.free_sampler(job.sampler)
+                    job.sampler = None
             self._cond.notify()
 
     # -- the worker thread ---------------------------------------------------------------------
@@ -422,9 +436,9 @@ class Scheduler:
             llama_cpp.llama_synchronize(ctx)
 
             overlap = self.overlap_text
-            stopped = {id(job) for job, _ in finished}
+            stopped = {job for job, _ in finished}
             for job, idx, draft, from_model in sample_at:
-                if id(job) in stopped:
+                if job in stopped:
                     continue
                 # One sampler draw per emitted token, in order; a drafted token is kept while it
                 # is the token just drawn, and then the logits after it give the next draw.
