@@ -24,6 +24,8 @@ from tests.orchestration.scripted_model import ScriptedModel
 from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import _free_port
 
+ROOT = Path(__file__).resolve().parents[3]  # the checkout
+
 CHROMIUM = os.environ.get("CONCH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -117,14 +119,13 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shots() -> Path:
     """Screenshots of every page at 1280x800, for a reviewer to look at: in
-    $CONCH_STUDIO_SCREENSHOTS when set (a folder CI keeps as artefacts), else the session's tmp dir."""
-    kept = os.environ.get("CONCH_STUDIO_SCREENSHOTS")
-    if kept:
-        Path(kept).mkdir(parents=True, exist_ok=True)
-        return Path(kept)
-    return tmp_path_factory.mktemp("studio-screenshots")
+    ``artifacts/studio-screenshots/`` of the checkout (git-ignored; the folder CI keeps as
+    artefacts, named in the README), or in $CONCH_STUDIO_SCREENSHOTS when set."""
+    kept = Path(os.environ.get("CONCH_STUDIO_SCREENSHOTS") or ROOT / "artifacts" / "studio-screenshots")
+    kept.mkdir(parents=True, exist_ok=True)
+    return kept
 
 
 @pytest.fixture()
