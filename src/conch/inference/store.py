@@ -162,7 +162,6 @@ class ModelStore:
     def register(self, record: ModelRecord) -> None:
         """Insert or replace the record with this id."""
         row = self._to_row(record)
-        self._forget(record.id)
         with self._lock, self.engine.begin() as conn:
             exists = conn.execute(
                 sa.select(db.models.c.id).where(db.models.c.id == record.id)
@@ -171,7 +170,7 @@ class ModelStore:
                 conn.execute(db.models.update().where(db.models.c.id == record.id).values(**row))
             else:
                 conn.execute(db.models.insert().values(**row))
-        self._forget(record.id)  # a lookup racing the write may have cached the old row again
+        self._forget(record.id)  # after the commit: a lookup during the write may have cached the old row
 
     def set_status(self, model_id: str, status: str, progress: float | None = None) -> None:
         if status not in STATUSES:
@@ -205,10 +204,9 @@ class ModelStore:
         record = self._read(model_id)
         if record is None:
             raise KeyError(model_id)
-        self._forget(model_id)
         with self._lock, self.engine.begin() as conn:
             conn.execute(db.models.delete().where(db.models.c.id == model_id))
-        self._forget(model_id)  # a lookup racing the delete may have cached the row again
+        self._forget(model_id)  # after the commit: a lookup during the delete may have cached the row
         target = self.model_dir(model_id)
         if target.exists() and self.is_managed_path(target):
             shutil.rmtree(target, ignore_errors=True)

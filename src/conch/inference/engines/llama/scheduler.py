@@ -445,12 +445,12 @@ class Scheduler:
                 kept = 0
                 while True:
                     reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
-                    # A stream's first text goes out at once: a step's wait is all of its TTFT.
-                    if reason is None and (not overlap or not job.text):
-                        reason = self._text(job)
+                    # Text now unless overlapped: a job that ends (its last event carries it; a
+                    # stop string wins over the budget) and a stream's first text (all of its TTFT).
+                    if reason is not None or not overlap or not job.text:
+                        reason = self._text(job) or reason
                     if reason is not None:
-                        # A job that ends now gets its text now: its last event carries it.
-                        finished.append((job, self._text(job) or reason))
+                        finished.append((job, reason))
                         break
                     if kept < len(draft) and job.last_token == draft[kept]:
                         kept += 1
