@@ -1,27 +1,34 @@
-"""The root of conch's domain error tree, and the status table the OpenAI envelope uses.
+"""conch's one error tree: every failure domain code reports to a client descends from here.
 
-Domain code (``inference/``, ``agents/``, ``marketplace/``, ``orchestration/``) never imports
-the web layer, yet its failures must reach a client with the right HTTP status. So each
-domain error carries what a route needs to answer and nothing web-shaped:
+Domain code (``inference/``, ``orchestration/``, ``marketplace/``, ``sandbox/``) never imports
+the web layer, yet its failures must reach a client with the right status and envelope. So
+each error carries what any envelope needs, and nothing web-shaped:
 
     status   the HTTP status a route answers with
-    code     a short machine-readable name of the failure (``None`` where the family has none)
+    kind     the agent server's ``error.kind`` (what a client of that envelope branches on)
+    code     the OpenAI envelope's ``error.code`` (``None`` where there is none)
     message  the text shown to the client
     where    the request field (or place) at fault, ``None`` when it is the request as a whole
+    headers  response headers the failure implies (``Retry-After`` on a 429)
 
-The families below :class:`DomainError`, each keeping its own public names:
+The shared bases below (:class:`Invalid`, :class:`NotFound`, :class:`Conflict`, ...) name each
+status once. A family (the marketplace's errors, the providers', ...) has a root of its own
+that sets no status, and re-parents onto the base that says what went wrong; it may rename
+the ``kind`` or ``code`` its clients already know::
 
-    conch.inference.sources.errors.ModelOpError     downloads and conversions
-    conch.inference.providers.errors.ProviderError  remote providers (``where`` is ``param``)
-    conch.inference.serving.errors.ServingError     what the serving layer refuses
+    class MarketplaceError(DomainError): ...
+    class NotFoundError(MarketplaceError, NotFound, kind="NotFoundError"): ...
 
-The web layer renders any of them with its family's body builder (``conch.web.common.errors``).
+A family's root must not set ``status``: the base that comes after it in the MRO decides.
+The web layer has one handler per envelope (agent, OpenAI, Anthropic, Ollama), each rendering
+any :class:`DomainError`; see ``conch.web.common.errors``.
 """
 
 from __future__ import annotations
 
-# The OpenAI error envelope's ``type`` for each status (both the serving layer and the
-# OpenAI-family body builder read it, so a status reads the same from either).
+from typing import ClassVar
+
+# The OpenAI error envelope's ``type`` for each status, read by every OpenAI-shaped answer.
 OPENAI_ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -39,19 +46,33 @@ OPENAI_ERROR_TYPES: dict[int, str] = {
 
 
 class DomainError(Exception):
-    """A failure of domain code, with the HTTP status that describes it (see the module doc).
+    """A failure of domain code, with what every envelope needs (see the module doc).
 
-    A subclass names its status and code in its header rather than in a body of attributes:
-    ``class NotFound(ModelOpError, status=404, code="not_found"): ...``; ``__init__``'s
-    ``status``/``code`` override them for one instance."""
+    A subclass names its status, kind and code in its header rather than in a body of
+    attributes (``class Gone(DomainError, status=410, kind="Gone"): ...``); ``__init__``'s
+    keywords override them for one instance."""
 
     status: int = 500
+    kind: str = "InternalError"
     code: str | None = None
+    # The OpenAI envelope's ``type``; ``None``: the one :data:`OPENAI_ERROR_TYPES` gives.
+    type: str | None = None
+    # The agent envelope's key for ``where`` (the marketplace's clients read ``field``).
+    where_key: ClassVar[str] = "where"
 
-    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None) -> None:
-        super().__init_subclass__()
+    def __init_subclass__(
+        cls,
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        code: str | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
         if status is not None:
             cls.status = status
+        if kind is not None:
+            cls.kind = kind
         if code is not None:
             cls.code = code
 
@@ -59,14 +80,77 @@ class DomainError(Exception):
         self,
         message: str,
         *,
-        status: int | None = None,
-        code: str | None = None,
         where: str | None = None,
+        status: int | None = None,
+        kind: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.where = where
+        self.headers = headers
         if status is not None:
             self.status = status
+        if kind is not None:
+            self.kind = kind
         if code is not None:
             self.code = code
-        self.where = where
+
+    @property
+    def openai_type(self) -> str:
+        return self.type or OPENAI_ERROR_TYPES.get(self.status, "invalid_request_error")
+
+
+class Invalid(DomainError, status=400, kind="RequestError", code="invalid_request_error"):
+    """The request is malformed or asks for something that cannot be (``where`` names it)."""
+
+
+class Unauthorized(DomainError, status=401, kind="RequestError", code="invalid_api_key"):
+    """No credentials, or credentials this server does not know."""
+
+
+class Forbidden(DomainError, status=403, kind="RequestError", code="permission_denied"):
+    """Known credentials that may not do this."""
+
+
+class NotFound(DomainError, status=404, kind="NotFound", code="not_found"):
+    """The thing named does not exist (or is not visible to the caller)."""
+
+
+class Conflict(DomainError, status=409, kind="Conflict", code="conflict"):
+    """The thing exists but is in a state that refuses the request."""
+
+
+class TooLarge(DomainError, status=413, kind="LimitError", code="request_too_large"):
+    """A body, upload or value over a size limit."""
+
+
+class LimitExceeded(DomainError, status=429, kind="LimitError", code="rate_limit_exceeded"):
+    """A rate, a budget or a queue is full; ``retry_after`` (seconds) goes out as ``Retry-After``."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers = {**(self.headers or {}), "Retry-After": str(max(1, round(retry_after)))}
+
+
+class Internal(DomainError, status=500, kind="InternalError", code="internal_error"):
+    """conch itself failed (a bug, or a resource it needs broke)."""
+
+
+class NotImplementedHere(DomainError, status=501, kind="RequestError", code="not_implemented"):
+    """Known, but this server cannot do it (a runtime or an extra is not installed)."""
+
+
+class Upstream(DomainError, status=502, kind="UpstreamError", code="bad_gateway"):
+    """A service conch depends on failed or answered garbage."""
+
+
+class Unavailable(DomainError, status=503, kind="Unavailable", code="unavailable"):
+    """Known and configured, but cannot serve now; try again later."""
+
+
+class Timeout(DomainError, status=504, kind="Timeout", code="timeout"):
+    """A service conch depends on went silent for too long."""

@@ -1,35 +1,54 @@
-"""The marketplace's errors: a kind (what a client branches on), a message, the field at fault."""
+"""The marketplace's errors, on conch's one tree (:mod:`conch.errors`).
+
+The marketplace's clients know its kinds (``RequestError``, ``NotFoundError``, ...) and read the
+field at fault as ``error.field``, so the family keeps both names.
+"""
 
 from __future__ import annotations
 
-
-class MarketplaceError(Exception):
-    """``kind`` is one of :data:`KINDS`; the web layer maps it to a status code."""
-
-    def __init__(self, kind: str, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.field = field
+from conch import errors
 
 
-# kind -> HTTP status, for the routes (kept here so every caller agrees on the meaning)
-KINDS = {
-    "RequestError": 400,  # malformed or unacceptable input; ``field`` names it
-    "NotFoundError": 404,  # unknown agent, no matching version, not installed
-    "ConflictError": 409,  # version already published, agent busy
-    "IntegrityError": 409,  # a record whose digest does not match its manifest
-    "UpstreamError": 502,  # the agent is only upstream, and the upstream did not answer
-}
+class MarketplaceError(errors.DomainError, kind="MarketplaceError"):
+    """The family's root; ``field`` (also ``where``) names the request field at fault."""
+
+    where_key = "field"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message, where=field)
+
+    @property
+    def field(self) -> str | None:
+        return self.where
+
+
+class RequestError(MarketplaceError, errors.Invalid, kind="RequestError"):
+    """Malformed or unacceptable input; ``field`` names it."""
+
+
+class NotFoundError(MarketplaceError, errors.NotFound, kind="NotFoundError"):
+    """An unknown agent, no matching version, not installed."""
+
+
+class ConflictError(MarketplaceError, errors.Conflict, kind="ConflictError"):
+    """A version already published, an agent busy."""
+
+
+class IntegrityError(MarketplaceError, errors.Conflict, kind="IntegrityError"):
+    """A record whose digest does not match its manifest."""
+
+
+class UpstreamError(MarketplaceError, errors.Upstream, kind="UpstreamError"):
+    """The agent is only upstream, and the upstream did not answer."""
 
 
 def invalid(message: str, field: str) -> MarketplaceError:
-    return MarketplaceError("RequestError", message, field=field)
+    return RequestError(message, field=field)
 
 
 def not_found(message: str, field: str | None = None) -> MarketplaceError:
-    return MarketplaceError("NotFoundError", message, field=field)
+    return NotFoundError(message, field=field)
 
 
 def conflict(message: str, field: str | None = None) -> MarketplaceError:
-    return MarketplaceError("ConflictError", message, field=field)
+    return ConflictError(message, field=field)

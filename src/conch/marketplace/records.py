@@ -18,7 +18,7 @@ from typing import Any
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
-from conch.marketplace.errors import MarketplaceError, invalid
+from conch.marketplace.errors import IntegrityError, invalid
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 2_000
@@ -203,8 +203,7 @@ def verify(manifest: dict[str, Any], digest: str, where: str) -> None:
     """Refuse a record whose manifest does not hash to its digest (tampered or corrupted)."""
     actual = manifest_digest(manifest)
     if actual != digest:
-        raise MarketplaceError(
-            "IntegrityError",
+        raise IntegrityError(
             f"{where}: {manifest.get('name')}@{manifest.get('version')} does not match its "
             f"digest (recorded {digest}, computed {actual}); refusing to install it",
         )

@@ -25,7 +25,15 @@ from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from conch.config import Settings
 from conch.marketplace import tables, versions
-from conch.marketplace.errors import MarketplaceError, conflict, invalid, not_found
+from conch.marketplace.errors import (
+    ConflictError,
+    IntegrityError,
+    MarketplaceError,
+    UpstreamError,
+    conflict,
+    invalid,
+    not_found,
+)
 from conch.marketplace.federation import Upstream, UpstreamUnavailable
 from conch.marketplace.records import (
     MANIFEST_FIELDS,
@@ -480,8 +488,8 @@ class MarketplaceService:
         try:
             remote = self.upstream.versions(key)
         except UpstreamUnavailable as exc:
-            raise MarketplaceError(
-                "UpstreamError", f"{key!r} is not published here and {exc}", field="name"
+            raise UpstreamError(
+                f"{key!r} is not published here and {exc}", field="name"
             ) from None
         if not remote:
             raise not_found(f"no agent named {key!r} here or upstream", "name")
@@ -490,8 +498,8 @@ class MarketplaceService:
         record = by_version[chosen]
         manifest = {f: record.get(f) for f in MANIFEST_FIELDS}
         if manifest["name"] != key:
-            raise MarketplaceError(
-                "IntegrityError", f"upstream answered {manifest['name']!r} for {key!r}"
+            raise IntegrityError(
+                f"upstream answered {manifest['name']!r} for {key!r}"
             )
         verify(manifest, str(record.get("digest")), f"upstream {self.upstream.url}")
         return self._record_install(key, manifest, str(record["digest"]), self.upstream.url)
@@ -589,7 +597,7 @@ class MarketplaceService:
             try:
                 self.publish(req)
             except MarketplaceError as exc:
-                if exc.kind != "ConflictError":  # another replica seeded it meanwhile
+                if not isinstance(exc, ConflictError):  # another replica seeded it meanwhile
                     raise
             done.append(key)
         return done

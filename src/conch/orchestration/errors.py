@@ -1,28 +1,21 @@
-"""Errors of the orchestration domain; the web layer maps ``status`` to the HTTP status."""
+"""Errors of the orchestration domain, on conch's one tree (:mod:`conch.errors`)."""
 
 from __future__ import annotations
 
-
-class OrchestrationError(Exception):
-    status = 500
-    kind = "OrchestrationError"
-
-    def __init__(self, message: str, *, where: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.where = where
+from conch import errors
 
 
-class Invalid(OrchestrationError):
-    status = 400
-    kind = "RequestError"
+class OrchestrationError(errors.DomainError, kind="OrchestrationError"):
+    """The family's root: an orchestration failure no narrower class names (a 500)."""
 
 
-class NotFound(OrchestrationError):
-    status = 404
-    kind = "NotFound"
+class Invalid(OrchestrationError, errors.Invalid, kind="RequestError"):
+    pass
 
 
-class Conflict(OrchestrationError):
-    status = 409
-    kind = "Conflict"
+class NotFound(OrchestrationError, errors.NotFound, kind="NotFound"):
+    pass
+
+
+class Conflict(OrchestrationError, errors.Conflict, kind="Conflict"):
+    pass

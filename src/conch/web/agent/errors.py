@@ -1,8 +1,10 @@
 """The agent server's errors: every failure answers ``{success: false, error: {kind, message}}``.
 
-Routes raise :class:`~conch.web.common.errors.WebError`; request validation is a ``400``
-naming the fields (never FastAPI's ``422``), HTTP errors keep their status, and anything
-unexpected is a ``500 InternalError`` (the exception still reaches the server's log).
+Domain code raises the errors of conch's one tree (:class:`conch.errors.DomainError`: its
+status, kind and the field at fault) and routes raise :class:`~conch.web.common.errors.WebError`
+for what only HTTP knows; one handler renders each. Request validation is a ``400`` naming the
+fields (never FastAPI's ``422``), HTTP errors keep their status, and anything unexpected is a
+``500 InternalError`` (the exception still reaches the server's log).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from conch.errors import DomainError
 from conch.lang.builtins.registry import REGISTRY
 from conch.lang.errors import did_you_mean
 from conch.web.agent.protocol import REQUEST_MODELS
@@ -30,6 +33,13 @@ def error_response(
         headers=headers,
         media_type="application/json",
     )
+
+
+def domain_error_response(exc: DomainError) -> Response:
+    """The envelope of any error of the tree: its kind, and the field at fault under the key
+    its family's clients read (``where``, or ``field`` for the marketplace)."""
+    extra: dict[str, Any] = {exc.where_key: exc.where} if exc.where else {}
+    return error_response(exc.status, exc.message, exc.headers, kind=exc.kind, **extra)
 
 
 def problems(errors: Sequence[Any]) -> str:
@@ -50,6 +60,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(WebError)
     async def web_error(request: Request, exc: WebError) -> Response:
         return error_response(exc.status, exc.message, exc.headers, **exc.fields)
+
+    @app.exception_handler(DomainError)
+    async def domain_error(request: Request, exc: DomainError) -> Response:
+        return domain_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:

@@ -1,9 +1,9 @@
 """Routes of the agent marketplace (``/api/v1/marketplace/*``): validate, call the
 :class:`~conch.marketplace.MarketplaceService`, shape the answer.
 
-The service is synchronous (SQLAlchemy Core); each call runs in a worker thread. A
-:class:`~conch.marketplace.MarketplaceError` becomes a :class:`WebError`: the agent server's
-error body ``{"success": false, "error": {kind, message, field}}`` with the status of its kind.
+The service is synchronous (SQLAlchemy Core); each call runs in a worker thread. Its errors
+(:class:`~conch.marketplace.MarketplaceError`, on conch's one tree) reach the client through the
+agent server's handler: ``{"success": false, "error": {kind, message, field}}``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from conch.marketplace import MarketplaceError, MarketplaceService
-from conch.marketplace.errors import KINDS
+from conch.marketplace import MarketplaceService
 from conch.marketplace.federation import HOP_HEADER
 from conch.marketplace.records import MAX_NAME, MAX_VERSION, PublishRequest
 from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
@@ -82,11 +81,7 @@ async def _parse(request: Request, model: type[M]) -> M:
 
 
 async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    try:
-        return await run_in_threadpool(fn, *args, **kwargs)
-    except MarketplaceError as exc:
-        extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
-        raise WebError(KINDS.get(exc.kind, 400), exc.message, kind=exc.kind, **extra) from None
+    return await run_in_threadpool(fn, *args, **kwargs)
 
 
 def _federated(request: Request) -> bool:

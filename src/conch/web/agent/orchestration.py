@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from conch.config import Settings
 from conch.orchestration.approvals import ApprovalPolicy, Effect
-from conch.orchestration.errors import Invalid, OrchestrationError
+from conch.orchestration.errors import Invalid
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
@@ -196,17 +196,8 @@ class CheckpointEntry(BaseModel):
     created_at: str
 
 
-def _web_error(exc: OrchestrationError) -> WebError:
-    if exc.where:
-        return WebError(exc.status, exc.message, kind=exc.kind, where=exc.where)
-    return WebError(exc.status, exc.message, kind=exc.kind)
-
-
 async def _call(coro: Any, status: int = 200) -> Response:
-    try:
-        return json_response(await coro, status)
-    except OrchestrationError as exc:
-        raise _web_error(exc) from None
+    return json_response(await coro, status)
 
 
 def _last_event_id(request: Request, last_event_id: int | None) -> int:
@@ -462,13 +453,10 @@ async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
     """Create and start a workflow (a DAG of `run` and `task` steps)."""
     raw = await request.body()
     try:
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError as exc:
-            raise Invalid(f"body: not JSON ({exc})", where="body") from None
-        req = parse_workflow(data)
-    except OrchestrationError as exc:
-        raise _web_error(exc) from None
+        data = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise Invalid(f"body: not JSON ({exc})", where="body") from None
+    req = parse_workflow(data)
     return await _call(orch.create_workflow(req), 201)
 
 
