@@ -172,13 +172,6 @@ class MarketplaceService:
             rows = conn.execute(sa.select(tables.installed).order_by(tables.installed.c.name))
             return [self._installed_agent(r._mapping) for r in rows]
 
-    def installed_agent(self, name: str) -> InstalledAgent | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(tables.installed).where(tables.installed.c.name == name)
-            ).first()
-        return self._installed_agent(row._mapping) if row is not None else None
-
     @staticmethod
     def _installed_agent(row: RowMapping) -> InstalledAgent:
         m = row["manifest"]
