@@ -12,8 +12,9 @@ from __future__ import annotations
 from conch import errors
 
 
-class SessionError(errors.DomainError, kind="SessionError"):
-    """The family's root: a session failure no narrower class names (a 500)."""
+class SessionError(errors.DomainError):
+    """The family's root: a session failure no narrower class names (a 500). It sets no kind
+    or status: each class below takes both from the base it re-parents onto."""
 
 
 class InvalidRequest(SessionError, errors.Invalid):

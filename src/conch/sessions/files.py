@@ -41,6 +41,7 @@ import mimetypes
 import os
 import shutil
 import stat
+import subprocess
 import uuid
 from collections.abc import AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -458,8 +459,7 @@ class SessionFiles:
                 os.unlink(name, dir_fd=parent)
                 return
             if recursive:
-                # Descriptor-relative and link-safe (shutil.rmtree.avoids_symlink_attacks).
-                shutil.rmtree(name, dir_fd=parent)
+                remove_tree_at(parent, name)
                 return
             try:
                 os.rmdir(name, dir_fd=parent)
@@ -474,6 +474,26 @@ class SessionFiles:
             raise FileNotFound(f"no such file or directory: {shown}", where="path") from None
         finally:
             os.close(parent)
+
+
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` under ``dir_fd`` and all in it, never following a link.
+
+    ``shutil.rmtree`` works relative to descriptors and refuses links
+    (``shutil.rmtree.avoids_symlink_attacks``), but recurses: a program can nest directories
+    deeper than Python's recursion limit. Such a tree goes to ``rm -rf``, run from the
+    parent's descriptor (its ``/proc/self/fd`` entry, in the child), which walks any depth
+    and never follows a link either."""
+    try:
+        shutil.rmtree(name, dir_fd=dir_fd)
+    except RecursionError:
+        subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", name],
+            cwd=f"/proc/self/fd/{dir_fd}",
+            pass_fds=(dir_fd,),
+            check=True,
+            capture_output=True,
+        )
 
 
 def _entries(fd: int) -> Iterator[os.DirEntry[str]]:

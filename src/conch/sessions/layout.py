@@ -20,11 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 from conch.sessions.errors import SessionNotFound
+from conch.sessions.files import remove_tree_at
 
 Owner = tuple[int, int]
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -84,15 +83,13 @@ class SessionDirs:
         root = self.root(id)
         if not os.path.lexists(root):
             return
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            # Descriptor-relative and link-safe on Linux (shutil.rmtree.avoids_symlink_attacks).
-            shutil.rmtree(root)
+            remove_tree_at(fd, root.name)
         except FileNotFoundError:
             pass
-        except (OSError, RecursionError):
-            # A tree deeper than Python's recursion (a program can nest directories without
-            # end): rm walks it iteratively, and never follows a link either.
-            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(root)], check=True)
+        finally:
+            os.close(fd)
 
     def ids(self) -> list[str]:
         """The session ids that have a directory (orphans included: see the service's sweep)."""

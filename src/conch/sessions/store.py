@@ -111,6 +111,24 @@ class _Q:
         .returning(*_S.c)
     )
     get = sa.select(_S).where(_c.id == sa.bindparam("k_id"), live)
+    record_run = (
+        sa.update(_S)
+        .where(_c.id == sa.bindparam("k_id"), live, _c.lease_owner == sa.bindparam("owner"))
+        .values(
+            runs=_c.runs + 1,
+            last_used_at=now,
+            expires_at=now + _c.ttl_s,
+            status=ACTIVE,
+            state_version=_c.state_version + sa.bindparam("bump", type_=sa.Integer),
+            workspace_bytes=sa.func.coalesce(
+                sa.bindparam("wb", type_=sa.BigInteger), _c.workspace_bytes
+            ),
+            lease_expires_at=sa.func.coalesce(
+                sa.bindparam("until", type_=sa.Float), _c.lease_expires_at
+            ),
+        )
+        .returning(*_S.c)
+    )
 
 
 class SessionStore:
@@ -236,25 +254,16 @@ class SessionStore:
         is extended too. Refused unless ``owner`` still holds the lease: ``LeaseLost`` (another
         server took it over), ``SessionNotFound`` (deleted or expired meanwhile)."""
         now = _now(now)
-        values: dict[str, Any] = {
-            "runs": _c.runs + 1,
-            "last_used_at": now,
-            "expires_at": now + _c.ttl_s,
-            "status": ACTIVE,
+        params = {
+            "k_id": id,
+            "owner": owner,
+            "now": now,
+            "bump": 1 if saved else 0,
+            "wb": workspace_bytes,
+            "until": None if lease_s is None else now + lease_s,
         }
-        if saved:
-            values["state_version"] = _c.state_version + 1
-        if workspace_bytes is not None:
-            values["workspace_bytes"] = workspace_bytes
-        if lease_s is not None:
-            values["lease_expires_at"] = now + lease_s
         with self.tx() as conn:
-            row = conn.execute(
-                sa.update(_S)
-                .where(_c.id == id, _c.status.in_(LIVE), _c.lease_owner == owner)
-                .values(**values)
-                .returning(*_S.c)
-            ).first()
+            row = conn.execute(_Q.record_run, params).first()
         if row is None:
             self._lost(id, owner)
         return Session.from_row(row)
