@@ -35,6 +35,7 @@ spelled as paths from the workspace root, hidden files included unless ``all=Fal
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import errno
 import mimetypes
@@ -341,14 +342,22 @@ class SessionFiles:
 
     def list(self, dir: str = ".", *, all: bool = True) -> list[dict[str, Any]]:
         """The entries of directory ``dir`` in name order, as ``ls`` gives them (a file: its
-        own entry). ``all=False`` leaves out names starting with a dot, as ``ls`` does."""
+        own entry). ``all=False`` leaves out names starting with a dot, as ``ls`` does.
+        Errors name ``dir`` as the field at fault."""
+        try:
+            return self._list(dir, all)
+        except (InvalidPath, FileNotFound, FileConflict) as exc:
+            exc.where = "dir"
+            raise
+
+    def _list(self, dir: str, all: bool) -> builtins.list[dict[str, Any]]:
         parts = split_path(dir)
         if parts:
             parent = self._walk(parts[:-1])
             try:
                 st = _lstat_at(parent, parts[-1])
                 if st is None:
-                    raise FileNotFound(f"no such file or directory: {_shown(parts)}", where="dir")
+                    raise FileNotFound(f"no such file or directory: {_shown(parts)}")
                 if not stat.S_ISDIR(st.st_mode):
                     if stat.S_ISLNK(st.st_mode):
                         raise InvalidPath(
