@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -110,6 +110,17 @@ class Settings(BaseSettings):
     executor: str = "local"
     dask_scheduler: str | None = None
 
+    # sessions (docs/sessions.md): each one's workspace and saved bindings live under
+    # sessions_dir (default <data_dir>/sessions; servers sharing a database share it too). An
+    # idle session is paused after session_idle_s; a create without ttl_s lives session_ttl_s
+    # past its last use. Its files may take session_disk_mb, one upload session_upload_mb
+    # (the files route's own limit: max_body_bytes is for JSON bodies).
+    sessions_dir: Path = Field(default=None)  # type: ignore[assignment]  # see _sessions_dir_default
+    session_idle_s: float = 300.0
+    session_ttl_s: float = 86_400.0
+    session_disk_mb: int = 512
+    session_upload_mb: int = 100
+
     # model inference server
     models_host: str = "127.0.0.1"
     models_port: int = 8080
@@ -190,6 +201,13 @@ class Settings(BaseSettings):
     provider_models_ttl_s: float = 60.0  # the merged /v1/models cache
     http_timeout_s: float = 30.0  # http_* builtins: default and, in the server, the maximum
     http_max_bytes: int = 10 * 1024 * 1024  # http_* response bodies are cut (an error) past this
+
+    @field_validator("sessions_dir", mode="before")
+    @classmethod
+    def _sessions_dir_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None:
+            return value
+        return Path(info.data.get("data_dir") or _default_data_dir()) / "sessions"
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,100 @@
+"""Where a session lives on disk, and making and removing that place.
+
+::
+
+    sessions_dir/                   0711: the sandbox user may pass, not list
+      <id>/                         0711, the server's
+        workspace/                  0700, the session's user's: its files (what its programs
+                                    see, the files API's root)
+        state/                      0700, the server's: its saved bindings (conch.sessions.state),
+                                    never inside the workspace, so no program can touch them
+        tmp/                        0700, the server's: uploads in flight, renamed into the
+                                    workspace when whole (same file system, so atomically)
+
+A session id names a directory, so only ids of the shape :func:`check_id` accepts are turned
+into paths (an id from a URL never climbs out of ``sessions_dir``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+from conch.sessions.errors import SessionNotFound
+from conch.sessions.files import remove_tree_at
+
+Owner = tuple[int, int]
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+PASS_MODE = 0o711
+PRIVATE_MODE = 0o700
+
+
+def check_id(id: str) -> str:
+    """``id`` if it can name a session's directory; ``SessionNotFound`` otherwise (no session
+    has such an id)."""
+    if not isinstance(id, str) or not _ID.fullmatch(id):
+        raise SessionNotFound(f"no session {id!r}", where="session")
+    return id
+
+
+class SessionDirs:
+    """The directories of every session under ``sessions_dir``. ``owner``: the ``(uid, gid)``
+    the sessions' programs run as, who is given each workspace (``None``: the server's own
+    user, nothing to give)."""
+
+    def __init__(self, sessions_dir: Path, *, owner: Owner | None = None) -> None:
+        self.base = Path(sessions_dir)
+        self.owner = owner
+
+    def root(self, id: str) -> Path:
+        return self.base / check_id(id)
+
+    def workspace(self, id: str) -> Path:
+        return self.root(id) / "workspace"
+
+    def state(self, id: str) -> Path:
+        return self.root(id) / "state"
+
+    def tmp(self, id: str) -> Path:
+        return self.root(id) / "tmp"
+
+    def exists(self, id: str) -> bool:
+        return self.root(id).is_dir()
+
+    def create(self, id: str) -> Path:
+        """Make the session's directories (its workspace given to ``owner``); the root."""
+        if not self.base.exists():
+            self.base.mkdir(mode=PASS_MODE, parents=True, exist_ok=True)
+            os.chmod(self.base, PASS_MODE)  # whatever the umask made of it
+        root = self.root(id)
+        root.mkdir(mode=PASS_MODE)
+        os.chmod(root, PASS_MODE)
+        for name in ("workspace", "state", "tmp"):
+            (root / name).mkdir(mode=PRIVATE_MODE)
+        if self.owner is not None:
+            os.chown(root / "workspace", *self.owner, follow_symlinks=False)
+        return root
+
+    def remove(self, id: str) -> None:
+        """Remove the session's directories and all in them (links removed, never followed);
+        nothing to do when they are gone already."""
+        root = self.root(id)
+        if not os.path.lexists(root):
+            return
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            remove_tree_at(fd, root.name)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+
+    def ids(self) -> list[str]:
+        """The session ids that have a directory (orphans included: see the service's sweep)."""
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.base) as it:
+            return sorted(
+                e.name for e in it if _ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+            )
+        return []
