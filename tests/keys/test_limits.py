@@ -396,3 +396,70 @@ def test_two_processes_on_one_sqlite_file_never_pass_a_budget(sqlite_url: str) -
         assert all(c == "rate_limit_exceeded" and 0 < (r or 0) <= 60 for c, _, r in tally.refusals)
     finally:
         engine.dispose()
+
+
+def test_the_running_totals_are_always_the_events_after_their_marks(room: Room) -> None:
+    """Whatever happens (admissions, settlements, refusals, clock jumps, day limits added
+    and removed), each running total in ``key_usage`` is the sum of its column over the
+    events after the window's mark, and no event is kept past the windows the key reads."""
+    import random
+
+    from conch.keys.limits import DAY_GC_S
+    from conch.keys.tables import key_usage
+
+    rng = random.Random(32)
+    issued = room.keys.create(
+        name="inv", scopes=["inference"],
+        limits={"requests_per_minute": 40, "tokens_per_minute": 4000, "tokens_per_day": 50_000},
+    )
+    key_id = issued.record.id
+    p = room.keys.authenticate(issued.secret)
+    assert p is not None
+    open_admissions = []
+    day_limits = True
+    for step in range(600):
+        roll = rng.random()
+        admitted = False
+        if roll < 0.55:
+            try:
+                open_admissions.append(
+                    room.limiter.admit(p, tokens=rng.choice([0, 1, 64, 500]), run=rng.random() < 0.2)
+                )
+                admitted = True
+            except KeyLimitExceeded:
+                pass
+        elif roll < 0.85 and open_admissions:
+            a = open_admissions.pop(rng.randrange(len(open_admissions)))
+            room.limiter.finish(a, tokens=rng.randint(0, a.tokens))
+        elif roll < 0.97:
+            room.clock.advance(rng.choice([0.5, 5, 20, 59.9, 60, 61, 3600, 86_400]))
+        else:
+            day_limits = not day_limits
+            change = {"tokens_per_day": 50_000 if day_limits else None}
+            p = room.keys.patch(key_id, {"limits": change}).principal()
+        with room.engine.connect() as conn:
+            st = conn.execute(sa.select(key_usage).where(key_usage.c.key_id == key_id)).one()
+            events = conn.execute(sa.select(key_events)).all()
+        after_m = [e for e in events if e.at > st.minute_mark]
+        after_d = [e for e in events if e.at > st.day_mark]
+        assert st.requests_m == sum(e.requests for e in after_m), step
+        assert st.tokens_m == sum(e.tokens for e in after_m), step
+        assert st.runs_m == sum(e.runs for e in after_m), step
+        assert st.tokens_d == sum(e.tokens for e in after_d), step
+        assert len(after_d) == len(events), step  # nothing before the day mark is kept
+        assert st.minute_mark >= st.day_mark
+        if admitted:  # an admission prunes: what is kept is what the windows read
+            kept = 60 if not day_limits else 86_400 + DAY_GC_S
+            assert all(e.at > room.clock.now - kept for e in events), step
+
+
+def test_a_key_without_day_limits_keeps_a_minute_of_events(room: Room) -> None:
+    p = _key(room, requests_per_minute=1000)
+    for _ in range(10):
+        room.limiter.admit(p)
+        room.clock.advance(30)
+    with room.engine.connect() as conn:
+        kept = conn.execute(sa.select(sa.func.count()).select_from(key_events)).scalar_one()
+    # The last admission was 30 s ago; the one 60 s ago left the window exactly now (the
+    # next admission prunes it).
+    assert kept == 2

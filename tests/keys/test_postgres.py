@@ -95,12 +95,12 @@ def test_concurrent_runs_hold_across_two_servers(engines: list[sa.Engine]) -> No
     ).secret
     servers = [(KeyService(e), Limiter(e)) for e in engines]
     lock = threading.Lock()
-    running = peak = done = 0
+    running = peak = done = refused = 0
     errors: list[str] = []
     deadline = time.monotonic() + 3
 
     def work(i: int) -> None:
-        nonlocal running, peak, done
+        nonlocal running, peak, done, refused
         keys, limiter = servers[i % 2]
         principal = keys.authenticate(secret)
         assert principal is not None
@@ -110,12 +110,14 @@ def test_concurrent_runs_hold_across_two_servers(engines: list[sa.Engine]) -> No
             except KeyLimitExceeded as e:
                 if e.limit != "concurrent_runs":
                     errors.append(e.message)
+                with lock:
+                    refused += 1
                 time.sleep(0.002)
                 continue
             with lock:
                 running += 1
                 peak = max(peak, running)
-            time.sleep(0.005)
+            time.sleep(0.02)
             with lock:
                 running -= 1
                 done += 1
@@ -127,7 +129,8 @@ def test_concurrent_runs_hold_across_two_servers(engines: list[sa.Engine]) -> No
     for t in threads:
         t.join()
     assert errors == []
-    assert peak == 5 and done > 20
+    # Counted between admission and finish, so never above the leases held.
+    assert 1 <= peak <= 5 and done > 20 and refused > 0
 
 
 def test_a_change_on_one_server_applies_on_the_other_within_a_second(pg_url: str) -> None:

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +75,9 @@ QUOTA = "insufficient_quota"
 # How long a run's lease lives without renewal when the caller does not say: longer than any
 # run's wall time by default (stream_wall_time_s is 300 s).
 RUN_LEASE_S = 600.0
-# Events older than a day are deleted at least this often, for keys whose limits never read
-# the day window (the day totals stay right either way: pruning subtracts what it deletes).
+# A key with a day limit has its day-old events deleted at least this often even when its
+# requests only read the minute window (the totals stay right either way: pruning subtracts
+# what it deletes).
 DAY_GC_S = 3600.0
 
 RUN = "run"
@@ -193,11 +194,12 @@ class _SQL:
         sa.func.coalesce(sa.func.sum(_e.tokens), 0),
         sa.func.coalesce(sa.func.sum(_e.runs), 0),
     ).where(_e.key_id == _k(), _e.at > sa.bindparam("lo"), _e.at <= sa.bindparam("hi"))
-    # The events that left the day window: deleted, their amounts returned to subtract.
-    day_expired = (
+    # The events that left every window the key keeps: deleted, their amounts returned to
+    # subtract from the totals that still hold them.
+    expired = (
         sa.delete(key_events)
         .where(_e.key_id == _k(), _e.at <= sa.bindparam("hi"))
-        .returning(_e.tokens, _e.cpu)
+        .returning(_e.at, _e.requests, _e.tokens, _e.runs, _e.cpu)
     )
     insert_event = sa.insert(key_events).returning(_e.id)
     update_state = (
@@ -275,7 +277,8 @@ class _State:
             "tokens_m": self.tokens_m,
             "runs_m": self.runs_m,
             "tokens_d": self.tokens_d,
-            "cpu_d": self.cpu_d,
+            # Microseconds: sums and differences of floats must not drift into a refusal.
+            "cpu_d": round(self.cpu_d, 6),
         }
 
 
@@ -290,27 +293,44 @@ class _Refusal:
     message: str
 
 
-def _prune_minute(conn: Connection, key_id: str, st: _State, now: float) -> None:
+def _prune(
+    conn: Connection, key_id: str, st: _State, now: float, *, keep_day: bool, day: bool
+) -> None:
+    """Take out of the totals what left the windows since their marks.
+
+    A key with a day limit (``keep_day``) keeps a day of events: those that left the minute
+    are summed and stay; with ``day``, those that left the day are deleted. A key without
+    one keeps a minute: what left it is deleted at once (and taken out of the day totals as
+    well, so that they stay the sum of the events kept)."""
     cut = now - MINUTE
-    if cut <= st.minute_mark:
-        return
-    r, t, n = conn.execute(_SQL.minute_expired, {"k": key_id, "lo": st.minute_mark, "hi": cut}).one()
-    st.requests_m -= int(r)
-    st.tokens_m -= int(t)
-    st.runs_m -= int(n)
-    st.minute_mark = cut
+    if keep_day:
+        if cut > st.minute_mark:
+            r, t, n = conn.execute(
+                _SQL.minute_expired, {"k": key_id, "lo": st.minute_mark, "hi": cut}
+            ).one()
+            st.requests_m -= int(r)
+            st.tokens_m -= int(t)
+            st.runs_m -= int(n)
+            st.minute_mark = cut
+        if day and now - DAY > st.day_mark:
+            # Out of the minute already (now - DAY < the minute mark): the day totals only.
+            _take_out(st, conn.execute(_SQL.expired, {"k": key_id, "hi": now - DAY}))
+            st.day_mark = now - DAY
+    elif cut > st.day_mark:
+        _take_out(st, conn.execute(_SQL.expired, {"k": key_id, "hi": cut}))
+        st.minute_mark = max(st.minute_mark, cut)
+        st.day_mark = cut
 
 
-def _prune_day(conn: Connection, key_id: str, st: _State, now: float) -> None:
-    # The minute window first: the events deleted here must already be out of its totals.
-    _prune_minute(conn, key_id, st, now)
-    cut = now - DAY
-    if cut <= st.day_mark:
-        return
-    rows = conn.execute(_SQL.day_expired, {"k": key_id, "hi": cut}).all()
-    st.tokens_d -= sum(int(r.tokens) for r in rows)
-    st.cpu_d -= sum(float(r.cpu) for r in rows)
-    st.day_mark = cut
+def _take_out(st: _State, rows: Iterable[Any]) -> None:
+    """Subtract deleted events from the totals that held them (all after the day mark)."""
+    for row in rows:
+        if row.at > st.minute_mark:
+            st.requests_m -= int(row.requests)
+            st.tokens_m -= int(row.tokens)
+            st.runs_m -= int(row.runs)
+        st.tokens_d -= int(row.tokens)
+        st.cpu_d -= float(row.cpu)
 
 
 def _retry_after(
@@ -462,23 +482,27 @@ class Limiter:
             # Read after the lock: a waiter must not record an event older than the marks
             # the holder before it advanced.
             now = self.clock()
-            gc = now - DAY - st.day_mark > DAY_GC_S
-            if day or gc:
-                _prune_day(conn, key_id, st, now)
-            elif minute:
-                _prune_minute(conn, key_id, st, now)
+            keep_day = lim.tokens_per_day is not None or lim.cpu_seconds_per_day is not None
+            gc = keep_day and now - DAY - st.day_mark > DAY_GC_S
+            if minute or day or gc:
+                _prune(conn, key_id, st, now, keep_day=keep_day, day=day or gc)
             refusals: list[_Refusal] = []
-            if minute:
-                for name, col, total, code in _MINUTE_LIMITS:
-                    self._check(conn, key_id, lim, name, col, getattr(st, total), demand[col],
-                                MINUTE, st.minute_mark, now, code, refusals)
-            if day:
-                for name, col, total, code in _DAY_LIMITS:
-                    amount = demand[col]
-                    if col == "cpu" and not runs:
+
+            def check(limits: tuple[tuple[str, str, str, str], ...], window: float) -> None:
+                mark = st.minute_mark if window == MINUTE else st.day_mark
+                for name, col, total, code in limits:
+                    maximum = getattr(lim, name)
+                    if maximum is None or (col == "cpu" and not runs):
                         continue
-                    self._check(conn, key_id, lim, name, col, getattr(st, total), amount,
-                                DAY, st.day_mark, now, code, refusals)
+                    refusal = self._check(conn, key_id, name, col, code, maximum,
+                                          getattr(st, total), demand[col], window, mark, now)
+                    if refusal is not None:
+                        refusals.append(refusal)
+
+            if minute:
+                check(_MINUTE_LIMITS, MINUTE)
+            if day:
+                check(_DAY_LIMITS, DAY)
             leases: dict[str, str] = {}
             held: list[tuple[str, str, int]] = []
             if run_lease:
@@ -532,47 +556,39 @@ class Limiter:
             session_lease=leases.get(SESSION),
         )
 
+    @staticmethod
     def _check(
-        self,
         conn: Connection,
         key_id: str,
-        lim: Any,
         name: str,
         column: str,
+        code: str,
+        maximum: float,
         used: float,
         amount: float,
         window: float,
         mark: float,
         now: float,
-        code: str,
-        refusals: list[_Refusal],
-    ) -> None:
-        maximum = getattr(lim, name)
-        if maximum is None:
-            return
+    ) -> _Refusal | None:
+        """The refusal of ``amount`` more where ``used`` of ``maximum`` is taken, if any."""
         if amount == 0:
             # Checked only for the CPU budget of a run: a run may start while some of the
             # day's CPU is left, and not once it is spent.
             if column != "cpu" or used < maximum:
-                return
+                return None
         elif used + amount <= maximum:
-            return
+            return None
         unit = _unit(name)
         if amount > maximum:
-            refusals.append(
-                _Refusal(name, code, maximum, used, amount, None,
-                         f"this request needs {_num(amount)} {unit}, more than the key's "
-                         f"{name} limit of {_num(maximum)}")
-            )
-            return
+            return _Refusal(name, code, maximum, used, amount, None,
+                            f"this request needs {_num(amount)} {unit}, more than the key's "
+                            f"{name} limit of {_num(maximum)}")
         need = used + amount - maximum + (1e-9 if amount == 0 else 0.0)
         retry = _retry_after(conn, key_id, column, window, mark, need, now)
         what = "rate limit" if code == RATE else "budget"
-        refusals.append(
-            _Refusal(name, code, maximum, used, amount, retry,
-                     f"{name} {what} of {_num(maximum)} {unit} reached "
-                     f"({_num(used)} used, this request needs {_num(amount)})")
-        )
+        return _Refusal(name, code, maximum, used, amount, retry,
+                        f"{name} {what} of {_num(maximum)} {unit} reached "
+                        f"({_num(used)} used, this request needs {_num(amount)})")
 
     def _lease_refusal(self, name: str, kind: str, maximum: int, active: int) -> _Refusal:
         if kind == RUN:

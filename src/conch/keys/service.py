@@ -85,7 +85,7 @@ class IssuedKey:
 @dataclass(slots=True)
 class _Cached:
     principal: Principal
-    checked: float  # time.monotonic() of the database read
+    checked: float  # time.monotonic() when the database read began
 
 
 _a = api_keys.c
@@ -161,6 +161,9 @@ class KeyService:
             refused = self._unknown.get(h)
             if refused is not None:
                 return refused
+            # The copy is as old as the moment the read began (a change committed while it
+            # ran may be missing from it), so that is when it was checked.
+            started = time.monotonic()
             with self.engine.connect() as conn:
                 row = conn.execute(_by_hash, {"h": h}).first()
             if row is None or row.revoked_at is not None:
@@ -168,14 +171,17 @@ class KeyService:
                 self._forget(h, refused=reason)
                 return reason
             principal = KeyRecord.from_row(row).principal()
-            self._remember(h, principal)
+            self._remember(h, principal, started)
         if principal.expires_at is not None and principal.expires_at <= self.clock():
             return f"this API key expired at {iso(principal.expires_at)}"
         return principal
 
-    def _remember(self, h: str, principal: Principal) -> None:
+    def _remember(self, h: str, principal: Principal, checked: float) -> None:
         with self._lock:
-            self._cache[h] = _Cached(principal, time.monotonic())
+            if h in self._unknown:
+                # Refused for good while this read ran (a revocation or rotation here).
+                return
+            self._cache[h] = _Cached(principal, checked)
             self._cache.move_to_end(h)
             self._hash_of[principal.key_id] = h
             while len(self._cache) > self._cache_size:
@@ -207,7 +213,9 @@ class KeyService:
             return self._get(conn, key_id)
 
     def _get(self, conn: Connection, key_id: str, *, lock: bool = False) -> KeyRecord:
-        q = _by_id.with_for_update() if lock else _by_id
+        # FOR NO KEY UPDATE: an admission in flight holds a key-share lock on the row (its
+        # usage rows reference it), which a plain FOR UPDATE would wait for.
+        q = _by_id.with_for_update(key_share=True) if lock else _by_id
         row = conn.execute(q, {"id": key_id}).first()
         if row is None:
             raise NotFound(f"no key with id '{key_id}'", where="id")
