@@ -14,7 +14,8 @@ Usage is kept per key, not per secret, so a rotation leaves every window as it w
   and the marks up to which each window has been pruned.
 - ``key_events``: one row per admission that touched a window (its time and the requests,
   tokens and runs it counted, and the CPU seconds reserved or spent). A row leaves the
-  minute totals 60 s after its time and is deleted 86,400 s after it.
+  minute totals 60 s after its time; it is deleted once it has left every window the key's
+  limits read (a day with a day limit, a minute without).
 - ``key_leases``: what a key holds right now (a run, a session); counted against
   ``concurrent_runs`` and ``sessions_max``, released by the holder, and expired when its
   holder died without releasing it.
