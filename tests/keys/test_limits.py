@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -17,7 +18,9 @@ import sqlalchemy as sa
 from conch import db
 from conch.errors import Forbidden, LimitExceeded
 from conch.keys import KeyLimitExceeded, ModelNotAllowed, Principal
-from conch.keys.tables import key_events, key_leases
+from conch.keys.limits import DAY_GC_S
+from conch.keys.records import iso
+from conch.keys.tables import key_events, key_leases, key_usage
 from tests.keys.conftest import Room, StatementCounter, make_room
 from tests.keys.proofs import Tally, hammer
 
@@ -290,8 +293,6 @@ def test_usage_reports_each_limit(room: Room) -> None:
     assert list(usage) == ["requests_per_minute", "tokens_per_day", "concurrent_runs"]
     rpm = usage["requests_per_minute"]
     assert (rpm["max"], rpm["used"], rpm["remaining"]) == (10, 2, 8)
-    from conch.keys.records import iso
-
     assert rpm["resets_at"] == iso(t0 + 5 + 60)
     assert usage["tokens_per_day"]["resets_at"] == iso(t0 + 86_400)
     assert usage["concurrent_runs"]["used"] == 1 and usage["concurrent_runs"]["resets_at"] is None
@@ -402,11 +403,6 @@ def test_the_running_totals_are_always_the_events_after_their_marks(room: Room) 
     """Whatever happens (admissions, settlements, refusals, clock jumps, day limits added
     and removed), each running total in ``key_usage`` is the sum of its column over the
     events after the window's mark, and no event is kept past the windows the key reads."""
-    import random
-
-    from conch.keys.limits import DAY_GC_S
-    from conch.keys.tables import key_usage
-
     rng = random.Random(32)
     issued = room.keys.create(
         name="inv", scopes=["inference"],
