@@ -87,7 +87,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 3000
     workers: int = 2
-    api_key: str | None = None
+    api_key: str | None = None  # acts as the admin key (below); kept for single-user installs
+    # The key that manages keys (docs/security.md); CONCH_ADMIN_KEY. Both servers accept it.
+    admin_key: str | None = None
     workspace: Path | None = None
     allow_network: bool = False
     allow_process: bool = False
@@ -250,7 +252,7 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict[str, Any]:
         """The effective configuration with secrets masked (``conch config show``)."""
         data = self.model_dump(mode="json")
-        for key in ("api_key", "hf_token", "openai_api_key", "anthropic_api_key", "marketplace_api_key"):
+        for key in ("api_key", "admin_key", "hf_token", "openai_api_key", "anthropic_api_key", "marketplace_api_key"):
             if data.get(key):
                 data[key] = "***"
         for prov in data.get("providers", {}).values():

@@ -26,6 +26,7 @@ any :class:`DomainError`; see ``conch.web.common.errors``.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 # The OpenAI error envelope's ``type`` for each status, read by every OpenAI-shaped answer.
@@ -133,7 +134,8 @@ class LimitExceeded(DomainError, status=429, kind="LimitError", code="rate_limit
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.retry_after = retry_after
         if retry_after is not None:
-            self.headers = {**(self.headers or {}), "Retry-After": str(max(1, round(retry_after)))}
+            # Rounded up: a client that waits exactly this long must find room.
+            self.headers = {**(self.headers or {}), "Retry-After": str(max(1, math.ceil(retry_after)))}
 
 
 class Internal(DomainError, status=500, kind="InternalError", code="internal_error"):

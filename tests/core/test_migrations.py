@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+import conch.keys.tables
 import conch.marketplace.tables
 import conch.orchestration.tables
 from conch import db

@@ -29,9 +29,11 @@ def test_the_import_path_is_the_servers_wherever_the_worker_starts(
 def test_worker_settings_drop_every_secret(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, api_key="a", openai_api_key="sk-o", anthropic_api_key="sk-a",
                         hf_token="hf_secret_token", database_url="postgresql://u:pw@h/db",
+                        admin_key="ck-admin-secret", marketplace_api_key="mk-upstream-secret",
                         providers={"x": ProviderConfig(url="http://h/v1", api_key="sk-x")})
     text = worker_settings(settings).model_dump_json()
-    for secret in ("sk-o", "sk-a", "hf_secret_token", "pw@h", "sk-x"):
+    for secret in ("sk-o", "sk-a", "hf_secret_token", "pw@h", "sk-x", "ck-admin-secret",
+                   "mk-upstream-secret"):
         assert secret not in text
     assert worker_settings(settings).models_url == settings.models_url
 

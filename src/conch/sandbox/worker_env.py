@@ -17,7 +17,8 @@ from conch.config import Settings
 
 ALLOWED_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH")
 
-_SECRETS = ("api_key", "hf_token", "openai_api_key", "anthropic_api_key", "database_url")
+_SECRETS = ("api_key", "admin_key", "hf_token", "openai_api_key", "anthropic_api_key",
+            "marketplace_api_key", "database_url")
 
 
 def worker_environment(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:
