@@ -204,7 +204,7 @@ def _write_f16(dest: str, layers: int = 24, hidden: int = 2048, heads: int = 32,
     import gguf
     import numpy as np
 
-    from conch.inference.bundled import find_bundled_gguf
+    from conch.inference.models.bundled import find_bundled_gguf
 
     src = Path(tokenizer_from) if tokenizer_from else find_bundled_gguf()
     if src is None:
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.cpu_smoke:
         sys.path.insert(0, str(ROOT / "src"))
-        from conch.inference.bundled import find_bundled_gguf
+        from conch.inference.models.bundled import find_bundled_gguf
 
         model = a.model or find_bundled_gguf()
         if model is None:

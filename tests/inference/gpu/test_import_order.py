@@ -89,7 +89,7 @@ CASES = {
     """,
     # the engine and model manager, imported directly (benchmarks, tests, embedding users)
     "engine": """
-        import conch.inference.manager
+        import conch.inference.serving.manager
     """,
 }
 
@@ -101,4 +101,4 @@ def test_llama_cpp_loads_before_numpy(case: str, tmp_path: Path) -> None:
 
 def test_the_check_sees_the_wrong_order(tmp_path: Path) -> None:
     """numpy first, then conch: the hook must report it (else the tests above prove nothing)."""
-    assert not run_case("import numpy\nimport conch.inference.manager\n", tmp_path)
+    assert not run_case("import numpy\nimport conch.inference.serving.manager\n", tmp_path)

@@ -8,7 +8,7 @@ the engine's class.
 
 ``generate`` is the low-level, engine-neutral generation entry point: a prompt (text or
 token ids) and :class:`SamplingParams` in, a :class:`Generation` of :class:`TokenEvent` out.
-Chat is built on it (``conch.inference.chat``); so would a legacy ``/v1/completions`` be.
+Chat is built on it (``conch.inference.engines.chat``); so would a legacy ``/v1/completions`` be.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
+    from conch.inference.engines.chat import ChatSpec
 
 
 class EngineError(Exception):

@@ -31,7 +31,7 @@ from conch.inference.engines.base import (
 )
 
 if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
+    from conch.inference.engines.chat import ChatSpec
 
 
 class OnnxRuntimeMissing(RuntimeMissing):

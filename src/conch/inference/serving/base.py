@@ -3,8 +3,8 @@ and the providers that remote model strings (``"<provider>:<model>"``) go to."""
 
 from __future__ import annotations
 
-from conch.inference.manager import ModelManager
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.remote.registry import ProviderRegistry
+from conch.inference.serving.manager import ModelManager
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
 

@@ -17,17 +17,17 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conch.inference.chat import ChatEvent, ChatSpec, start_chat
-from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
-from conch.inference.protocol.openai import (
+from conch.inference.api.openai import (
     UNSUPPORTED_CHAT_FIELDS,
     ChatCompletionRequest,
     NamedToolChoice,
 )
-from conch.inference.providers import serving_hook as remote_hook
+from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
+from conch.inference.engines.chat import ChatEvent, ChatSpec, start_chat
+from conch.inference.engines.tool_calls import ToolSpec
+from conch.inference.serving import stack as remote_hook
 from conch.inference.serving.base import Serving
 from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.tool_calls import ToolSpec
 
 MAX_STOP_SEQUENCES = 4
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from conch.inference.api import completions as c
+from conch.inference.api.dialect import TranslationError
 from conch.inference.engines.base import (
     Engine,
     EngineError,
@@ -21,8 +23,6 @@ from conch.inference.engines.base import (
     SamplingParams,
     Unsupported,
 )
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols import completions as c
 from conch.inference.serving.base import Serving
 from conch.inference.serving.chat import logit_bias, logprob_entries
 from conch.inference.serving.errors import InvalidRequest, domain_errors

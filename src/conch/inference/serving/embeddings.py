@@ -7,13 +7,13 @@ import base64
 import struct
 from typing import Any
 
-from conch.inference.acquire import default_embedding_record
+from conch.inference.api.openai import EmbeddingRequest
 from conch.inference.engines.base import Engine
-from conch.inference.protocol.openai import EmbeddingRequest
-from conch.inference.providers import serving_hook as remote_hook
+from conch.inference.models.acquire import default_embedding_record
+from conch.inference.models.store import ModelRecord
+from conch.inference.serving import stack as remote_hook
 from conch.inference.serving.base import Serving
 from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.store import ModelRecord
 
 
 class EmbeddingServing(Serving):

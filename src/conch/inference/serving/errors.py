@@ -21,7 +21,7 @@ from conch.inference.engines.base import (
     RuntimeMissing,
     Unsupported,
 )
-from conch.inference.manager import (
+from conch.inference.serving.manager import (
     InvalidKeepAlive,
     ModelLoadFailed,
     ModelNeedsConversion,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from conch.inference.manager import ModelManager
-from conch.inference.providers.kinds import remote_prefix
+from conch.inference.models.store import ModelRecord
+from conch.inference.remote.kinds import remote_prefix
 from conch.inference.serving.errors import InvalidRequest, NotFound, domain_errors
-from conch.inference.store import ModelRecord
+from conch.inference.serving.manager import ModelManager
 
 
 class ModelResolver:

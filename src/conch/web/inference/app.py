@@ -17,16 +17,16 @@ from starlette.middleware import Middleware
 
 import conch
 from conch.config import Settings
-from conch.inference.acquire import Acquirer
-from conch.inference.bundled import ensure_bundled_model
-from conch.inference.manager import ModelManager
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.models.acquire import Acquirer
+from conch.inference.models.bundled import ensure_bundled_model
+from conch.inference.models.store import ModelStore
+from conch.inference.remote.registry import ProviderRegistry
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.completions import CompletionServing
 from conch.inference.serving.embeddings import EmbeddingServing
+from conch.inference.serving.manager import ModelManager
 from conch.inference.serving.metrics import ServingMetrics
 from conch.inference.serving.resolve import ModelResolver
-from conch.inference.store import ModelStore
 from conch.web.common.metrics import MetricsMiddleware
 from conch.web.inference import (
     chat,

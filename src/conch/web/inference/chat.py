@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import ChatCompletion, ChatCompletionRequest
+from conch.inference.api.openai import ChatCompletion, ChatCompletionRequest
 from conch.inference.serving.errors import ServingError
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
 from conch.web.inference.deps import ChatDep

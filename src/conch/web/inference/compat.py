@@ -19,9 +19,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from conch.inference.protocol.openai import ChatCompletionRequest
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols.stream import ChatStreamTranslator
+from conch.inference.api.dialect import TranslationError
+from conch.inference.api.openai import ChatCompletionRequest
+from conch.inference.api.stream import ChatStreamTranslator
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.errors import from_domain
 from conch.web.common.sse import EventStreamResponse

@@ -1,6 +1,6 @@
 """Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-Translated to a chat request (``conch.inference.protocols.anthropic``), served by the chat
+Translated to a chat request (``conch.inference.api.anthropic``), served by the chat
 serving layer, translated back. ``x-api-key`` and ``anthropic-version`` are accepted (a local
 server needs no key); errors use Anthropic's ``{"type": "error", "error": {...}}`` shape.
 """
@@ -11,8 +11,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from conch.inference.protocol.openai import ChatCompletionRequest
-from conch.inference.protocols import anthropic as a
+from conch.inference.api import anthropic as a
+from conch.inference.api.openai import ChatCompletionRequest
 from conch.web.common.sse import encode_event
 from conch.web.inference.compat import (
     ChatDialect,

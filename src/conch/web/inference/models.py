@@ -1,6 +1,6 @@
 """``/v1/models``: list, read, delete, and ``POST /v1/models/:id/download`` and ``/convert``.
 
-Download and convert are thin: validate, run the domain job (:mod:`conch.inference.acquire`)
+Download and convert are thin: validate, run the domain job (:mod:`conch.inference.models.acquire`)
 on a worker thread, and answer ``201`` with the model, or, with ``"stream": true``, Server-Sent
 Events carrying ``{status, completed, total}`` progress and ending with the model record.
 Errors that can be known before work starts (unknown source, unsupported pair, a job already
@@ -20,12 +20,12 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from conch.inference.acquire import DownloadSpec
-from conch.inference.manager import ModelManager
-from conch.inference.protocol import openai as p
+from conch.inference.api import openai as p
+from conch.inference.models.acquire import DownloadSpec
+from conch.inference.models.sources import SOURCES, ModelOpError, get_source
+from conch.inference.models.store import ModelRecord
 from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound, ServingError
-from conch.inference.sources import SOURCES, ModelOpError, get_source
-from conch.inference.store import ModelRecord
+from conch.inference.serving.manager import ModelManager
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
 from conch.web.inference.deps import AcquirerDep, ManagerDep, ProvidersDep, StoreDep
 from conch.web.inference.errors import error_event

@@ -20,14 +20,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import conch
-from conch.inference.acquire import DownloadSpec
-from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols import ollama as o
-from conch.inference.protocols.completions import CompletionRequest
+from conch.inference.api import ollama as o
+from conch.inference.api.completions import CompletionRequest
+from conch.inference.api.dialect import TranslationError
+from conch.inference.api.openai import ChatCompletionRequest, EmbeddingRequest
+from conch.inference.models.acquire import DownloadSpec
+from conch.inference.models.sources import ModelOpError, get_source
+from conch.inference.models.store import ModelStore
 from conch.inference.serving.embeddings import EmbeddingServing
-from conch.inference.sources import ModelOpError, get_source
-from conch.inference.store import ModelStore
 from conch.web.common.responses import compact_json
 from conch.web.inference.compat import (
     VendorError,
@@ -211,7 +211,7 @@ async def show(request: Request, store: StoreDep) -> Any:
         template = ""
         fim = False
         if record.format == "gguf" and record.path:
-            from conch.inference.gguf_info import read_gguf_info
+            from conch.inference.models.gguf_info import read_gguf_info
 
             info = await asyncio.to_thread(read_gguf_info, record.path)
             template = info.chat_template or ""

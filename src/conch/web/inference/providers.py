@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import Provider, ProviderValidation
-from conch.inference.providers.errors import UnknownProvider
+from conch.inference.api.openai import Provider, ProviderValidation
+from conch.inference.remote.errors import UnknownProvider
 from conch.inference.serving.errors import NotFound
 from conch.web.inference.deps import ProvidersDep
 from conch.web.inference.openapi import errors

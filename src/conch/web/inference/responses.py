@@ -1,6 +1,6 @@
 """OpenAI Responses API, stateless: ``POST /v1/responses`` and ``GET /v1/responses/{id}``.
 
-Translated to a chat request (``conch.inference.protocols.responses``), served by the chat
+Translated to a chat request (``conch.inference.api.responses``), served by the chat
 serving layer, translated back into a ``response`` object or its typed stream events.
 Nothing is stored: ``previous_response_id`` is refused with a 400, and
 ``GET /v1/responses/{id}`` answers 404 saying so (docs/apis.md).
@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from conch.inference.protocols import responses as r
+from conch.inference.api import responses as r
 from conch.web.common.sse import encode_event
 from conch.web.inference.compat import ChatDialect, VendorError, respond_error, serve_chat
 from conch.web.inference.deps import ChatDep

@@ -155,7 +155,7 @@ class Scheduler:
         self.n_batch = n_batch
         # Prompt tokens decoded per step while other sequences are generating (chunked
         # prefill): a long prompt then delays the running streams by one chunk at a time
-        # instead of all at once (conch.inference.offload: 128 on the CPU, n_ubatch on a GPU).
+        # instead of all at once (conch.inference.engines.llama.offload: 128 on the CPU, n_ubatch on a GPU).
         self.prefill_chunk = max(1, prefill_chunk)
         self.max_queue = max_queue
         self.stats = stats
