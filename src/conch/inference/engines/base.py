@@ -8,7 +8,9 @@ the engine's class.
 
 ``generate`` is the low-level, engine-neutral generation entry point: a prompt (text or
 token ids) and :class:`SamplingParams` in, a :class:`Generation` of :class:`TokenEvent` out.
-Chat is built on it (``conch.inference.engines.chat``); so would a legacy ``/v1/completions`` be.
+Chat is built on it (``engines/chat.py``), as the legacy ``/v1/completions`` is. A chat reaches
+an engine as a :class:`ChatSpec` (messages, sampling, tools as :class:`ToolSpec`), which each
+engine renders with its own template (:meth:`Engine.chat_prompt`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from conch.inference.engines.chat import ChatSpec
+from typing import Any, Protocol
 
 
 class EngineError(Exception):
@@ -136,6 +135,32 @@ class Generation(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self) -> None: ...
+
+
+@dataclass
+class ToolSpec:
+    """A function the model may call: its name, description and JSON Schema of arguments."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ChatSpec:
+    """The engine-neutral chat a request asks for (``serving/chat.py`` builds it)."""
+
+    messages: list[dict[str, Any]]
+    sampling: SamplingParams
+    n: int = 1
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: str | None = None  # "none" | "auto" | "required" | "function"
+    named_tool: str | None = None
+    response_format: dict[str, Any] | None = None
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 @dataclass

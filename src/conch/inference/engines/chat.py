@@ -14,33 +14,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from conch.inference.engines.base import (
     ChatPrompt,
+    ChatSpec,
     Engine,
     EngineError,
     Generation,
-    SamplingParams,
     TokenLogprob,
 )
-from conch.inference.engines.tool_calls import ToolSpec, parse_tool_calls, safe_prefix
-
-
-@dataclass
-class ChatSpec:
-    messages: list[dict[str, Any]]
-    sampling: SamplingParams
-    n: int = 1
-    tools: list[ToolSpec] = field(default_factory=list)
-    tool_choice: str | None = None  # "none" | "auto" | "required" | "function"
-    named_tool: str | None = None
-    response_format: dict[str, Any] | None = None
-
-    @property
-    def tools_active(self) -> bool:
-        return bool(self.tools) and self.tool_choice != "none"
+from conch.inference.engines.tool_calls import parse_tool_calls, safe_prefix
 
 
 @dataclass

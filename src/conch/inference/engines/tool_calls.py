@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from conch.inference.engines.base import ChatInputError
+from conch.inference.engines.base import ChatInputError, ToolSpec
 
 TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
-
-
-@dataclass
-class ToolSpec:
-    name: str
-    description: str | None
-    parameters: dict[str, Any]
 
 
 def content_text(content: Any, param: str) -> str:

@@ -22,9 +22,15 @@ from conch.inference.api.openai import (
     ChatCompletionRequest,
     NamedToolChoice,
 )
-from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
-from conch.inference.engines.chat import ChatEvent, ChatSpec, start_chat
-from conch.inference.engines.tool_calls import ToolSpec
+from conch.inference.engines.base import (
+    ChatSpec,
+    Engine,
+    SamplingParams,
+    TokenLogprob,
+    ToolSpec,
+    Unsupported,
+)
+from conch.inference.engines.chat import ChatEvent, start_chat
 from conch.inference.serving import stack as remote_hook
 from conch.inference.serving.base import Serving
 from conch.inference.serving.errors import InvalidRequest, domain_errors

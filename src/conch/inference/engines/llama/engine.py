@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conch.inference.engines.base import (
     ChatInputError,
     ChatPrompt,
+    ChatSpec,
     ContextLengthExceeded,
     EngineError,
     EngineStats,
@@ -54,9 +55,6 @@ from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
 from conch.inference.engines.tool_calls import render_messages
-
-if TYPE_CHECKING:
-    from conch.inference.engines.chat import ChatSpec
 
 log = logging.getLogger(__name__)
 
