@@ -15,11 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from conch.inference.api.dialect import TranslationError
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+from conch.inference.api.openai import StreamOptions
 
 
 class CompletionRequest(BaseModel):

@@ -1,4 +1,5 @@
-"""Translations between other vendors' wire formats and conch's OpenAI chat format.
+"""What the inbound dialects share: translations between other vendors' wire formats and
+conch's OpenAI chat format.
 
 Pure functions over JSON-shaped dicts: a request in the vendor's shape becomes an OpenAI
 chat-completion request body (validated afterwards by the chat request model), and the

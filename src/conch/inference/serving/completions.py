@@ -16,6 +16,7 @@ from typing import Any
 
 from conch.inference.api import completions as c
 from conch.inference.api.dialect import TranslationError
+from conch.inference.api.openai import StreamOptions
 from conch.inference.engines.base import (
     Engine,
     EngineError,
@@ -182,7 +183,7 @@ class CompletionServing(Serving):
         logprobs: dict[int, dict[str, list[Any]]] = {}
         usage = None
         cid = None
-        async for chunk in self.stream(req.model_copy(update={"stream_options": c.StreamOptions(include_usage=True)})):
+        async for chunk in self.stream(req.model_copy(update={"stream_options": StreamOptions(include_usage=True)})):
             cid = chunk["id"]
             if chunk.get("usage"):
                 usage = chunk["usage"]
