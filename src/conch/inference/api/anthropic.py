@@ -21,7 +21,12 @@ from typing import Any
 from conch.inference.api.dialect import TranslationError, function_tools, joined_text, refuse
 from conch.inference.api.stream import ChatStreamTranslator
 
+# Anthropic's stop_reason for each chat finish_reason, and the chat finish_reason for each of
+# Anthropic's (what the Anthropic provider, remote/anthropic.py, reads): several of them end a
+# turn as a plain stop.
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+FINISH_REASONS = {**{reason: finish for finish, reason in STOP_REASONS.items()},
+                  "stop_sequence": "stop", "refusal": "content_filter", "pause_turn": "stop"}
 
 # Fields an Anthropic client may send that change nothing a local model does (not read).
 IGNORED_FIELDS = ("metadata", "service_tier", "cache_control", "context_management", "inference_geo",

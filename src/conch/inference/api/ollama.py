@@ -27,7 +27,8 @@ from typing import Any
 
 from conch.inference.api.dialect import TranslationError, refuse
 
-# Options that map one-to-one onto chat request fields (conch's name on the right).
+# Options that map one-to-one onto chat request fields (conch's name on the right); the Ollama
+# provider (remote/ollama.py) maps the same fields back into options.
 SAMPLING_OPTIONS = {
     "temperature": "temperature", "top_p": "top_p", "seed": "seed", "stop": "stop",
     "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
@@ -43,7 +44,10 @@ NEUTRAL_OPTIONS: dict[str, Any] = {"mirostat": 0, "tfs_z": 1.0}
 # Ollama's own defaults where they differ from conch's (temperature 0.8, not 0.7).
 DEFAULTS = {"temperature": 0.8}
 
+# Ollama's done_reason for each chat finish_reason, and back (what the Ollama provider reads:
+# Ollama has no reason for tool calls, and a turn that ended otherwise is a plain stop).
 DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}
+FINISH_REASONS = {"stop": "stop", "length": "length"}
 
 
 def now_iso() -> str:

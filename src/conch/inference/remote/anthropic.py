@@ -25,21 +25,13 @@ from typing import Any
 import anthropic
 import httpx2 as httpx  # the transport the anthropic client is built on
 
+from conch.inference.api.anthropic import FINISH_REASONS
 from conch.inference.remote import errors, translate
 from conch.inference.remote.base import Provider, Timeouts
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 # The Messages API requires max_tokens; OpenAI's default is "up to the context".
 DEFAULT_MAX_TOKENS = 4096
-
-STOP_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-    "pause_turn": "stop",
-}
 
 
 def to_messages_request(provider: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +149,7 @@ def from_message(message: dict[str, Any], model: str) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": reply,
-                     "finish_reason": STOP_REASONS.get(message.get("stop_reason") or "", "stop"),
+                     "finish_reason": FINISH_REASONS.get(message.get("stop_reason") or "", "stop"),
                      "logprobs": None}],
         "usage": _usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
     }
@@ -208,7 +200,7 @@ class StreamTranslator:
         if kind == "message_delta":
             self.output_tokens = (event.get("usage") or {}).get("output_tokens", self.output_tokens)
             reason = (event.get("delta") or {}).get("stop_reason")
-            return [self._chunk({}, STOP_REASONS.get(reason or "", "stop"))]
+            return [self._chunk({}, FINISH_REASONS.get(reason or "", "stop"))]
         if kind == "message_stop":
             if self.include_usage:
                 return [{**self.head, "choices": [], "usage": _usage(self.input_tokens, self.output_tokens)}]

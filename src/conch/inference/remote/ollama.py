@@ -18,19 +18,15 @@ from typing import Any
 import httpx
 import ollama
 
+from conch.inference.api.ollama import FINISH_REASONS, SAMPLING_OPTIONS
 from conch.inference.remote import errors, translate
 from conch.inference.remote.base import Provider, Timeouts
 
 OLLAMA_URL = "http://127.0.0.1:11434"
 
-# OpenAI request fields -> Ollama ``options``.
-_OPTIONS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "seed": "seed",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-}
+# OpenAI request fields -> Ollama ``options``: the inbound dialect's table read backwards
+# (``stop`` goes in below, as a list, with ``num_predict``).
+_OPTIONS = {field: option for option, field in SAMPLING_OPTIONS.items() if option != "stop"}
 
 
 class OllamaProvider(Provider):
@@ -121,7 +117,7 @@ class OllamaProvider(Provider):
         message = response.message
         calls = _tool_calls(message.tool_calls)
         content = message.content or ""
-        finish = "tool_calls" if calls else _finish(response.done_reason)
+        finish = "tool_calls" if calls else FINISH_REASONS.get(response.done_reason or "", "stop")
         prompt = response.prompt_eval_count or 0
         completion = response.eval_count or 0
         return {
@@ -176,7 +172,7 @@ class OllamaProvider(Provider):
                     yield chunk({"tool_calls": [{"index": n_calls + k, **c} for k, c in enumerate(calls)]})
                     n_calls += len(calls)
                 if part.done:
-                    yield chunk({}, "tool_calls" if n_calls else _finish(part.done_reason))
+                    yield chunk({}, "tool_calls" if n_calls else FINISH_REASONS.get(part.done_reason or "", "stop"))
                     if include_usage:
                         p, c = part.prompt_eval_count or 0, part.eval_count or 0
                         yield {**head, "choices": [],
@@ -248,10 +244,6 @@ def _json(response: httpx.Response) -> Any:
 
 def _base64(vector: Any) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-
-
-def _finish(done_reason: str | None) -> str:
-    return "length" if done_reason == "length" else "stop"
 
 
 def _tool_calls(calls: Any) -> list[dict[str, Any]]:
