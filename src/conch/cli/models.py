@@ -129,7 +129,7 @@ def show(
 
     store = _store()
     assert isinstance(store, ModelStore)
-    record = store.get(model_id.removeprefix("local:"))
+    record = store.find(model_id)
     if record is None:
         typer.echo(f"error: no model '{model_id}' in the store", err=True)
         raise typer.Exit(1)
@@ -196,11 +196,11 @@ def rm(model_id: Annotated[str, typer.Argument(help="Model id.")]) -> None:
 
     store = _store()
     assert isinstance(store, ModelStore)
-    mid = model_id.removeprefix("local:")
-    record = store.get(mid)
+    record = store.find(model_id)
     if record is None:
         typer.echo(f"error: no model '{model_id}' in the store", err=True)
         raise typer.Exit(1)
+    mid = record.id
     if record.status in ("downloading", "converting"):
         typer.echo(f"error: model '{model_id}' is {record.status}", err=True)
         raise typer.Exit(1)

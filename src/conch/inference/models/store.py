@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from conch import db
 from conch.config import Settings
+from conch.inference.models.ref import ModelRef
 
 ModelStatus = Literal["ready", "downloading", "converting", "failed"]
 ModelFormat = Literal["gguf", "safetensors", "onnx"]
@@ -149,6 +150,12 @@ class ModelStore:
         else:
             _ready.pop(key, None)
         return record
+
+    def find(self, model: str) -> ModelRecord | None:
+        """The record a model string names (``local:<id>`` or ``<id>``); None when it names
+        none, or a remote provider's model."""
+        model_id = ModelRef.parse(model).local_id
+        return self.get(model_id) if model_id is not None else None
 
     def _forget(self, model_id: str) -> None:
         _ready.pop((self._database, model_id), None)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from conch.config import ProviderConfig, Settings
+from conch.inference.models.ref import LOCAL, REMOTE_PROVIDER_KINDS, ModelRef
 from conch.inference.remote.anthropic import AnthropicProvider
 from conch.inference.remote.base import Provider, Timeouts
 from conch.inference.remote.errors import ProviderError, ProviderUnavailable, UnknownProvider
@@ -31,9 +32,6 @@ from conch.inference.remote.openai_compat import OPENAI_URL, OpenAICompatProvide
 
 log = logging.getLogger(__name__)
 
-LOCAL = "local"
-BUILTIN_IDS = ("ollama", "openai", "anthropic")
-CONFIG_KINDS = ("ollama", "openai", "anthropic", "openai_compatible")
 
 
 @dataclass
@@ -63,7 +61,7 @@ def build_provider(name: str, config: ProviderConfig, settings: Settings) -> Pro
         if not config.url:
             raise ValueError(f"[providers.{name}] needs a url (an OpenAI-compatible base URL)")
         return OpenAICompatProvider(name, config.url, key, timeouts)
-    raise ValueError(f"[providers.{name}] kind must be one of {', '.join(CONFIG_KINDS)}, not {kind!r}")
+    raise ValueError(f"[providers.{name}] kind must be one of {', '.join(REMOTE_PROVIDER_KINDS)}, not {kind!r}")
 
 
 def provider_configs(settings: Settings) -> dict[str, ProviderConfig]:
@@ -115,12 +113,13 @@ class ProviderRegistry:
         """``(provider, model name)`` for a remote model string, ``None`` for a local model.
         Raises :class:`ProviderUnavailable` for a provider that cannot serve (no key,
         disabled) so the caller answers 503 rather than looking for a local model."""
-        prefix, sep, rest = model.partition(":")
-        if not sep or prefix == LOCAL:
+        ref = ModelRef.parse(model, self.providers)
+        if ref.is_local:
             return None
+        prefix, rest = ref.provider, ref.name
         provider = self.providers.get(prefix)
         if provider is None:
-            return None
+            return None  # a well-known kind not configured here: the local path says so
         if not rest:
             raise ProviderUnavailable(prefix, f"the model string '{model}' names no model after '{prefix}:'",
                                       status=400, param="model", code="invalid_request_error")

@@ -114,18 +114,13 @@ class ModelManager:
         self.unloaded_completion_tokens = 0
 
     # -- lookup --------------------------------------------------------------------------
-    @staticmethod
-    def local_id(model: str) -> str:
-        """``local:<id>`` and ``<id>`` name the same local model."""
-        return model[len("local:") :] if model.startswith("local:") else model
-
     def record_for(self, model: str) -> ModelRecord:
-        model_id = self.local_id(model)
-        record = self.store.get(model_id)
+        """The ready, servable local model ``model`` names (``local:<id>`` or ``<id>``)."""
+        record = self.store.find(model)
         if record is None:
             raise ModelNotFound(model)
         if record.status != "ready":
-            raise ModelNotReady(f"The model '{model_id}' is not ready (status: {record.status})")
+            raise ModelNotReady(f"The model '{record.id}' is not ready (status: {record.status})")
         if record.format not in SERVED_FORMATS:
             raise ModelNeedsConversion(record)
         return record

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from conch.inference.models.ref import ModelRef
 from conch.inference.models.store import ModelRecord
-from conch.inference.remote.kinds import remote_prefix
 from conch.inference.serving.errors import InvalidRequest, NotFound, domain_errors
 from conch.inference.serving.manager import ModelManager
 
@@ -17,11 +17,11 @@ class ModelResolver:
 
     def local_record(self, model: str, capability: str) -> ModelRecord:
         """The ready local model ``model`` names, able to serve ``capability``."""
-        provider = remote_prefix(model, self.providers)
-        if provider is not None:
+        ref = ModelRef.parse(model, self.providers)
+        if not ref.is_local:
             # Configured providers are answered before the local path: this one is not configured.
             raise NotFound(
-                f"Provider '{provider}' is not configured: add [providers.{provider}] with its url "
+                f"Provider '{ref.provider}' is not configured: add [providers.{ref.provider}] with its url "
                 "to conch.toml (or use a local model id)",
                 code="provider_not_found",
                 param="model",

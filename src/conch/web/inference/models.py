@@ -175,7 +175,7 @@ async def convert_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: C
 
 @router.get("/v1/models/{model_id:path}", response_model=p.ModelDetails, responses=errors())
 async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
-    record = await asyncio.to_thread(models.get, mgr.local_id(model_id))
+    record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
     return details(record, mgr)
@@ -184,10 +184,10 @@ async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
 @router.delete("/v1/models/{model_id:path}", response_model=p.ModelDeleted,
                responses=errors((409, "Model in use")))
 async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
-    mid = mgr.local_id(model_id)
-    record = await asyncio.to_thread(models.get, mid)
+    record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
+    mid = record.id
     if record.status in ("downloading", "converting"):
         raise Conflict(f"The model '{model_id}' is {record.status}; wait for it to finish", code="model_busy")
     if mgr.in_use(mid):

@@ -122,10 +122,8 @@ def draft_model_path(settings: Any, model_id: str) -> str | None:
     store, as the server finds a model's file; None unless it is a ready GGUF model."""
     from conch.inference.models.store import ModelStore
 
-    if model_id.startswith("local:"):
-        model_id = model_id[len("local:") :]
     try:
-        record = ModelStore(settings).get(model_id)
+        record = ModelStore(settings).find(model_id)
     except Exception as exc:  # settings without a store (tests): the engine reports the id unknown
         log.debug("no model store to look up draft model %s: %s", model_id, exc)
         return None
