@@ -4,7 +4,8 @@ requests through one of these.
 - :class:`HTTPModels`: the inference server's API at ``models_url``. The agent server's
   sandbox workers always use it: they never load a model themselves.
 - :class:`InProcessModels`: the shell's own serving layer (local engines and the providers
-  of its configuration) in a background thread, so ``conch -c 'ai("hi")'`` needs no server.
+  of its configuration, built as the server builds them: ``serving/stack.py``) in a
+  background thread, so ``conch -c 'ai("hi")'`` needs no server.
 
 Both are synchronous (programs run synchronously) and raise :class:`ModelCallError` with
 the server's status and message.
@@ -13,15 +14,21 @@ the server's status and message.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from conch import errors
+
+if TYPE_CHECKING:
+    from conch.inference.serving.stack import ServingStack
 
 
-class ModelCallError(Exception):
+class ModelCallError(errors.DomainError):
+    """A model call that failed, with the status, message and code the inference server
+    answered (the in-process serving layer's errors are reported the same way)."""
+
     def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
+        super().__init__(message, status=status, code=code)
 
 
 class HTTPModels:
@@ -78,7 +85,7 @@ class InProcessModels:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="conch-models", daemon=True)
         self.thread.start()
-        self.backend = self._call(self._start())
+        self.stack: ServingStack = self._call(self._start())
 
     @classmethod
     def for_settings(cls, settings: Any) -> InProcessModels:
@@ -98,16 +105,40 @@ class InProcessModels:
         except TimeoutError:
             future.cancel()
             raise ModelCallError(504, f"no answer within {timeout:g} s") from None
+        except ModelCallError:
+            raise
+        except errors.DomainError as exc:  # what the server would have answered with
+            raise ModelCallError(exc.status, exc.message, exc.code) from None
 
-    async def _start(self) -> Any:
-        from conch.inference.serving.stack import InProcessBackend
+    async def _start(self) -> ServingStack:
+        from conch.inference.serving.stack import ServingStack
 
-        backend = InProcessBackend(self.settings)
-        await backend.start()
-        return backend
+        stack = ServingStack(self.settings)
+        await stack.start()
+        return stack
 
     def chat(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        return dict(self._call(self.backend.chat(body), timeout))
+        from conch.inference.api.openai import ChatCompletionRequest
+
+        return self._serve(self.stack.chat.create, _validated(ChatCompletionRequest, body), timeout)
 
     def embed(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        return dict(self._call(self.backend.embed(body), timeout))
+        from conch.inference.api.openai import EmbeddingRequest
+
+        return self._serve(self.stack.embeddings.create, _validated(EmbeddingRequest, body), timeout)
+
+    def _serve(self, create: Callable[[Any], Awaitable[dict[str, Any]]], req: Any,
+               timeout: float | None) -> dict[str, Any]:
+        return dict(self._call(create(req), timeout))
+
+
+def _validated(model: Any, body: dict[str, Any]) -> Any:
+    """``body`` as the request ``model``; invalid, the 400 a caller of the server would get."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ModelCallError(400, f"invalid request: {where}: {first.get('msg')}") from None

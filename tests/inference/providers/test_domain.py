@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conch.config import ProviderConfig, Settings
-from conch.inference.remote import (
+from conch.inference.remote.errors import (
     ProviderError,
     ProviderRejected,
     ProviderTimeout,

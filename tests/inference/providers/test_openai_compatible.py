@@ -13,7 +13,7 @@ import pytest
 
 from conch.config import ProviderConfig, Settings
 from conch.inference.models.bundled import find_bundled_gguf
-from conch.inference.remote import ProviderRejected
+from conch.inference.remote.errors import ProviderRejected
 from conch.inference.remote.registry import ProviderRegistry
 from tests.inference.providers.servers import conch_inference_server, llama_cpp_server
 

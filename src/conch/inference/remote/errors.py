@@ -1,4 +1,5 @@
-"""What can go wrong talking to a provider, as HTTP-shaped errors the routes pass on as they are.
+"""What can go wrong talking to a provider, on conch's one tree (:mod:`conch.errors`): the
+routes pass these on as they are.
 
 Every message starts with the provider's id, so a client that talks to several providers
 through conch knows which one failed. Keys never appear in messages: errors are built from
@@ -9,40 +10,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from conch.errors import DomainError
+from conch import errors
 
 
-class ProviderError(DomainError, status=502, code="provider_error"):
-    """A failure of (or refusal by) a provider: ``status`` is the HTTP status conch answers;
-    ``code`` defaults to the class's; ``param`` (also ``where``) names the request field at fault."""
+class ProviderError(errors.DomainError, code="provider_error"):
+    """The family's root: a failure of (or refusal by) a provider. ``where`` (``param``, as the
+    OpenAI envelope names it) is the request field at fault."""
 
     code: str
 
     def __init__(self, provider: str, message: str, *, status: int | None = None,
-                 code: str | None = None, param: str | None = None) -> None:
+                 code: str | None = None, where: str | None = None) -> None:
         text = message if message.startswith(f"{provider}: ") else f"{provider}: {message}"
-        super().__init__(text, status=status, code=code or None, where=param)
+        super().__init__(text, status=status, code=code or None, where=where)
         self.provider = provider
-        self.param = param
+
+    @property
+    def param(self) -> str | None:
+        return self.where
+
+    @property
+    def openai_type(self) -> str:
+        # The provider failed, or went silent (504): OpenAI's clients read either as its error.
+        return "provider_error" if self.status >= 500 else super().openai_type
 
 
-class ProviderUnreachable(ProviderError, status=502, code="provider_unreachable"):
+class ProviderUnreachable(ProviderError, errors.Upstream, code="provider_unreachable"):
     """The provider could not be reached or answered garbage (502)."""
 
 
-class ProviderUnavailable(ProviderError, status=503, code="provider_unavailable"):
+class ProviderUnavailable(ProviderError, errors.Unavailable, code="provider_unavailable"):
     """The provider is known but cannot serve now: no key configured, disabled, overloaded (503)."""
 
 
-class ProviderTimeout(ProviderError, status=504, code="provider_timeout"):
+class ProviderTimeout(ProviderError, errors.Timeout, code="provider_timeout"):
     """The provider went silent for longer than ``provider_timeout_s`` (504)."""
 
 
-class ProviderRejected(ProviderError, code="provider_rejected"):
+class ProviderRejected(ProviderError, errors.Invalid, code="provider_rejected"):
     """The provider's own 4xx (bad key, unknown model, invalid field), passed on with its status."""
 
 
-class UnsupportedByProvider(ProviderError, status=400, code="unsupported_by_provider"):
+class UnsupportedByProvider(ProviderError, errors.Invalid, code="unsupported_by_provider"):
     """A request field the provider has no equivalent for: a 400 naming provider and field,
     never a silent drop."""
 
@@ -50,7 +59,14 @@ class UnsupportedByProvider(ProviderError, status=400, code="unsupported_by_prov
         message = f"'{param}' is not supported by provider '{provider}'"
         if detail:
             message += f": {detail}"
-        super().__init__(provider, message, param=param)
+        super().__init__(provider, message, where=param)
+
+
+class NoModelNamed(ProviderError, errors.Invalid, code="invalid_request_error"):
+    """A model string that names a provider and no model (``ollama:``)."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        super().__init__(provider, f"the model string '{model}' names no model after '{provider}:'", where="model")
 
 
 def status_error(provider: str, status: int, body: Any, fallback: str) -> ProviderError:
@@ -67,14 +83,16 @@ def status_error(provider: str, status: int, body: Any, fallback: str) -> Provid
     if 400 <= status < 500:
         return ProviderRejected(provider, message, status=status,
                                 code=str(code) if code else None,
-                                param=str(param) if param else None)
+                                where=str(param) if param else None)
     if status == 503:
         return ProviderUnavailable(provider, f"unavailable (503): {message}")
     return ProviderUnreachable(provider, f"failed with status {status}: {message}")
 
 
-class UnknownProvider(LookupError):
+class UnknownProvider(errors.NotFound, code="provider_not_found"):
+    """No provider of that id is configured (the id is the request's ``provider_id``)."""
+
     def __init__(self, provider: str, known: list[str]) -> None:
-        super().__init__(f"Unknown provider '{provider}'; known: {', '.join(known)}")
+        super().__init__(f"Unknown provider '{provider}'; known: {', '.join(known)}", where="provider_id")
         self.provider = provider
         self.known = known

@@ -26,7 +26,12 @@ from conch.config import ProviderConfig, Settings
 from conch.inference.models.ref import LOCAL, REMOTE_PROVIDER_KINDS, ModelRef
 from conch.inference.remote.anthropic import AnthropicProvider
 from conch.inference.remote.base import Provider, Timeouts
-from conch.inference.remote.errors import ProviderError, ProviderUnavailable, UnknownProvider
+from conch.inference.remote.errors import (
+    NoModelNamed,
+    ProviderError,
+    ProviderUnavailable,
+    UnknownProvider,
+)
 from conch.inference.remote.ollama import OllamaProvider
 from conch.inference.remote.openai_compat import OPENAI_URL, OpenAICompatProvider
 
@@ -121,8 +126,7 @@ class ProviderRegistry:
         if provider is None:
             return None  # a well-known kind not configured here: the local path says so
         if not rest:
-            raise ProviderUnavailable(prefix, f"the model string '{model}' names no model after '{prefix}:'",
-                                      status=400, param="model", code="invalid_request_error")
+            raise NoModelNamed(prefix, model)
         if prefix in self.disabled:
             raise ProviderUnavailable(prefix, f"provider '{prefix}' is disabled in the configuration")
         if not provider.configured():

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from conch import errors
 from conch.config import Settings
 from conch.inference.engines.base import Engine, EngineError
 from conch.inference.engines.load import SERVED_FORMATS, load_engine
@@ -29,25 +30,28 @@ from conch.inference.models.store import ModelRecord, ModelStore
 log = logging.getLogger(__name__)
 
 
-class ModelNotFound(LookupError):
+class ModelNotFound(errors.NotFound, code="model_not_found"):
     def __init__(self, model_id: str) -> None:
-        super().__init__(f"The model '{model_id}' does not exist")
+        super().__init__(f"The model '{model_id}' does not exist", where="model")
         self.model_id = model_id
 
 
-class ModelNotReady(EngineError):
-    pass
+class ModelNotReady(errors.Conflict, code="model_not_ready"):
+    """Still downloading or converting, or failed to."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, where="model")
 
 
-class ModelLoadFailed(EngineError):
+class ModelLoadFailed(EngineError, errors.Internal, code="model_load_failed"):
     """The runtime could not load a stored model (a damaged or unsupported file)."""
 
     def __init__(self, model_id: str, reason: str) -> None:
-        super().__init__(f"The model '{model_id}' could not be loaded: {reason}")
+        super().__init__(f"The model '{model_id}' could not be loaded: {reason}", where="model")
         self.model_id = model_id
 
 
-class ModelNeedsConversion(ValueError):
+class ModelNeedsConversion(errors.Invalid, code="model_needs_conversion"):
     """A source-format model (safetensors): it is stored, but serving it needs a conversion."""
 
     def __init__(self, record: ModelRecord) -> None:
@@ -56,20 +60,25 @@ class ModelNeedsConversion(ValueError):
             f"The model '{record.id}' is in {record.format} (source) format and cannot serve requests; "
             f"convert it first: POST /v1/models/{record.id}/convert {{\"target_format\": \"gguf\"}} "
             f"(or `conch models convert {record.id} --to gguf`), then use the converted model's id. "
-            f"Supported targets: {target}."
+            f"Supported targets: {target}.",
+            where="model",
         )
         self.record = record
 
 
-class InvalidKeepAlive(ValueError):
-    """A ``keep_alive`` that is neither seconds nor a duration."""
+class InvalidKeepAlive(errors.Invalid, ValueError):
+    """A ``keep_alive`` that is neither seconds nor a duration (a ValueError too, as any
+    parser's refusal)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, where="keep_alive")
 
 
 _DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ms|s|m|h)")
 
 
 def parse_keep_alive(value: float | int | str | None, default: float) -> float:
-    """Seconds from a keep_alive value; raises ``ValueError`` for a malformed one."""
+    """Seconds from a keep_alive value; raises :class:`InvalidKeepAlive` (a ``ValueError``) for a malformed one."""
     if value is None:
         return default
     if isinstance(value, int | float):

@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 from conch.inference.models.ref import ModelRef
 from conch.inference.models.store import ModelRecord
-from conch.inference.serving.errors import InvalidRequest, NotFound, domain_errors
+from conch.inference.serving.errors import InvalidRequest, NotFound
 from conch.inference.serving.manager import ModelManager
 
 
@@ -24,12 +24,11 @@ class ModelResolver:
                 f"Provider '{ref.provider}' is not configured: add [providers.{ref.provider}] with its url "
                 "to conch.toml (or use a local model id)",
                 code="provider_not_found",
-                param="model",
+                where="model",
             )
-        with domain_errors("model"):
-            record = self.manager.record_for(model)
+        record = self.manager.record_for(model)
         if capability not in record.capabilities:
             raise InvalidRequest(
-                f"The model '{model}' does not support {capability}", code="unsupported_model", param="model"
+                f"The model '{model}' does not support {capability}", code="unsupported_model", where="model"
             )
         return record
