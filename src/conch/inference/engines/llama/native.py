@@ -65,8 +65,3 @@ def load_llama_first() -> None:
         _handle = ctypes.CDLL(str(path))  # the mode llama_cpp uses, so its own load reuses this one
     except OSError as exc:
         _error = exc
-
-
-def load_error() -> OSError | None:
-    """Why libllama could not be loaded, if it could not."""
-    return _error
