@@ -12,11 +12,7 @@ from conch import errors
 
 
 class ServingError(errors.DomainError):
-    """The family's root; ``where`` (``param``, as OpenAI names it) is the request field at fault."""
-
-    @property
-    def param(self) -> str | None:
-        return self.where
+    """The family's root; ``where`` (OpenAI's ``param``) is the request field at fault."""
 
 
 class InvalidRequest(ServingError, errors.Invalid):
