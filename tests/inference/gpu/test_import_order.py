@@ -1,5 +1,5 @@
 """llama.cpp's libraries are in the process before numpy is imported, from every entry point
-that can load a model (the CUDA build crashed loading a model otherwise: conch/inference/native.py).
+that can load a model (the CUDA build crashed loading a model otherwise: conch/inference/engines/llama/native.py).
 
 Each case runs in a fresh interpreter with an import hook that, when numpy is first imported,
 records whether libllama is already mapped (/proc/self/maps). It runs on the CPU build too:
