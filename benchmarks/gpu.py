@@ -187,7 +187,7 @@ def make_test_model(work: Path, bin_: Path, log: Path, tokenizer_from: Path | No
     if out.exists() and out.stat().st_size > 0:
         return out
     f16 = work / "smollm2-1.7b-shape-random-f16.gguf"
-    # numpy is imported in a child process: this one stays free of it (see conch/inference/native.py)
+    # numpy is imported in a child process: this one stays free of it (see conch/inference/engines/llama/native.py)
     tok = str(tokenizer_from) if tokenizer_from else None
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import gpu; "
             f"gpu._write_f16({str(f16)!r}, tokenizer_from={tok!r})")
@@ -204,7 +204,7 @@ def _write_f16(dest: str, layers: int = 24, hidden: int = 2048, heads: int = 32,
     import gguf
     import numpy as np
 
-    from conch.inference.bundled import find_bundled_gguf
+    from conch.inference.models.bundled import find_bundled_gguf
 
     src = Path(tokenizer_from) if tokenizer_from else find_bundled_gguf()
     if src is None:
@@ -398,7 +398,7 @@ def run_in_process(model: Path, a: argparse.Namespace, lib_env: dict[str, str]) 
 
 
 def _in_process(model: str, tokens: int, passes: int, ttft_n: int, ngl: int, n_ctx: int) -> dict[str, Any]:
-    # llama_cpp loads libllama before it imports numpy (see conch/inference/native.py)
+    # llama_cpp loads libllama before it imports numpy (see conch/inference/engines/llama/native.py)
     from llama_cpp import Llama
 
     llm = Llama(model, n_gpu_layers=ngl, n_ctx=n_ctx, verbose=False)
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.cpu_smoke:
         sys.path.insert(0, str(ROOT / "src"))
-        from conch.inference.bundled import find_bundled_gguf
+        from conch.inference.models.bundled import find_bundled_gguf
 
         model = a.model or find_bundled_gguf()
         if model is None:

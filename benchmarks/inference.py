@@ -103,7 +103,7 @@ def _rss_mb(pid: int) -> float:
 
 def model_path() -> str:
     sys.path.insert(0, str(ROOT / "src"))
-    from conch.inference.bundled import find_bundled_gguf
+    from conch.inference.models.bundled import find_bundled_gguf
 
     path = find_bundled_gguf()
     if path is None:
@@ -548,9 +548,9 @@ _PROBE = """
 import json
 import conch.inference.engines.llama.engine as eng
 from conch.config import load_settings
-from conch.inference import engines
-from conch.inference.bundled import ensure_bundled_model
-from conch.inference.store import ModelStore
+from conch.inference.engines.load import load_engine
+from conch.inference.models.bundled import ensure_bundled_model
+from conch.inference.models.store import ModelStore
 
 seen = {}
 real = eng.open_context
@@ -560,7 +560,7 @@ def spy(model, **kw):
 eng.open_context = spy
 s = load_settings()
 rec = ensure_bundled_model(ModelStore(s))
-e = engines.load_engine(rec, s)
+e = load_engine(rec, s)
 print("PROBE " + json.dumps({"model": rec.id, "n_threads": e.n_threads, "n_threads_batch": e.n_threads_batch,
       "n_parallel": e.n_parallel, "n_ctx_seq": e.n_ctx, "kv_total": seen.get("n_ctx"),
       "kv_unified": bool(seen.get("kv_unified"))}))

@@ -97,7 +97,7 @@ def _serve() -> tuple[subprocess.Popen[str], str]:
 
 
 def bench_download() -> None:
-    from conch.inference.sources.http_download import download
+    from conch.inference.models.sources.http_download import download
 
     server, url = _serve()
     tmp = Path(tempfile.mkdtemp(prefix="conch-bench-dl-"))
@@ -153,7 +153,7 @@ def _reference_converter() -> Path | None:
 
 
 def bench_convert() -> None:
-    from conch.inference.convert.hf_to_gguf import convert
+    from conch.inference.models.convert.hf_to_gguf import convert
 
     model = _minilm_dir()
     if model is None:
@@ -162,7 +162,7 @@ def bench_convert() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="conch-bench-cv-"))
     try:
         # conch is timed as a fresh process too, so both sides pay interpreter and import costs.
-        code = ("import sys; from conch.inference.convert.hf_to_gguf import convert; "
+        code = ("import sys; from conch.inference.models.convert.hf_to_gguf import convert; "
                 "convert(sys.argv[1], sys.argv[2], 'f16')")
         t_conch = best(lambda: subprocess.run([sys.executable, "-c", code, str(model), str(tmp / "c.gguf")],
                                               check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}))
@@ -194,8 +194,8 @@ def bench_quantize() -> None:
     try:
         import llama_cpp
 
-        from conch.inference.bundled import find_bundled_gguf
-        from conch.inference.convert.quantize import quantize
+        from conch.inference.models.bundled import find_bundled_gguf
+        from conch.inference.models.convert.quantize import quantize
     except ImportError as exc:
         print(f"requantize: skipped ({exc})")
         return
@@ -231,7 +231,7 @@ def bench_embeddings() -> None:
     try:
         from llama_cpp import Llama
 
-        from conch.inference.convert.hf_to_gguf import convert
+        from conch.inference.models.convert.hf_to_gguf import convert
     except ImportError as exc:
         print(f"embeddings: skipped ({exc})")
         return

@@ -69,7 +69,7 @@ def _wait(url: str, proc: subprocess.Popen[bytes], seconds: float = 180) -> None
 
 def _model_path() -> str:
     sys.path.insert(0, str(ROOT / "src"))
-    from conch.inference.bundled import find_bundled_gguf
+    from conch.inference.models.bundled import find_bundled_gguf
 
     path = find_bundled_gguf()
     if path is None:

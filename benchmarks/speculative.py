@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--llama-server-specs", default="ngram-simple,ngram-mod,ngram-map-k")
     a = ap.parse_args(argv if argv is not None else [])
-    from conch.inference.bundled import find_bundled_gguf
+    from conch.inference.models.bundled import find_bundled_gguf
 
     model = find_bundled_gguf()
     if model is None:

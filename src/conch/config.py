@@ -35,7 +35,7 @@ def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
-# What ``[providers.NAME] kind = ...`` may say; conch.inference.providers.kinds builds on it.
+# What ``[providers.NAME] kind = ...`` may say; conch.inference.models.ref builds on it.
 # It lives here, not there, so that reading the settings never imports conch.inference (which
 # maps llama.cpp's libraries into the process).
 RemoteProviderKind = Literal["ollama", "openai", "anthropic", "openai_compatible"]

@@ -2,7 +2,7 @@
 
 A sandbox worker (``conch.sandbox.worker``) reaches models over HTTP and never loads
 one, so importing :mod:`conch.inference` there (for ``ai``/``embed``) must not map llama.cpp's
-libraries into it (:mod:`conch.inference.native`). A module attribute, not an environment
+libraries into it (:mod:`conch.inference.engines.llama.native`). A module attribute, not an environment
 variable, so that programs never see it in ``env()``.
 """
 

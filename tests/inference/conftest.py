@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference.bundled import find_bundled_gguf
+from conch.inference.models.bundled import find_bundled_gguf
 
 
 @pytest.fixture()

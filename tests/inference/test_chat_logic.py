@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from conch.inference.chat import ChatSpec
-from conch.inference.engines.base import ChatInputError, SamplingParams
+from conch.inference.engines.base import ChatInputError, ChatSpec, SamplingParams, ToolSpec
 from conch.inference.engines.llama.grammar import plan_constraints
-from conch.inference.tool_calls import ToolSpec, content_text, parse_tool_calls, render_messages
+from conch.inference.engines.tool_calls import content_text, parse_tool_calls, render_messages
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conch.cli.models import app
-from conch.inference.bundled import BUNDLED_ID
+from conch.inference.models.bundled import BUNDLED_ID
 
 
 @pytest.fixture()
@@ -50,8 +50,8 @@ LONG_ID = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF:Q4_K_M"  # 48 characters, a
 @pytest.mark.parametrize("columns", [200, 80, 60, 40])
 def test_list_never_cuts_an_id_short(data_dir: Path, smollm2_path: Path, columns: int) -> None:
     from conch.config import Settings
-    from conch.inference.bundled import ensure_bundled_model
-    from conch.inference.store import ModelRecord, ModelStore
+    from conch.inference.models.bundled import ensure_bundled_model
+    from conch.inference.models.store import ModelRecord, ModelStore
 
     store = ModelStore(Settings(data_dir=data_dir))
     ensure_bundled_model(store)

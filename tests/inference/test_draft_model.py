@@ -12,8 +12,8 @@ import conch.inference.engines.llama.engine as le
 from conch.config import Settings
 from conch.inference.engines.base import EngineError, SamplingParams
 from conch.inference.engines.llama.draft_model import check_same_vocab
-from conch.inference.offload import EXACT_UBATCH, RuntimeOptions, runtime_options
-from conch.inference.store import ModelRecord, ModelStore
+from conch.inference.engines.llama.offload import EXACT_UBATCH, RuntimeOptions, runtime_options
+from conch.inference.models.store import ModelRecord, ModelStore
 
 Result = tuple[str, list[int], str | None]
 

@@ -20,8 +20,8 @@ import pytest
 
 import conch.inference.engines.llama.backend as backend
 from conch.inference.engines.base import SamplingParams
-from conch.inference.engines.llama import LlamaEngine
-from conch.inference.offload import RuntimeOptions, cpu_attention
+from conch.inference.engines.llama.engine import LlamaEngine
+from conch.inference.engines.llama.offload import RuntimeOptions, cpu_attention
 
 
 def _address(pointer: Any) -> int:

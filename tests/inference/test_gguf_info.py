@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.files import sha256_file
-from conch.inference.gguf_info import read_gguf_info
+from conch.inference.models.files import sha256_file
+from conch.inference.models.gguf_info import read_gguf_info
 
 
 def test_reads_smollm2_metadata(smollm2_path: Path) -> None:

@@ -14,9 +14,9 @@ from conch.inference.engines.base import (
     SamplingParams,
     TokenEvent,
 )
-from conch.inference.generation import generate
-from conch.inference.manager import ModelManager, ModelNotFound, parse_keep_alive
-from conch.inference.store import ModelRecord, ModelStore
+from conch.inference.models.store import ModelRecord, ModelStore
+from conch.inference.serving.generation import generate
+from conch.inference.serving.manager import ModelManager, ModelNotFound, parse_keep_alive
 
 
 def test_parse_keep_alive() -> None:

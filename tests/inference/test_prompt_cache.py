@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from conch.config import Settings
-from conch.inference.engines import load_engine
 from conch.inference.engines.base import SamplingParams
-from conch.inference.engines.llama import LlamaEngine
+from conch.inference.engines.llama.engine import LlamaEngine
 from conch.inference.engines.llama.prompt_cache import common_prefix
-from conch.inference.store import ModelRecord
+from conch.inference.engines.load import load_engine
+from conch.inference.models.store import ModelRecord
 
 LOGGER = "conch.inference.engines.llama.prompt_cache"
 WORDS = ["the", "a", "lighthouse", "keeper", "sea", "storm", "ship", "night", "lamp", "old", "boat", "rope",

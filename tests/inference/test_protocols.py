@@ -21,12 +21,12 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from conch.inference.protocol.openai import ChatCompletionRequest
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols import anthropic as a
-from conch.inference.protocols import ollama as o
-from conch.inference.protocols import responses as r
-from conch.inference.store import ModelRecord
+from conch.inference.api import anthropic as a
+from conch.inference.api import ollama as o
+from conch.inference.api import responses as r
+from conch.inference.api.dialect import TranslationError
+from conch.inference.api.openai import ChatCompletionRequest
+from conch.inference.models.store import ModelRecord
 from tests.vendor_shapes import strict
 
 
@@ -332,7 +332,7 @@ def test_ollama_model_objects() -> None:
 
 # -- legacy completions ------------------------------------------------------------------------
 def test_completions_request_forms_and_refusals() -> None:
-    from conch.inference.protocols import completions as c
+    from conch.inference.api import completions as c
 
     assert c.prompts(c.CompletionRequest(model="m", prompt="hi")) == ["hi"]
     assert c.prompts(c.CompletionRequest(model="m", prompt=["a", "b"])) == ["a", "b"]
@@ -352,7 +352,7 @@ def test_completions_request_forms_and_refusals() -> None:
 def test_completion_objects_match_openai_types() -> None:
     from openai.types import Completion
 
-    from conch.inference.protocols import completions as c
+    from conch.inference.api import completions as c
 
     entries = [{"token": "Hel", "logprob": -0.5, "bytes": [72, 101, 108], "top_logprobs": [{"token": "Hel", "logprob": -0.5, "bytes": [72, 101, 108]}]},
                {"token": "lo", "logprob": -0.1, "bytes": [108, 111], "top_logprobs": []}]

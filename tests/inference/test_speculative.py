@@ -15,8 +15,8 @@ import pytest
 
 import conch.inference.engines.llama.engine as le
 from conch.inference.engines.base import SamplingParams
+from conch.inference.engines.llama.offload import RuntimeOptions, cpu_attention
 from conch.inference.engines.llama.speculative import JUDGE_AFTER, NgramDrafter
-from conch.inference.offload import RuntimeOptions, cpu_attention
 
 CODE = '''def total_price(items, tax_rate):
     total = 0

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference.bundled import BUNDLED_ID, ensure_bundled_model
-from conch.inference.store import ModelRecord, ModelStore, safe_dir_name
+from conch.inference.models.bundled import BUNDLED_ID, ensure_bundled_model
+from conch.inference.models.store import ModelRecord, ModelStore, safe_dir_name
 
 
 def test_safe_dir_names_are_distinct_and_flat() -> None:

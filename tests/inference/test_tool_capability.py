@@ -8,9 +8,9 @@ from pathlib import Path
 import gguf
 import pytest
 
-from conch.inference.gguf_info import read_gguf_info, template_uses_tools
-from conch.inference.protocols import ollama as o
-from conch.inference.store import ModelRecord
+from conch.inference.api import ollama as o
+from conch.inference.models.gguf_info import read_gguf_info, template_uses_tools
+from conch.inference.models.store import ModelRecord
 
 # The bundled SmolLM2-135M-Instruct's template (tokenizer.chat_template): plain ChatML, no tools.
 SMOLLM2 = (

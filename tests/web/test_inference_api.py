@@ -11,8 +11,8 @@ import urllib.parse
 import openai
 import pytest
 
-from conch.inference.bundled import BUNDLED_ID
-from conch.inference.store import ModelStore
+from conch.inference.models.bundled import BUNDLED_ID
+from conch.inference.models.store import ModelStore
 from tests.web.conftest import RunningServer
 from tests.web.openai_shapes import (
     EMBEDDING_RESPONSE,

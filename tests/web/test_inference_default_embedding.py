@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conch import db
-from conch.inference.acquire import DEFAULT_EMBEDDING_ID, Acquirer, DownloadSpec
-from conch.inference.store import ModelStore
+from conch.inference.models.acquire import DEFAULT_EMBEDDING_ID, Acquirer, DownloadSpec
+from conch.inference.models.store import ModelStore
 from tests.inference.convert.conftest import minilm_dir
 from tests.web.conftest import RunningServer, start_server
 

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conch.inference import device
-from conch.inference.bundled import BUNDLED_ID
+from conch.inference.engines.llama import device
+from conch.inference.models.bundled import BUNDLED_ID
 from tests.web.conftest import RunningServer
 
 M = BUNDLED_ID

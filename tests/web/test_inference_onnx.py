@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conch import db
-from conch.inference.convert import onnx_export
-from conch.inference.store import ModelRecord, ModelStore
+from conch.inference.models.convert import onnx_export
+from conch.inference.models.store import ModelRecord, ModelStore
 from tests.inference.convert.conftest import minilm_dir
 from tests.web.conftest import RunningServer, start_server
 from tests.web.openai_shapes import EMBEDDING_RESPONSE, check, check_error

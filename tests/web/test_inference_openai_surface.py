@@ -16,8 +16,8 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from conch.inference.bundled import find_bundled_gguf
-from conch.inference.store import ModelRecord
+from conch.inference.models.bundled import find_bundled_gguf
+from conch.inference.models.store import ModelRecord
 from tests.vendor_shapes import strict
 from tests.web.conftest import RunningServer, start_server
 

@@ -15,7 +15,7 @@ import gguf
 import pytest
 from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-from conch.inference.bundled import find_bundled_gguf
+from conch.inference.models.bundled import find_bundled_gguf
 from conch.orchestration.models import ModelClient
 from tests.web.conftest import RunningServer
 

@@ -16,7 +16,7 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 
-from conch.inference.bundled import find_bundled_gguf
+from conch.inference.models.bundled import find_bundled_gguf
 from tests.vendor_shapes import strict
 from tests.web.conftest import RunningServer
 

@@ -27,7 +27,7 @@ def _settings() -> object:
 
 
 def _store() -> object:
-    from conch.inference.store import ModelStore
+    from conch.inference.models.store import ModelStore
 
     return ModelStore(_settings())  # type: ignore[arg-type]
 
@@ -61,8 +61,8 @@ def serve(
 @app.command("list")
 def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """List the models in the store."""
-    from conch.inference.bundled import ensure_bundled_model
-    from conch.inference.store import ModelStore
+    from conch.inference.models.bundled import ensure_bundled_model
+    from conch.inference.models.store import ModelStore
 
     store = _store()
     assert isinstance(store, ModelStore)
@@ -125,11 +125,11 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show one model's details."""
-    from conch.inference.store import ModelStore
+    from conch.inference.models.store import ModelStore
 
     store = _store()
     assert isinstance(store, ModelStore)
-    record = store.get(model_id.removeprefix("local:"))
+    record = store.find(model_id)
     if record is None:
         typer.echo(f"error: no model '{model_id}' in the store", err=True)
         raise typer.Exit(1)
@@ -156,8 +156,8 @@ def _placement(model_id: str) -> dict[str, object]:
     import httpx
 
     from conch.config import load_settings
-    from conch.inference import device
-    from conch.inference.offload import runtime_options
+    from conch.inference.engines.llama import device
+    from conch.inference.engines.llama.offload import runtime_options
 
     settings = load_settings()
     host = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::") else settings.models_host
@@ -192,15 +192,15 @@ def _placement_line(where: dict[str, object]) -> str:
 @app.command()
 def rm(model_id: Annotated[str, typer.Argument(help="Model id.")]) -> None:
     """Remove a model from the store (its files under the models directory, never a linked file)."""
-    from conch.inference.store import ModelStore
+    from conch.inference.models.store import ModelStore
 
     store = _store()
     assert isinstance(store, ModelStore)
-    mid = model_id.removeprefix("local:")
-    record = store.get(mid)
+    record = store.find(model_id)
     if record is None:
         typer.echo(f"error: no model '{model_id}' in the store", err=True)
         raise typer.Exit(1)
+    mid = record.id
     if record.status in ("downloading", "converting"):
         typer.echo(f"error: model '{model_id}' is {record.status}", err=True)
         raise typer.Exit(1)
@@ -211,8 +211,8 @@ def rm(model_id: Annotated[str, typer.Argument(help="Model id.")]) -> None:
 @app.command()
 def setup() -> None:
     """Register the default models (the bundled SmolLM2 chat model)."""
-    from conch.inference.bundled import BUNDLED_ID, ensure_bundled_model
-    from conch.inference.store import ModelStore
+    from conch.inference.models.bundled import BUNDLED_ID, ensure_bundled_model
+    from conch.inference.models.store import ModelStore
 
     store = _store()
     assert isinstance(store, ModelStore)

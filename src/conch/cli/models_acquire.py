@@ -13,13 +13,13 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from conch.inference.acquire import DEFAULT_EMBEDDING_ID, DEFAULT_EMBEDDING_PACKAGE
+from conch.inference.models.acquire import DEFAULT_EMBEDDING_ID, DEFAULT_EMBEDDING_PACKAGE
 
 
 def _acquirer() -> Any:
     from conch.config import load_settings
-    from conch.inference.acquire import Acquirer
-    from conch.inference.store import ModelStore
+    from conch.inference.models.acquire import Acquirer
+    from conch.inference.models.store import ModelStore
 
     settings = load_settings()
     store = ModelStore(settings)
@@ -68,7 +68,7 @@ class _Bars:
 
 
 def _fail(exc: Exception) -> NoReturn:
-    from conch.inference.sources import ModelOpError
+    from conch.inference.models.sources import ModelOpError
 
     message = exc.message if isinstance(exc, ModelOpError) else str(exc)
     typer.echo(f"error: {message}", err=True)
@@ -117,7 +117,7 @@ def pull(
     """Download a model from a source into the store."""
     from pathlib import Path
 
-    from conch.inference.acquire import DownloadSpec
+    from conch.inference.models.acquire import DownloadSpec
 
     if path is not None:
         path = str(Path(path).expanduser().resolve())
@@ -141,7 +141,7 @@ def convert(
 
 def setup() -> None:
     """Make the default models ready: the bundled SmolLM2 chat model and the MiniLM embedder."""
-    from conch.inference.bundled import BUNDLED_ID, ensure_bundled_model
+    from conch.inference.models.bundled import BUNDLED_ID, ensure_bundled_model
 
     acq = _acquirer()
     store = acq.store
@@ -160,7 +160,7 @@ def ensure_default_embedding_model(acq: Any, progress: Any = None) -> Any:
     existing = store.get(DEFAULT_EMBEDDING_ID)
     if existing is not None and existing.status == "ready":
         return existing
-    from conch.inference.acquire import DownloadSpec
+    from conch.inference.models.acquire import DownloadSpec
 
     src = store.get(DEFAULT_EMBEDDING_PACKAGE)
     if src is None or src.status != "ready":

@@ -18,12 +18,12 @@ app = typer.Typer(help="Model providers: local, ollama, openai, anthropic and co
 
 async def _with_registry(work: Any) -> Any:
     from conch.config import load_settings
-    from conch.inference.providers.registry import ProviderRegistry
+    from conch.inference.remote.registry import ProviderRegistry
 
     settings = load_settings()
 
     async def local_models() -> list[str]:
-        from conch.inference.store import ModelStore
+        from conch.inference.models.store import ModelStore
 
         records = await asyncio.to_thread(ModelStore(settings).list)
         return [r.id for r in records if r.status == "ready"]
@@ -63,7 +63,7 @@ def validate(
 ) -> None:
     """Check a provider with a real round trip (listing its models). Exit status 1 when it
     is not valid, 2 when no such provider is configured."""
-    from conch.inference.providers.errors import UnknownProvider
+    from conch.inference.remote.errors import UnknownProvider
 
     async def work(registry: Any) -> dict[str, Any]:
         return dict(await registry.validate(provider_id))

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference.acquire import Acquirer
-from conch.inference.store import ModelStore
+from conch.inference.models.acquire import Acquirer
+from conch.inference.models.store import ModelStore
 
 
 @pytest.fixture

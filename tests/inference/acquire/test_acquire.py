@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.acquire import Acquirer, DownloadSpec
-from conch.inference.sources import BadRequest, Conflict, NotFound, SourceUnreachable
-from conch.inference.store import ModelStore
+from conch.inference.models.acquire import Acquirer, DownloadSpec
+from conch.inference.models.sources import BadRequest, Conflict, NotFound, SourceUnreachable
+from conch.inference.models.store import ModelStore
 from tests.inference.convert.conftest import minilm_dir
 from tests.inference.convert.tiny_llama import make_tiny_llama
 from tests.inference.sources.conftest import make_small_gguf
@@ -123,7 +123,7 @@ def test_convert_tiny_llama_to_k_quant(acquirer: Acquirer, store: ModelStore, tm
 
 
 def test_recover_forgets_placeholders_of_dead_processes(acquirer: Acquirer, store: ModelStore) -> None:
-    from conch.inference.store import ModelRecord
+    from conch.inference.models.store import ModelRecord
 
     dead = ModelRecord(id="ghost", status="downloading", capabilities=[],
                        extra={"job": {"pid": 2**22 + 12345}})
@@ -135,7 +135,7 @@ def test_recover_forgets_placeholders_of_dead_processes(acquirer: Acquirer, stor
 
 
 def test_convert_to_onnx_when_the_extra_is_installed(acquirer: Acquirer) -> None:
-    from conch.inference.convert import onnx_export
+    from conch.inference.models.convert import onnx_export
 
     if onnx_export.missing_dependencies():
         pytest.skip("the onnx extra is not installed")

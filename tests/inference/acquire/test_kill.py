@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference.acquire import Acquirer
-from conch.inference.store import ModelStore
+from conch.inference.models.acquire import Acquirer
+from conch.inference.models.store import ModelStore
 from tests.inference.sources.servers import FileServer
 
 # A hang (a stuck socket or thread) fails the test instead of stalling the suite.
@@ -59,8 +59,8 @@ def test_kill_mid_download(tmp_path: Path) -> None:
     with server.run() as base:
         proc = _spawn(f"""
             from conch.config import Settings
-            from conch.inference.acquire import Acquirer, DownloadSpec
-            from conch.inference.store import ModelStore
+            from conch.inference.models.acquire import Acquirer, DownloadSpec
+            from conch.inference.models.store import ModelStore
             s = Settings(); store = ModelStore(s); acq = Acquirer(s, store)
             seen = []
             def progress(ev):
@@ -98,8 +98,8 @@ def test_kill_mid_conversion(tmp_path: Path) -> None:
     proc = _spawn(f"""
         import time
         from conch.config import Settings
-        from conch.inference.acquire import Acquirer, DownloadSpec
-        from conch.inference.store import ModelStore
+        from conch.inference.models.acquire import Acquirer, DownloadSpec
+        from conch.inference.models.store import ModelStore
         s = Settings(); store = ModelStore(s); acq = Acquirer(s, store)
         acq.download("tiny", DownloadSpec(source="file", path="{src}"))
         def progress(ev):

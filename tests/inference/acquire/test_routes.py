@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conch.config import Settings
-from conch.inference.store import ModelStore
+from conch.inference.models.store import ModelStore
 from conch.web.inference.app import create_app
 from tests.inference.sources.conftest import make_small_gguf
 from tests.inference.sources.servers import FileServer, HubRepo, HubServer

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conch.inference.convert.hf_to_gguf import DIRECT_TYPES, UnsupportedModel, convert
+from conch.inference.models.convert.hf_to_gguf import DIRECT_TYPES, UnsupportedModel, convert
 from tests.inference.convert.tiny_llama import CONFIG, forward, make_tiny_llama
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "minilm_reference.json"

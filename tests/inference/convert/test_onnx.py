@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conch.inference.convert import onnx_export
+from conch.inference.models.convert import onnx_export
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "minilm_reference.json"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conch.inference.convert.hf_to_gguf import convert
-from conch.inference.convert.quantize import REQUANT_TYPES, quantize
+from conch.inference.models.convert.hf_to_gguf import convert
+from conch.inference.models.convert.quantize import REQUANT_TYPES, quantize
 from tests.inference.convert.tiny_llama import forward
 
 IDS = [5, 17, 42, 100, 7, 300, 2, 9]
@@ -51,7 +51,7 @@ def test_each_type_loads_and_generates(tiny_f16: Path, tiny_llama: tuple[Path, d
 def test_requantize_bundled_smollm2(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     try:
-        from conch.inference.bundled import find_bundled_gguf
+        from conch.inference.models.bundled import find_bundled_gguf
     except ImportError:
         pytest.skip("the bundled model helper is not available")
     src = find_bundled_gguf()

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from conch.config import Settings
-from conch.inference import device
 from conch.inference.engines.base import SamplingParams, TokenLogprob
-from conch.inference.engines.llama import LlamaEngine
-from conch.inference.offload import runtime_options
+from conch.inference.engines.llama import device
+from conch.inference.engines.llama.engine import LlamaEngine
+from conch.inference.engines.llama.offload import runtime_options
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -207,8 +207,8 @@ def test_cuda_build_loads_a_model_from_the_server_entry_point(smollm2_path: Path
         from conch.web.inference.app import create_app
         import numpy  # everything the server imports is in, numpy included
         from conch.inference.engines.base import SamplingParams, TokenLogprob
-        from conch.inference.engines.llama import LlamaEngine
-        from conch.inference.offload import runtime_options
+        from conch.inference.engines.llama.engine import LlamaEngine
+        from conch.inference.engines.llama.offload import runtime_options
         create_app(Settings(data_dir={str(tmp_path / "d")!r}))
         e = LlamaEngine("m", {str(smollm2_path)!r}, n_ctx=512, n_parallel=1,
                         runtime=runtime_options(Settings(n_ctx=512), "m"))
@@ -229,9 +229,9 @@ def test_two_models_share_the_gpu(smollm2_path: Path, tmp_path: Path) -> None:
     """max_loaded_models = 2, but the GPU has room for one: loading the second unloads the idle
     first (as Ollama does) and offloads the second fully; a busy first would stay loaded and the
     second would be partly offloaded instead."""
-    from conch.inference.manager import ModelManager
-    from conch.inference.offload import read_shape
-    from conch.inference.store import ModelRecord, ModelStore
+    from conch.inference.engines.llama.offload import read_shape
+    from conch.inference.models.store import ModelRecord, ModelStore
+    from conch.inference.serving.manager import ModelManager
 
     s = Settings(data_dir=tmp_path / "data", max_loaded_models=2, n_ctx=1024, n_parallel=2)
     store = ModelStore(s)

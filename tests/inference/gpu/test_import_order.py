@@ -1,5 +1,5 @@
 """llama.cpp's libraries are in the process before numpy is imported, from every entry point
-that can load a model (the CUDA build crashed loading a model otherwise: conch/inference/native.py).
+that can load a model (the CUDA build crashed loading a model otherwise: conch/inference/engines/llama/native.py).
 
 Each case runs in a fresh interpreter with an import hook that, when numpy is first imported,
 records whether libllama is already mapped (/proc/self/maps). It runs on the CPU build too:
@@ -89,7 +89,7 @@ CASES = {
     """,
     # the engine and model manager, imported directly (benchmarks, tests, embedding users)
     "engine": """
-        import conch.inference.manager
+        import conch.inference.serving.manager
     """,
 }
 
@@ -101,4 +101,4 @@ def test_llama_cpp_loads_before_numpy(case: str, tmp_path: Path) -> None:
 
 def test_the_check_sees_the_wrong_order(tmp_path: Path) -> None:
     """numpy first, then conch: the hook must report it (else the tests above prove nothing)."""
-    assert not run_case("import numpy\nimport conch.inference.manager\n", tmp_path)
+    assert not run_case("import numpy\nimport conch.inference.serving.manager\n", tmp_path)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conch.config import ModelOverrides, Settings
-from conch.inference import device, offload
-from conch.inference.offload import (
+from conch.inference.engines.llama import device, offload
+from conch.inference.engines.llama.offload import (
     CPU_BATCH,
     CPU_PREFILL_CHUNK,
     CPU_UBATCH,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conch.config import ProviderConfig, Settings
-from conch.inference.providers import (
+from conch.inference.remote.errors import (
     ProviderError,
     ProviderRejected,
     ProviderTimeout,
@@ -20,7 +20,7 @@ from conch.inference.providers import (
     UnknownProvider,
     UnsupportedByProvider,
 )
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.remote.registry import ProviderRegistry
 from tests.inference.providers import standins
 from tests.inference.providers.standins import ANTHROPIC_KEY
 

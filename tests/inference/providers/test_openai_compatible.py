@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from conch.config import ProviderConfig, Settings
-from conch.inference.bundled import find_bundled_gguf
-from conch.inference.providers import ProviderRejected
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.models.bundled import find_bundled_gguf
+from conch.inference.remote.errors import ProviderRejected
+from conch.inference.remote.registry import ProviderRegistry
 from tests.inference.providers.servers import conch_inference_server, llama_cpp_server
 
 pytestmark = pytest.mark.timeout(600)

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from conch.config import ProviderConfig
-from conch.inference.bundled import find_bundled_gguf
+from conch.inference.models.bundled import find_bundled_gguf
 from tests.inference.providers import standins
 from tests.inference.providers.servers import conch_inference_server, llama_cpp_server
 from tests.inference.providers.standins import ANTHROPIC_KEY

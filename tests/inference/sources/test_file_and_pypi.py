@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.sources import BadRequest, FetchRequest, NotFound, VerificationFailed, fetch
+from conch.inference.models.sources import (
+    BadRequest,
+    FetchRequest,
+    NotFound,
+    VerificationFailed,
+    fetch,
+)
 from tests.inference.sources.conftest import minilm_dir
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.sources import FetchRequest, NotFound, SourceUnreachable, fetch
-from conch.inference.sources.huggingface import select_files
+from conch.inference.models.sources import FetchRequest, NotFound, SourceUnreachable, fetch
+from conch.inference.models.sources.huggingface import select_files
 from tests.inference.sources.servers import HubRepo, HubServer
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"

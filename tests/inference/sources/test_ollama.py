@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.sources import FetchRequest, NotFound, VerificationFailed, fetch
-from conch.inference.sources.ollama import parse_name
+from conch.inference.models.sources import FetchRequest, NotFound, VerificationFailed, fetch
+from conch.inference.models.sources.ollama import parse_name
 from tests.inference.sources.servers import OllamaRegistry
 
 TEMPLATE = "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>{{ end }}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conch.inference.sources import (
+from conch.inference.models.sources import (
     BadRequest,
     FetchRequest,
     NotFound,

@@ -1,47 +1,6 @@
-"""Model runtimes behind one seam (:class:`~conch.inference.engines.base.Engine`).
+"""Model runtimes behind one seam (``base.Engine``); ``load.load_engine`` picks one per format.
 
-:func:`load_engine` is the one place that maps a model's format to its runtime; runtimes are
-imported only when a model of their format loads, so optional extras stay optional.
+Nothing is imported here: ``conch.inference`` maps llama.cpp's libraries through
+``engines/llama/native.py`` before anything can import numpy, so the packages on that path
+stay empty.
 """
-
-from __future__ import annotations
-
-from conch.config import Settings
-from conch.inference.engines.base import Engine, Unsupported
-from conch.inference.store import ModelRecord
-
-SERVED_FORMATS = ("gguf", "onnx")
-
-
-def load_engine(record: ModelRecord, settings: Settings) -> Engine:
-    """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra)."""
-    if record.format == "onnx":
-        from conch.inference.engines.onnx import OnnxEmbeddingEngine
-
-        return OnnxEmbeddingEngine(
-            record.path, model_id=record.id, n_threads=settings.n_threads_batch, max_length=settings.n_ctx,
-        )
-    if record.format == "gguf":
-        from conch.inference.engines.llama import LlamaEngine
-        from conch.inference.offload import runtime_options
-
-        # GPU offload and the rest of the per-model settings (docs/gpu.md)
-        runtime = runtime_options(settings, record.id)
-        engine = LlamaEngine(
-            record.id,
-            record.path,
-            n_ctx=runtime.n_ctx,
-            n_threads=settings.n_threads,
-            n_threads_batch=settings.n_threads_batch,
-            n_parallel=settings.n_parallel,
-            cache_prompt=settings.cache_prompt,
-            max_queue=settings.max_queue,
-            draft_max=settings.draft_max,
-            runtime=runtime,
-            prompt_cache_dir=settings.data_dir / "kv-cache",
-            prompt_cache_max_bytes=settings.prompt_cache_disk_mb << 20,
-            prompt_cache_min_tokens=settings.prompt_cache_min_tokens,
-        )
-        engine.load()
-        return engine
-    raise Unsupported(f"no engine serves the {record.format} format (served: {', '.join(SERVED_FORMATS)})")

@@ -8,7 +8,9 @@ the engine's class.
 
 ``generate`` is the low-level, engine-neutral generation entry point: a prompt (text or
 token ids) and :class:`SamplingParams` in, a :class:`Generation` of :class:`TokenEvent` out.
-Chat is built on it (``conch.inference.chat``); so would a legacy ``/v1/completions`` be.
+Chat is built on it (``engines/chat.py``), as the legacy ``/v1/completions`` is. A chat reaches
+an engine as a :class:`ChatSpec` (messages, sampling, tools as :class:`ToolSpec`), which each
+engine renders with its own template (:meth:`Engine.chat_prompt`).
 """
 
 from __future__ import annotations
@@ -16,46 +18,70 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
-
-
-class EngineError(Exception):
-    """A runtime failure inside the engine (the request was fine)."""
+from conch import errors
 
 
-class Unsupported(EngineError):
+class EngineError(errors.DomainError, code="inference_error"):
+    """A runtime failure inside the engine (the request was fine): a 500 whose message says
+    that inference failed. The classes below say what else went wrong, each on the base of
+    :mod:`conch.errors` that names its status; ``where`` is the request field at fault."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        if self.status >= 500:
+            self.message = f"Inference failed: {message}"
+
+    @property
+    def param(self) -> str | None:
+        """``where`` as the OpenAI envelope names it."""
+        return self.where
+
+
+class Unsupported(EngineError, errors.Invalid, code="unsupported_model"):
     """The model cannot do what was asked (an embedding-only model asked to chat)."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, where="model")
 
-class ContextLengthExceeded(EngineError):
+
+class ContextLengthExceeded(EngineError, errors.Invalid, code="context_length_exceeded"):
+    """A prompt longer than the model's context. Engines blame the chat's ``messages``; the
+    serving layer names the field of its own API (:meth:`blame`)."""
+
     def __init__(self, n_prompt: int, n_ctx: int) -> None:
-        super().__init__(
-            f"This model's maximum context length is {n_ctx} tokens, "
-            f"but the prompt has {n_prompt} tokens."
-        )
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
+        super().__init__(self._text("prompt"), where="messages")
+
+    def blame(self, field: str) -> None:
+        """Name ``field`` (``input``, ``prompt``) as the request's prompt."""
+        self.where = field
+        self.message = self._text("prompt" if field == "messages" else field)
+
+    def _text(self, noun: str) -> str:
+        return f"This model's maximum context length is {self.n_ctx} tokens, but the {noun} has {self.n_prompt} tokens."
 
 
-class QueueFull(EngineError):
+class QueueFull(EngineError, errors.LimitExceeded, code="queue_full"):
     def __init__(self, limit: int) -> None:
-        super().__init__(f"The server is busy: {limit} requests are already queued for this model.")
+        super().__init__(f"The server is busy: {limit} requests are already queued for this model.", retry_after=1)
         self.limit = limit
 
 
-class RuntimeMissing(EngineError):
+class RuntimeMissing(EngineError, errors.NotImplementedHere, code="runtime_not_installed"):
     """The model's runtime (an optional extra) is not installed."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, where="model")
 
-class ChatInputError(ValueError):
+
+class ChatInputError(EngineError, errors.Invalid, code="invalid_request_error"):
     """A chat the engine cannot honour, with the request field at fault (``messages[0].content``)."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, where=param)
 
 
 @dataclass
@@ -136,6 +162,32 @@ class Generation(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self) -> None: ...
+
+
+@dataclass
+class ToolSpec:
+    """A function the model may call: its name, description and JSON Schema of arguments."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ChatSpec:
+    """The engine-neutral chat a request asks for (``serving/chat.py`` builds it)."""
+
+    messages: list[dict[str, Any]]
+    sampling: SamplingParams
+    n: int = 1
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: str | None = None  # "none" | "auto" | "required" | "function"
+    named_tool: str | None = None
+    response_format: dict[str, Any] | None = None
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 @dataclass

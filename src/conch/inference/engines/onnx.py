@@ -15,12 +15,13 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from conch.inference.engines.base import (
     ChatPrompt,
+    ChatSpec,
     ContextLengthExceeded,
     EngineError,
     EngineStats,
@@ -29,9 +30,6 @@ from conch.inference.engines.base import (
     SamplingParams,
     Unsupported,
 )
-
-if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
 
 
 class OnnxRuntimeMissing(RuntimeMissing):

@@ -3,9 +3,9 @@
 The pattern is vLLM's ``OpenAIServingChat``: the route validates the body into a
 :class:`ChatCompletionRequest` and hands it here; :meth:`ChatServing.create` answers with a
 ``chat.completion`` object and :meth:`ChatServing.stream` with ``chat.completion.chunk``
-objects. Everything the client did wrong, or the server could not do, is raised as a
-:class:`~conch.inference.serving.errors.ServingError` before the first chunk when it can be
-known then, so the route can still answer with a status code.
+objects. Everything the client did wrong, or the server could not do, is raised (an error of
+:mod:`conch.errors`) before the first chunk when it can be known then, so the route can still
+answer with a status code.
 """
 
 from __future__ import annotations
@@ -17,17 +17,22 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conch.inference.chat import ChatEvent, ChatSpec, start_chat
-from conch.inference.engines.base import Engine, SamplingParams, TokenLogprob, Unsupported
-from conch.inference.protocol.openai import (
+from conch.inference.api.openai import (
     UNSUPPORTED_CHAT_FIELDS,
     ChatCompletionRequest,
     NamedToolChoice,
 )
-from conch.inference.providers import serving_hook as remote_hook
-from conch.inference.serving.base import Serving
-from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.tool_calls import ToolSpec
+from conch.inference.engines.base import (
+    ChatSpec,
+    Engine,
+    SamplingParams,
+    TokenLogprob,
+    ToolSpec,
+    Unsupported,
+)
+from conch.inference.engines.chat import ChatEvent, start_chat
+from conch.inference.serving.base import Serving, request_body
+from conch.inference.serving.errors import InvalidRequest
 
 MAX_STOP_SEQUENCES = 4
 
@@ -36,9 +41,10 @@ class ChatServing(Serving):
     # -- the two entry points ------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any]:
         """A whole ``chat.completion`` object."""
-        remote = remote_hook.route(self.providers, req.model)
+        remote = self.remote(req.model)
         if remote is not None:
-            return await remote_hook.chat(*remote, req)
+            provider, name = remote
+            return await provider.chat(name, request_body(req))
         t_start = time.perf_counter()
         spec = chat_spec(req)
         record = self.resolver.local_record(req.model, "chat")
@@ -50,28 +56,27 @@ class ChatServing(Serving):
         n_out = 0
         n_prompt = 0
         first: float | None = None
-        with domain_errors("messages"):
-            async with self.manager.use(record.id, req.keep_alive) as engine:
-                n_prompt, events = _start(engine, spec, req)
-                try:
-                    async for ev in events:
-                        if first is None:
-                            first = time.perf_counter()
-                        if ev.logprobs:
-                            logprobs[ev.index].extend(logprob_entries(ev.logprobs))
-                        if ev.kind == "delta":
-                            texts[ev.index] += ev.text
-                        elif ev.kind == "tool_calls":
-                            calls[ev.index] = ev.tool_calls
-                        else:
-                            reasons[ev.index] = ev.finish_reason or "stop"
-                            stop_hits[ev.index] = ev.stop_sequence
-                            n_out += ev.completion_tokens
-                finally:
-                    await events.aclose()  # type: ignore[attr-defined]
-                    self.metrics.observe_generation(
-                        None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out
-                    )
+        async with self.lease(record, req.keep_alive) as engine:
+            n_prompt, events = _start(engine, spec, req)
+            try:
+                async for ev in events:
+                    if first is None:
+                        first = time.perf_counter()
+                    if ev.logprobs:
+                        logprobs[ev.index].extend(logprob_entries(ev.logprobs))
+                    if ev.kind == "delta":
+                        texts[ev.index] += ev.text
+                    elif ev.kind == "tool_calls":
+                        calls[ev.index] = ev.tool_calls
+                    else:
+                        reasons[ev.index] = ev.finish_reason or "stop"
+                        stop_hits[ev.index] = ev.stop_sequence
+                        n_out += ev.completion_tokens
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+                self.metrics.observe_generation(
+                    None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out
+                )
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -103,10 +108,9 @@ class ChatServing(Serving):
         as ``usage.prompt_tokens`` of the same request counts them; nothing is generated."""
         spec = chat_spec(req)
         record = self.resolver.local_record(req.model, "chat")
-        with domain_errors("messages"):
-            async with self.manager.use(record.id, req.keep_alive) as engine:
-                _check_engine(engine, spec, req)
-                return len(engine.chat_prompt(spec).tokens)
+        async with self.lease(record, req.keep_alive) as engine:
+            _check_engine(engine, spec, req)
+            return len(engine.chat_prompt(spec).tokens)
 
     async def stream(self, req: ChatCompletionRequest, *, prompt_usage: bool = False) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` objects as tokens come; closing the iterator cancels generation.
@@ -117,9 +121,12 @@ class ChatServing(Serving):
         prompt's tokens (Anthropic's ``message_start`` reports them); OpenAI's chunks carry
         none before the last.
         """
-        remote = remote_hook.route(self.providers, req.model)
+        remote = self.remote(req.model)
         if remote is not None:
-            chunks = remote_hook.chat_stream(*remote, req)
+            # Opening the upstream happens here, at the first ``anext``: whatever goes wrong
+            # before its first chunk is raised before any of ours (the route's status).
+            provider, name = remote
+            chunks = await provider.chat_stream(name, request_body(req))
             try:
                 async for c in chunks:
                     yield c
@@ -142,8 +149,8 @@ class ChatServing(Serving):
         n_out = 0
         n_prompt = 0
         first: float | None = None
-        with domain_errors("messages"), contextlib.ExitStack() as finish:
-            async with self.manager.use(record.id, req.keep_alive) as engine:
+        with contextlib.ExitStack() as finish:
+            async with self.lease(record, req.keep_alive) as engine:
                 n_prompt, events = _start(engine, spec, req)
                 finish.callback(
                     lambda: self.metrics.observe_generation(
@@ -172,7 +179,7 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
     """The engine-neutral chat a request asks for (raises ``InvalidRequest`` naming the field)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_SEQUENCES:
-        raise InvalidRequest(f"At most {MAX_STOP_SEQUENCES} stop sequences are allowed", param="stop")
+        raise InvalidRequest(f"At most {MAX_STOP_SEQUENCES} stop sequences are allowed", where="stop")
     tools = [
         ToolSpec(t.function.name, t.function.description, t.function.parameters or {"type": "object", "properties": {}})
         for t in req.tools or []
@@ -184,7 +191,7 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
     else:
         tool_choice = req.tool_choice or ("auto" if tools else "none")
     if tool_choice != "none" and not tools:
-        raise InvalidRequest("tool_choice requires tools", param="tool_choice")
+        raise InvalidRequest("tool_choice requires tools", where="tool_choice")
     return ChatSpec(
         messages=[m.model_dump() for m in req.messages],
         sampling=SamplingParams(
@@ -214,12 +221,12 @@ def _refuse_unsupported(req: ChatCompletionRequest) -> None:
     """OpenAI fields conch does not implement are refused by name, never silently dropped."""
     for name in UNSUPPORTED_CHAT_FIELDS:
         if getattr(req, name) is not None:
-            raise InvalidRequest(f"'{name}' is not supported by conch", param=name, code="unsupported_parameter")
+            raise InvalidRequest(f"'{name}' is not supported by conch", where=name, code="unsupported_parameter")
     if req.modalities is not None and req.modalities != ["text"]:
-        raise InvalidRequest("Only 'modalities: [\"text\"]' is supported by conch", param="modalities",
+        raise InvalidRequest("Only 'modalities: [\"text\"]' is supported by conch", where="modalities",
                              code="unsupported_parameter")
     if req.top_logprobs is not None and not req.logprobs:
-        raise InvalidRequest("'top_logprobs' requires 'logprobs: true'", param="top_logprobs")
+        raise InvalidRequest("'top_logprobs' requires 'logprobs: true'", where="top_logprobs")
     for i, m in enumerate(req.messages):
         for j, call in enumerate(m.tool_calls or []):
             try:
@@ -227,7 +234,7 @@ def _refuse_unsupported(req: ChatCompletionRequest) -> None:
             except json.JSONDecodeError as exc:
                 raise InvalidRequest(
                     f"messages[{i}] (the {m.role} message) has tool call {j} whose arguments are not valid JSON: {exc}",
-                    param=f"messages[{i}].tool_calls[{j}].function.arguments",
+                    where=f"messages[{i}].tool_calls[{j}].function.arguments",
                 )
 
 
@@ -238,12 +245,12 @@ def logit_bias(bias: dict[str, float] | None, n_vocab: int) -> dict[int, float]:
         try:
             tok = int(key)
         except ValueError:
-            raise InvalidRequest(f"'logit_bias' keys must be token ids; got {key!r}", param="logit_bias")
+            raise InvalidRequest(f"'logit_bias' keys must be token ids; got {key!r}", where="logit_bias")
         if not 0 <= tok < n_vocab:
             raise InvalidRequest(f"'logit_bias' token {tok} is outside the vocabulary (0..{n_vocab - 1})",
-                                 param="logit_bias")
+                                 where="logit_bias")
         if not -100 <= value <= 100:
-            raise InvalidRequest(f"'logit_bias' values must be between -100 and 100; got {value}", param="logit_bias")
+            raise InvalidRequest(f"'logit_bias' values must be between -100 and 100; got {value}", where="logit_bias")
         out[tok] = float(value)
     return out
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from conch.inference.api import completions as c
+from conch.inference.api.openai import StreamOptions
 from conch.inference.engines.base import (
     Engine,
     EngineError,
@@ -21,11 +23,9 @@ from conch.inference.engines.base import (
     SamplingParams,
     Unsupported,
 )
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols import completions as c
 from conch.inference.serving.base import Serving
 from conch.inference.serving.chat import logit_bias, logprob_entries
-from conch.inference.serving.errors import InvalidRequest, domain_errors
+from conch.inference.serving.errors import InvalidRequest
 
 
 @dataclass
@@ -38,15 +38,9 @@ class _Choice:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _checked(req: c.CompletionRequest) -> list[str | list[int]]:
-    try:
-        c.check(req)
-        return c.prompts(req)
-    except TranslationError as exc:
-        raise InvalidRequest(exc.message, param=exc.param)
-
-
 class CompletionServing(Serving):
+    prompt_field = "prompt"
+
     def _sampling(self, req: c.CompletionRequest, engine: Engine) -> SamplingParams:
         return SamplingParams(
             max_tokens=req.max_tokens,
@@ -68,17 +62,17 @@ class CompletionServing(Serving):
     def _prompt_tokens(self, engine: Engine, req: c.CompletionRequest, prompt: str | list[int], i: int) -> list[int]:
         if req.suffix is not None:
             if not isinstance(prompt, str):
-                raise InvalidRequest("'suffix' needs a text prompt", param="suffix")
+                raise InvalidRequest("'suffix' needs a text prompt", where="suffix")
             try:
                 return engine.fim_prompt(prompt, req.suffix)
             except Unsupported as exc:
-                raise InvalidRequest(str(exc), param="suffix", code="unsupported_parameter")
+                raise InvalidRequest(str(exc), where="suffix", code="unsupported_parameter")
         if isinstance(prompt, str):
             return engine.text_prompt(prompt)
         bad = [t for t in prompt if not 0 <= t < engine.n_vocab]
         if bad:
             raise InvalidRequest(f"'prompt[{i}]' has token ids outside the vocabulary (0..{engine.n_vocab - 1}): {bad[:5]}",
-                                 param="prompt")
+                                 where="prompt")
         return prompt
 
     async def stream(self, req: c.CompletionRequest, *, chat_logprobs: bool = False) -> AsyncIterator[dict[str, Any]]:
@@ -90,7 +84,8 @@ class CompletionServing(Serving):
         translations the legacy shape would lose bytes and same-text alternatives to.
         """
         t_start = time.perf_counter()
-        prompts = _checked(req)
+        c.check(req)
+        prompts = c.prompts(req)
         record = self.resolver.local_record(req.model, "chat")
         cid, created = c.new_id(), int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -100,8 +95,8 @@ class CompletionServing(Serving):
 
         first: float | None = None
         n_prompt = n_out = 0
-        with domain_errors("prompt"), contextlib.ExitStack() as finish:
-            async with self.manager.use(record.id, req.keep_alive) as engine:
+        with contextlib.ExitStack() as finish:
+            async with self.lease(record, req.keep_alive) as engine:
                 if "chat" not in engine.capabilities:
                     raise Unsupported(f"The model '{engine.model_id}' cannot generate text")
                 base = self._sampling(req, engine)
@@ -182,7 +177,7 @@ class CompletionServing(Serving):
         logprobs: dict[int, dict[str, list[Any]]] = {}
         usage = None
         cid = None
-        async for chunk in self.stream(req.model_copy(update={"stream_options": c.StreamOptions(include_usage=True)})):
+        async for chunk in self.stream(req.model_copy(update={"stream_options": StreamOptions(include_usage=True)})):
             cid = chunk["id"]
             if chunk.get("usage"):
                 usage = chunk["usage"]

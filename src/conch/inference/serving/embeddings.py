@@ -7,31 +7,32 @@ import base64
 import struct
 from typing import Any
 
-from conch.inference.acquire import default_embedding_record
+from conch.inference.api.openai import EmbeddingRequest
 from conch.inference.engines.base import Engine
-from conch.inference.protocol.openai import EmbeddingRequest
-from conch.inference.providers import serving_hook as remote_hook
-from conch.inference.serving.base import Serving
-from conch.inference.serving.errors import InvalidRequest, domain_errors
-from conch.inference.store import ModelRecord
+from conch.inference.models.acquire import default_embedding_record
+from conch.inference.models.store import ModelRecord
+from conch.inference.serving.base import Serving, request_body
+from conch.inference.serving.errors import InvalidRequest
 
 
 class EmbeddingServing(Serving):
+    prompt_field = "input"
+
     async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
         """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model answers."""
-        remote = remote_hook.route(self.providers, req.model)
+        remote = self.remote(req.model)
         if remote is not None:
-            return await remote_hook.embed(*remote, req)
+            provider, name = remote
+            return await provider.embed(name, request_body(req))
         record = await self._record(req.model)
         items = _inputs(req.input)
-        with domain_errors("input"):
-            async with self.manager.use(record.id, req.keep_alive) as engine:
-                token_lists = _tokenize(engine, items)
-                if req.dimensions is not None and req.dimensions > engine.n_embd:
-                    raise InvalidRequest(
-                        f"'dimensions' must be at most {engine.n_embd} for this model", param="dimensions"
-                    )
-                vectors = await asyncio.to_thread(engine.embed, token_lists)
+        async with self.lease(record, req.keep_alive) as engine:
+            token_lists = _tokenize(engine, items)
+            if req.dimensions is not None and req.dimensions > engine.n_embd:
+                raise InvalidRequest(
+                    f"'dimensions' must be at most {engine.n_embd} for this model", where="dimensions"
+                )
+            vectors = await asyncio.to_thread(engine.embed, token_lists)
         data = []
         for i, vec in enumerate(vectors):
             if req.dimensions is not None:
@@ -61,7 +62,7 @@ class EmbeddingServing(Serving):
             raise InvalidRequest(
                 "'model' is required: no default embedding model is installed "
                 "(`conch models setup` installs all-minilm-l6-v2)",
-                param="model",
+                where="model",
                 code="missing_required_parameter",
             )
         return default
@@ -75,7 +76,7 @@ def _inputs(raw: str | list[str] | list[int] | list[list[int]]) -> list[str | li
     else:
         items = list(raw)  # type: ignore[arg-type]
     if not items:
-        raise InvalidRequest("'input' must not be empty", param="input")
+        raise InvalidRequest("'input' must not be empty", where="input")
     return items
 
 
@@ -85,12 +86,12 @@ def _tokenize(engine: Engine, items: list[str | list[int]]) -> list[list[int]]:
     for i, item in enumerate(items):
         if isinstance(item, str):
             if not item:
-                raise InvalidRequest(f"'input[{i}]' must not be an empty string", param="input")
+                raise InvalidRequest(f"'input[{i}]' must not be an empty string", where="input")
             token_lists.append(engine.tokenize(item))
         else:
             if not item or any(t < 0 or t >= n_vocab for t in item):
                 raise InvalidRequest(
-                    f"'input[{i}]' must be a non-empty array of token ids below {n_vocab}", param="input"
+                    f"'input[{i}]' must be a non-empty array of token ids below {n_vocab}", where="input"
                 )
             token_lists.append(list(item))
     return token_lists

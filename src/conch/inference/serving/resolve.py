@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from conch.inference.manager import ModelManager
-from conch.inference.providers.kinds import remote_prefix
-from conch.inference.serving.errors import InvalidRequest, NotFound, domain_errors
-from conch.inference.store import ModelRecord
+from conch.inference.models.ref import ModelRef
+from conch.inference.models.store import ModelRecord
+from conch.inference.serving.errors import InvalidRequest, NotFound
+from conch.inference.serving.manager import ModelManager
 
 
 class ModelResolver:
@@ -17,19 +17,18 @@ class ModelResolver:
 
     def local_record(self, model: str, capability: str) -> ModelRecord:
         """The ready local model ``model`` names, able to serve ``capability``."""
-        provider = remote_prefix(model, self.providers)
-        if provider is not None:
+        ref = ModelRef.parse(model, self.providers)
+        if not ref.is_local:
             # Configured providers are answered before the local path: this one is not configured.
             raise NotFound(
-                f"Provider '{provider}' is not configured: add [providers.{provider}] with its url "
+                f"Provider '{ref.provider}' is not configured: add [providers.{ref.provider}] with its url "
                 "to conch.toml (or use a local model id)",
                 code="provider_not_found",
-                param="model",
+                where="model",
             )
-        with domain_errors("model"):
-            record = self.manager.record_for(model)
+        record = self.manager.record_for(model)
         if capability not in record.capabilities:
             raise InvalidRequest(
-                f"The model '{model}' does not support {capability}", code="unsupported_model", param="model"
+                f"The model '{model}' does not support {capability}", code="unsupported_model", where="model"
             )
         return record

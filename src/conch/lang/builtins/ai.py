@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def _settings_and_client(ctx: Any) -> tuple[Any, Any]:
-    from conch.inference.providers.client import HTTPModels, InProcessModels
+    from conch.inference.client import HTTPModels, InProcessModels
 
     settings = ctx.settings
     if settings is not None:  # a server's run: always over HTTP
@@ -47,7 +47,7 @@ def _timeout(ctx: Any, settings: Any) -> float:
 
 
 def _call(name: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    from conch.inference.providers.client import ModelCallError
+    from conch.inference.client import ModelCallError
 
     ctx = current()
     settings, client = _settings_and_client(ctx)

@@ -1,14 +1,14 @@
 """The inference server: an OpenAI-compatible HTTP API over conch's model store and engines.
 
-``create_app`` only builds the domain objects from settings, puts them on ``app.state`` (the
-routers reach them through ``deps``) and includes one router per resource; a route's code is
+``create_app`` only builds the domain objects from settings (``ServingStack``, the composition
+root the in-process client shares), puts them on ``app.state`` (the routers reach them through
+``deps``) and includes one router per resource; a route's code is
 in the module named after its URL. Generation never runs on the event loop; the engines'
 worker threads push tokens to it, so health checks stay fast while streams generate.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -17,16 +17,7 @@ from starlette.middleware import Middleware
 
 import conch
 from conch.config import Settings
-from conch.inference.acquire import Acquirer
-from conch.inference.bundled import ensure_bundled_model
-from conch.inference.manager import ModelManager
-from conch.inference.providers.registry import ProviderRegistry
-from conch.inference.serving.chat import ChatServing
-from conch.inference.serving.completions import CompletionServing
-from conch.inference.serving.embeddings import EmbeddingServing
-from conch.inference.serving.metrics import ServingMetrics
-from conch.inference.serving.resolve import ModelResolver
-from conch.inference.store import ModelStore
+from conch.inference.serving.stack import ServingStack
 from conch.web.common.metrics import MetricsMiddleware
 from conch.web.inference import (
     chat,
@@ -46,23 +37,16 @@ from conch.web.studio import INFERENCE_PAGES, mount_studio
 
 
 def create_app(settings: Settings) -> FastAPI:
-    store = ModelStore(settings)
-    manager = ModelManager(settings, store)
-    acquirer = Acquirer(settings, store)
-    acquirer.recover()  # forget placeholders of jobs whose process died
-    registry = ProviderRegistry(settings, local_models=lambda: _ready_ids(store))
-    resolver = ModelResolver(manager, providers=list(registry.providers))
-    serving_metrics = ServingMetrics()
-    metrics = InferenceMetrics(serving_metrics, manager)
+    stack = ServingStack(settings)
+    stack.acquirer.recover()  # forget placeholders of jobs whose process died
+    metrics = InferenceMetrics(stack.metrics, stack.manager)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.ensure_dirs()
-        await asyncio.to_thread(ensure_bundled_model, store)
-        await registry.start()  # background health probes of the remote providers
+        await stack.start()
+        await stack.providers.start()  # background health probes of the remote providers
         yield
-        await registry.close()
-        await manager.unload_all()
+        await stack.close()
 
     app = FastAPI(
         title="conch inference server",
@@ -77,12 +61,10 @@ def create_app(settings: Settings) -> FastAPI:
         middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
     )
     state = app.state
-    state.settings, state.store, state.manager, state.acquirer = settings, store, manager, acquirer
+    state.settings, state.store, state.manager, state.acquirer = settings, stack.store, stack.manager, stack.acquirer
     state.metrics = metrics
-    state.providers = registry
-    state.chat = ChatServing(manager, resolver, serving_metrics, providers=registry)
-    state.embeddings = EmbeddingServing(manager, resolver, serving_metrics, providers=registry)
-    state.completions = CompletionServing(manager, resolver, serving_metrics)
+    state.providers = stack.providers
+    state.chat, state.embeddings, state.completions = stack.chat, stack.embeddings, stack.completions
     install_error_handlers(app)
     for module in (chat, embeddings, models, providers, storage, health):
         app.include_router(module.router)
@@ -94,7 +76,3 @@ def create_app(settings: Settings) -> FastAPI:
     mount_studio(app, INFERENCE_PAGES)
     return app
 
-
-async def _ready_ids(store: ModelStore) -> list[str]:
-    records = await asyncio.to_thread(store.list)
-    return [r.id for r in records if r.status == "ready"]

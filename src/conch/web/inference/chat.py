@@ -11,11 +11,11 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import ChatCompletion, ChatCompletionRequest
-from conch.inference.serving.errors import ServingError
+from conch.errors import DomainError
+from conch.inference.api.openai import ChatCompletion, ChatCompletionRequest
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
 from conch.web.inference.deps import ChatDep
-from conch.web.inference.errors import error_event
+from conch.web.inference.errors import OPENAI
 from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["chat"])
@@ -46,8 +46,8 @@ async def _events(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) 
         async for chunk in chunks:
             yield encode_event(chunk)
         yield DONE
-    except ServingError as err:
-        yield encode_event(error_event(err))
+    except DomainError as err:
+        yield encode_event(OPENAI.body(err))
     finally:
         # A client disconnect lands here too: closing the chunks cancels the generation.
         await chunks.aclose()  # type: ignore[attr-defined]

@@ -1,10 +1,11 @@
-"""What the routers of the other vendors' APIs share: the JSON body read in the vendor's error
-shape, stream plumbing, and :func:`serve_chat`, a vendor's chat API (Anthropic Messages,
-OpenAI Responses) described by a :class:`ChatDialect` and served by the chat serving layer.
+"""What the routers of the other vendors' APIs share: the JSON body read and validated in the
+vendor's terms, stream plumbing, and :func:`serve_chat`, a vendor's chat API (Anthropic
+Messages, OpenAI Responses) described by a :class:`ChatDialect` and served by the chat
+serving layer.
 
-Each vendor API answers errors in its own shape (Anthropic ``{"type": "error", ...}``,
-Ollama ``{"error": "..."}``, OpenAI's envelope), so these routers read their bodies
-themselves instead of letting FastAPI's validation answer in OpenAI's shape.
+Each vendor API answers errors in its own shape; its router's route class names the
+envelope (``errors.py``), so these routes raise like any other and read their bodies
+themselves rather than letting FastAPI's validation answer in OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -17,47 +18,45 @@ from typing import Any, Generic, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from conch.inference.protocol.openai import ChatCompletionRequest
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols.stream import ChatStreamTranslator
+from conch import errors
+from conch.inference.api.openai import ChatCompletionRequest
+from conch.inference.api.stream import ChatStreamTranslator
 from conch.inference.serving.chat import ChatServing
-from conch.inference.serving.errors import from_domain
 from conch.web.common.sse import EventStreamResponse
-
-# Turns (status, message, param, code) into the vendor's error body.
-ErrorShape = Callable[[int, str, str | None, str | None], dict[str, Any]]
+from conch.web.inference.errors import Envelope
 
 
-class VendorError(Exception):
-    """An error to answer in the calling API's own shape."""
+class VendorError(errors.DomainError):
+    """The family's root: what the vendor routes refuse themselves (a body that is not JSON, a
+    model the store does not have), which their APIs report without a code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 headers: dict[str, str] | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.headers = headers
-        self.code = code
+    code = None
 
 
-def respond_error(exc: VendorError, shape: ErrorShape) -> JSONResponse:
-    return JSONResponse(shape(exc.status, exc.message, exc.param, exc.code), status_code=exc.status,
-                        headers=exc.headers)
+class BadRequest(VendorError, errors.Invalid):
+    pass
+
+
+class NotFound(VendorError, errors.NotFound):
+    pass
+
+
+class Conflict(VendorError, errors.Conflict):
+    pass
 
 
 async def read_json(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
-        raise VendorError(400, "A JSON request body is required")
+        raise BadRequest("A JSON request body is required")
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise VendorError(400, "The request body is not valid JSON")
+        raise BadRequest("The request body is not valid JSON")
     if not isinstance(body, dict):
-        raise VendorError(400, "The request body must be a JSON object")
+        raise BadRequest("The request body must be a JSON object")
     return body
 
 
@@ -73,33 +72,25 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _same(param: str | None) -> str | None:
-    return param
+def _same(field: str | None) -> str | None:
+    return field
 
 
-def vendor_error(exc: BaseException, chat_param: Callable[[str | None], str | None] = _same) -> VendorError:
-    """The vendor-neutral error for a translation, validation or serving failure, with the code
-    chat completions gives it. Validation and serving errors name the translated chat request's
-    fields; ``chat_param`` renames those as the vendor's request names them."""
-    if isinstance(exc, VendorError):
-        return exc
-    if isinstance(exc, TranslationError):
-        return VendorError(exc.status, exc.message, exc.param, code=exc.code)
-    if isinstance(exc, ValidationError):
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], body: dict[str, Any], field: Callable[[str | None], str | None] = _same) -> M:
+    """``body`` (translated from a vendor's request) as the request ``model``; invalid, a 400
+    with the code chat completions gives it. ``where`` is the translated request's field;
+    the message names it as the vendor does (``field``), as the vendor's envelope will."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
         first = exc.errors()[0]
         loc = _loc(tuple(first.get("loc", ())))
-        param = chat_param(loc or None)
         code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_request_error"
-        return VendorError(400, f"Invalid value for '{param or loc}': {first.get('msg')}", param, code=code)
-    served = from_domain(exc, "messages")
-    if served is not None:
-        exc = served
-    status = getattr(exc, "status", None)
-    if isinstance(status, int) and isinstance(getattr(exc, "message", None), str):
-        # A serving error: keep its status, message and code.
-        return VendorError(status, exc.message, chat_param(getattr(exc, "param", None)),  # type: ignore[attr-defined]
-                           getattr(exc, "headers", None), getattr(exc, "code", None))
-    raise exc
+        raise BadRequest(f"Invalid value for '{field(loc or None) or loc}': {first.get('msg')}",
+                         where=loc or None, code=code) from None
 
 
 async def primed(stream: AsyncIterator[dict[str, Any]]) -> tuple[dict[str, Any] | None, AsyncIterator[dict[str, Any]]]:
@@ -147,25 +138,21 @@ class ChatDialect(Generic[T]):
     # One stream event as SSE bytes.
     encode: Callable[[Any], bytes]
     # The events that end a stream that failed after its 200 was sent.
-    failed: Callable[[T, VendorError], list[Any]]
-    shape: ErrorShape
+    failed: Callable[[T, errors.DomainError], list[Any]]
+    # How the vendor writes errors (its router's route class answers in the same).
+    envelope: Envelope
     # Whether the stream's first chunk should carry the prompt's token count.
     prompt_usage: bool = False
-    # A chat request field's name -> the vendor's name for it, in errors.
-    chat_param: Callable[[str | None], str | None] = _same
 
 
 async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialect[T]) -> Response:
     created = int(time.time())
-    try:
-        body = await read_json(request)
-        req = ChatCompletionRequest.model_validate(dialect.to_chat(body))
-        if not req.stream:
-            return JSONResponse(dialect.answer(await serving.create(req), body, created))
-        # Errors known before any output (unknown model, prompt too long) still get a status.
-        first, stream = await primed(serving.stream(req, prompt_usage=dialect.prompt_usage))
-    except Exception as exc:
-        return respond_error(vendor_error(exc, dialect.chat_param), dialect.shape)
+    body = await read_json(request)
+    req = validated(ChatCompletionRequest, dialect.to_chat(body), dialect.envelope.field)
+    if not req.stream:
+        return JSONResponse(dialect.answer(await serving.create(req), body, created))
+    # Errors known before any output (unknown model, prompt too long) still get a status.
+    first, stream = await primed(serving.stream(req, prompt_usage=dialect.prompt_usage))
     translator = dialect.translator(body, first)
     encode = dialect.encode
 
@@ -176,8 +163,8 @@ async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialec
             async for chunk in chunks(first, stream):
                 for event in translator.feed(chunk):
                     yield encode(event)
-        except Exception as exc:
-            for event in dialect.failed(translator, vendor_error(exc, dialect.chat_param)):
+        except errors.DomainError as exc:
+            for event in dialect.failed(translator, exc):
                 yield encode(event)
             return
         for event in translator.finish():

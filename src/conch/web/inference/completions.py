@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocols.completions import CompletionRequest
+from conch.inference.api.completions import CompletionRequest
 from conch.web.inference.chat import openai_stream  # the same SSE framing as chat
 from conch.web.inference.deps import CompletionDep
 from conch.web.inference.openapi import errors

@@ -16,13 +16,13 @@ from typing import Annotated
 from fastapi import Depends
 
 from conch.config import Settings
-from conch.inference.acquire import Acquirer
-from conch.inference.manager import ModelManager
-from conch.inference.providers.registry import ProviderRegistry
+from conch.inference.models.acquire import Acquirer
+from conch.inference.models.store import ModelStore
+from conch.inference.remote.registry import ProviderRegistry
 from conch.inference.serving.chat import ChatServing
 from conch.inference.serving.completions import CompletionServing
 from conch.inference.serving.embeddings import EmbeddingServing
-from conch.inference.store import ModelStore
+from conch.inference.serving.manager import ModelManager
 from conch.web.common.deps import state_getter
 from conch.web.inference.metrics import InferenceMetrics
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
+from conch.inference.api.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
 from conch.web.inference.deps import EmbeddingDep
 from conch.web.inference.openapi import errors
 

@@ -17,8 +17,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
 import conch
-from conch.inference.device import device_info
-from conch.inference.protocol.openai import DeviceStatus, Health, Status
+from conch.inference.api.openai import DeviceStatus, Health, Status
+from conch.inference.engines.llama.device import device_info
 from conch.inference.serving.errors import NotFound
 from conch.web.inference.deps import ManagerDep, MetricsDep, ProvidersDep
 

@@ -12,8 +12,8 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from conch.inference.files import ProgressCallback
-from conch.inference.store import ModelRecord
+from conch.inference.models.files import ProgressCallback
+from conch.inference.models.store import ModelRecord
 
 # (progress callback, cancel event) -> the installed model; both None when nobody watches.
 Job = Callable[[ProgressCallback | None, threading.Event | None], ModelRecord]

@@ -1,6 +1,6 @@
 """Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-Translated to a chat request (``conch.inference.protocols.anthropic``), served by the chat
+Translated to a chat request (``conch.inference.api.anthropic``), served by the chat
 serving layer, translated back. ``x-api-key`` and ``anthropic-version`` are accepted (a local
 server needs no key); errors use Anthropic's ``{"type": "error", "error": {...}}`` shape.
 """
@@ -11,19 +11,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from conch.inference.protocol.openai import ChatCompletionRequest
-from conch.inference.protocols import anthropic as a
+from conch.inference.api import anthropic as a
+from conch.inference.api.openai import ChatCompletionRequest
 from conch.web.common.sse import encode_event
-from conch.web.inference.compat import (
-    ChatDialect,
-    read_json,
-    respond_error,
-    serve_chat,
-    vendor_error,
-)
+from conch.web.inference.compat import ChatDialect, read_json, serve_chat, validated
 from conch.web.inference.deps import ChatDep
+from conch.web.inference.errors import ANTHROPIC, AnthropicRoute
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=AnthropicRoute)
 
 
 def _encode(event: a.Event) -> bytes:
@@ -31,15 +26,15 @@ def _encode(event: a.Event) -> bytes:
     return encode_event(data, event=name)
 
 
-ANTHROPIC = ChatDialect(
+DIALECT = ChatDialect(
     to_chat=a.messages_to_chat,
     answer=lambda completion, body, _created: a.chat_to_message(completion, body["model"]),
     translator=lambda body, first: a.MessageStream(
         body["model"], input_tokens=((first or {}).get("usage") or {}).get("prompt_tokens", 0),
         msg_id=a.message_id((first or {}).get("id"))),
     encode=_encode,
-    failed=lambda _translator, err: [("error", a.error_body(err.status, err.message))],
-    shape=lambda status, message, _param, _code: a.error_body(status, message),
+    failed=lambda _translator, err: [("error", ANTHROPIC.body(err))],
+    envelope=ANTHROPIC,
     prompt_usage=True,
 )
 
@@ -51,16 +46,11 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {"sch
 @router.post("/v1/messages", openapi_extra=_BODY, summary="Anthropic Messages API",
              responses={200: {"content": {"text/event-stream": {}}, "description": "A message, or stream events"}})
 async def create_message(request: Request, serving: ChatDep) -> Any:
-    return await serve_chat(request, serving, ANTHROPIC)
+    return await serve_chat(request, serving, DIALECT)
 
 
 @router.post("/v1/messages/count_tokens", openapi_extra=_BODY, summary="Count the input tokens of a Messages request")
 async def count_tokens(request: Request, serving: ChatDep) -> Any:
-    try:
-        body = await read_json(request)
-        chat = a.messages_to_chat(body, require_max_tokens=False)
-        req = ChatCompletionRequest.model_validate(chat)
-        n = await serving.count_prompt_tokens(req)
-    except Exception as exc:
-        return respond_error(vendor_error(exc), ANTHROPIC.shape)
-    return {"input_tokens": n}
+    body = await read_json(request)
+    req = validated(ChatCompletionRequest, a.messages_to_chat(body, require_max_tokens=False))
+    return {"input_tokens": await serving.count_prompt_tokens(req)}

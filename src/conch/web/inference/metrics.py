@@ -20,8 +20,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from conch.inference.device import DeviceInfo
-from conch.inference.manager import ModelManager
+from conch.inference.engines.llama.device import DeviceInfo
+from conch.inference.serving.manager import ModelManager
 from conch.inference.serving.metrics import ServingMetrics
 from conch.web.common.metrics import HTTPMetrics
 

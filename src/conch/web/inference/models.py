@@ -1,6 +1,6 @@
 """``/v1/models``: list, read, delete, and ``POST /v1/models/:id/download`` and ``/convert``.
 
-Download and convert are thin: validate, run the domain job (:mod:`conch.inference.acquire`)
+Download and convert are thin: validate, run the domain job (:mod:`conch.inference.models.acquire`)
 on a worker thread, and answer ``201`` with the model, or, with ``"stream": true``, Server-Sent
 Events carrying ``{status, completed, total}`` progress and ending with the model record.
 Errors that can be known before work starts (unknown source, unsupported pair, a job already
@@ -10,25 +10,25 @@ running) are answered with their status code, never as a ``200`` stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from conch.inference.acquire import DownloadSpec
-from conch.inference.manager import ModelManager
-from conch.inference.protocol import openai as p
-from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound, ServingError
-from conch.inference.sources import SOURCES, ModelOpError, get_source
-from conch.inference.store import ModelRecord
+from conch.errors import DomainError, Internal
+from conch.inference.api import openai as p
+from conch.inference.models.acquire import DownloadSpec
+from conch.inference.models.sources import SOURCES, ModelOpError, get_source
+from conch.inference.models.store import ModelRecord
+from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound
+from conch.inference.serving.manager import ModelManager
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
 from conch.web.inference.deps import AcquirerDep, ManagerDep, ProvidersDep, StoreDep
-from conch.web.inference.errors import error_event
+from conch.web.inference.errors import OPENAI
 from conch.web.inference.jobs import Job, JobRun
 from conch.web.inference.openapi import errors
 
@@ -66,26 +66,12 @@ class ConvertBody(BaseModel):
     stream: bool = False
 
 
-def _serving_error(exc: ModelOpError) -> ServingError:
-    return ServingError(exc.status_code, exc.message, code=exc.code)
-
-
-@contextlib.contextmanager
-def _model_op_errors() -> Iterator[None]:
-    """A model source's or job's refusal, answered with its status."""
-    try:
-        yield
-    except ModelOpError as exc:
-        raise _serving_error(exc) from exc
-
-
 async def _run(job: Job, stream: bool, mgr: ModelManager) -> Any:
     """Answer ``201`` with the model once the job is done, or, with ``stream``, SSE progress
     events ending with the model (or the error: the ``200`` is sent by then) and ``[DONE]``."""
     if stream:
         return EventStreamResponse(_progress_events(job, mgr))
-    with _model_op_errors():
-        record = await asyncio.to_thread(job, None, None)
+    record = await asyncio.to_thread(job, None, None)
     return JSONResponse(details(record, mgr).model_dump(mode="json"), status_code=201)
 
 
@@ -98,11 +84,11 @@ async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
             record = run.result()
         except Exception as exc:
             if isinstance(exc, ModelOpError):
-                err = _serving_error(exc)
+                err: DomainError = exc
             else:
                 log.exception("model job failed")
-                err = ServingError(500, str(exc), code="internal_error")
-            failure = error_event(err)
+                err = Internal(str(exc))
+            failure = OPENAI.body(err)
             failure["error"]["status"] = err.status
             yield encode_event(failure)
         else:
@@ -148,9 +134,8 @@ async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: 
     body = req or DownloadBody()
     if not body.source:
         raise InvalidRequest(f"`source` is required; valid sources: {', '.join(SOURCES)}",
-                             param="source", code="invalid_request")
-    with _model_op_errors():
-        get_source(body.source)
+                             where="source", code="invalid_request")
+    get_source(body.source)
     if acq.busy(model_id):
         raise Conflict(f"model '{model_id}' is already being downloaded or converted")
     spec = DownloadSpec(
@@ -164,10 +149,9 @@ async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: 
 @_model_job("/v1/models/{model_id:path}/convert", summary="Convert or quantize a model into a new model")
 async def convert_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: ConvertBody | None = None) -> Any:
     body = req or ConvertBody()
-    with _model_op_errors():
-        _src, fmt, q, out_id = await asyncio.to_thread(
-            acq.plan_convert, model_id, body.target_format, body.quantization, body.output_id
-        )
+    _src, fmt, q, out_id = await asyncio.to_thread(
+        acq.plan_convert, model_id, body.target_format, body.quantization, body.output_id
+    )
     if acq.busy(out_id):
         raise Conflict(f"model '{out_id}' is already being converted")
     return await _run(functools.partial(acq.convert, model_id, fmt, q, out_id), body.stream, mgr)
@@ -175,7 +159,7 @@ async def convert_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: C
 
 @router.get("/v1/models/{model_id:path}", response_model=p.ModelDetails, responses=errors())
 async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
-    record = await asyncio.to_thread(models.get, mgr.local_id(model_id))
+    record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
     return details(record, mgr)
@@ -184,10 +168,10 @@ async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
 @router.delete("/v1/models/{model_id:path}", response_model=p.ModelDeleted,
                responses=errors((409, "Model in use")))
 async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
-    mid = mgr.local_id(model_id)
-    record = await asyncio.to_thread(models.get, mid)
+    record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
+    mid = record.id
     if record.status in ("downloading", "converting"):
         raise Conflict(f"The model '{model_id}' is {record.status}; wait for it to finish", code="model_busy")
     if mgr.in_use(mid):
@@ -197,5 +181,5 @@ async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
     return p.ModelDeleted(id=model_id, deleted=True)
 
 
-def _no_such_model(model_id: str) -> ServingError:
-    return NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")
+def _no_such_model(model_id: str) -> NotFound:
+    return NotFound(f"The model '{model_id}' does not exist", where="model", code="model_not_found")

@@ -20,22 +20,24 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import conch
-from conch.inference.acquire import DownloadSpec
-from conch.inference.protocol.openai import ChatCompletionRequest, EmbeddingRequest
-from conch.inference.protocols import TranslationError
-from conch.inference.protocols import ollama as o
-from conch.inference.protocols.completions import CompletionRequest
+from conch.errors import DomainError
+from conch.inference.api import ollama as o
+from conch.inference.api.completions import CompletionRequest
+from conch.inference.api.dialect import TranslationError
+from conch.inference.api.openai import ChatCompletionRequest, EmbeddingRequest
+from conch.inference.models.acquire import DownloadSpec
+from conch.inference.models.sources import ModelOpError, get_source
+from conch.inference.models.store import ModelStore
 from conch.inference.serving.embeddings import EmbeddingServing
-from conch.inference.sources import ModelOpError, get_source
-from conch.inference.store import ModelStore
 from conch.web.common.responses import compact_json
 from conch.web.inference.compat import (
-    VendorError,
+    BadRequest,
+    Conflict,
+    NotFound,
     chunks,
     primed,
     read_json,
-    respond_error,
-    vendor_error,
+    validated,
 )
 from conch.web.inference.deps import (
     AcquirerDep,
@@ -46,16 +48,13 @@ from conch.web.inference.deps import (
     SettingsDep,
     StoreDep,
 )
+from conch.web.inference.errors import OLLAMA, OllamaRoute
 from conch.web.inference.jobs import JobRun
 
-router = APIRouter(tags=["ollama"])
+router = APIRouter(tags=["ollama"], route_class=OllamaRoute)
 
 NDJSON = "application/x-ndjson"
 NDJSON_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _shape(status: int, message: str, param: str | None, code: str | None) -> dict[str, Any]:
-    return o.error_body(message)
 
 
 def _line(obj: dict[str, Any]) -> str:
@@ -83,10 +82,7 @@ async def _read_model_request(request: Request, store: ModelStore) -> dict[str, 
 
 async def _generation(kind: str, model: str, stream_out: bool, start: float, chunk_source: Callable[[], Any]) -> Any:
     """Serve one chat/generate request from its chat or completion chunks."""
-    try:
-        first, stream = await primed(chunk_source())
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    first, stream = await primed(chunk_source())
     t_first = time.perf_counter()
     translator = o.OllamaStream(model, kind)
 
@@ -96,11 +92,8 @@ async def _generation(kind: str, model: str, stream_out: bool, start: float, chu
                                 eval_ns=int((end - t_first) * 1e9), collected=collected)
 
     if not stream_out:
-        try:
-            async for chunk in chunks(first, stream):
-                translator.feed(chunk)
-        except Exception as exc:
-            return respond_error(vendor_error(exc), _shape)
+        async for chunk in chunks(first, stream):
+            translator.feed(chunk)
         return JSONResponse(final(True))
 
     async def lines() -> AsyncIterator[str]:
@@ -108,8 +101,8 @@ async def _generation(kind: str, model: str, stream_out: bool, start: float, chu
             async for chunk in chunks(first, stream):
                 for obj in translator.feed(chunk):
                     yield _line(obj)
-        except Exception as exc:
-            yield _line(o.error_body(vendor_error(exc).message))
+        except DomainError as exc:
+            yield _line(OLLAMA.body(exc))
             return
         yield _line(final(False))
 
@@ -119,11 +112,8 @@ async def _generation(kind: str, model: str, stream_out: bool, start: float, chu
 @router.post("/api/chat", openapi_extra=_body("An Ollama chat request"), summary="Ollama chat")
 async def chat(request: Request, serving: ChatDep, settings: SettingsDep, store: StoreDep) -> Any:
     start = time.perf_counter()
-    try:
-        body = await _read_model_request(request, store)
-        req = ChatCompletionRequest.model_validate(o.chat_request(body, settings.n_ctx))
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    body = await _read_model_request(request, store)
+    req = validated(ChatCompletionRequest, o.chat_request(body, settings.n_ctx))
     stream_out = body.get("stream", True) is not False
     return await _generation("chat", body["model"], stream_out, start, lambda: serving.stream(req))
 
@@ -132,39 +122,31 @@ async def chat(request: Request, serving: ChatDep, settings: SettingsDep, store:
 async def generate(request: Request, chat: ChatDep, completions: CompletionDep, settings: SettingsDep,
                    store: StoreDep, manager: ManagerDep) -> Any:
     start = time.perf_counter()
-    try:
-        body = await _read_model_request(request, store)
-        stream_out = body.get("stream", True) is not False
-        if not body["model"]:
-            raise TranslationError("model is required", "model")
-        if not body.get("prompt") and not body.get("suffix"):
-            # An empty prompt loads the model and answers at once (Ollama's preload idiom).
-            async with manager.use(body["model"], body.get("keep_alive")):
-                pass
-            done = {"model": body["model"], "created_at": o.now_iso(), "response": "", "done": True,
-                    "done_reason": "load"}
-            return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
-        kind, translated = o.generate_request(body, settings.n_ctx)
-        if kind == "chat":
-            source: Callable[[], Any] = functools.partial(chat.stream, ChatCompletionRequest.model_validate(translated))
-        else:
-            source = functools.partial(completions.stream, CompletionRequest.model_validate(translated),
-                                       chat_logprobs=True)
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    body = await _read_model_request(request, store)
+    stream_out = body.get("stream", True) is not False
+    if not body["model"]:
+        raise TranslationError("model is required", "model")
+    if not body.get("prompt") and not body.get("suffix"):
+        # An empty prompt loads the model and answers at once (Ollama's preload idiom).
+        async with manager.use(body["model"], body.get("keep_alive")):
+            pass
+        done = {"model": body["model"], "created_at": o.now_iso(), "response": "", "done": True,
+                "done_reason": "load"}
+        return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
+    kind, translated = o.generate_request(body, settings.n_ctx)
+    if kind == "chat":
+        source: Callable[[], Any] = functools.partial(chat.stream, validated(ChatCompletionRequest, translated))
+    else:
+        source = functools.partial(completions.stream, validated(CompletionRequest, translated), chat_logprobs=True)
     return await _generation("generate", body["model"], stream_out, start, source)
 
 
 async def _embed(request: Request, serving: EmbeddingServing, store: ModelStore, legacy: bool) -> Any:
     start = time.perf_counter()
-    try:
-        body = await _read_model_request(request, store)
-        if legacy and not isinstance(body.get("prompt"), str):
-            raise TranslationError("'prompt' must be a string", "prompt")
-        req = EmbeddingRequest.model_validate(o.embed_request(body))
-        result = await serving.create(req)
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    body = await _read_model_request(request, store)
+    if legacy and not isinstance(body.get("prompt"), str):
+        raise TranslationError("'prompt' must be a string", "prompt")
+    result = await serving.create(validated(EmbeddingRequest, o.embed_request(body)))
     total = int((time.perf_counter() - start) * 1e9)
     answer = o.embed_response(body["model"], result, total)
     if legacy:
@@ -197,28 +179,25 @@ async def tags(store: StoreDep) -> Any:
 async def _record(store: ModelStore, body: dict[str, Any]) -> Any:
     name = body.get("model") or body.get("name")
     if not isinstance(name, str) or not name:
-        raise VendorError(400, "model is required", "model")
+        raise BadRequest("model is required", where="model")
     record = await asyncio.to_thread(store.get, _model_id(store, name))
     if record is None:
-        raise VendorError(404, f"model '{name}' not found", "model")
+        raise NotFound(f"model '{name}' not found", where="model")
     return record
 
 
 @router.post("/api/show", openapi_extra=_body("{model}"), summary="Ollama: model details")
 async def show(request: Request, store: StoreDep) -> Any:
-    try:
-        record = await _record(store, await read_json(request))
-        template = ""
-        fim = False
-        if record.format == "gguf" and record.path:
-            from conch.inference.gguf_info import read_gguf_info
+    record = await _record(store, await read_json(request))
+    template = ""
+    fim = False
+    if record.format == "gguf" and record.path:
+        from conch.inference.models.gguf_info import read_gguf_info
 
-            info = await asyncio.to_thread(read_gguf_info, record.path)
-            template = info.chat_template or ""
-            meta = info.metadata
-            fim = all(f"tokenizer.ggml.fim_{k}_token_id" in meta for k in ("pre", "suf", "mid"))
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+        info = await asyncio.to_thread(read_gguf_info, record.path)
+        template = info.chat_template or ""
+        meta = info.metadata
+        fim = all(f"tokenizer.ggml.fim_{k}_token_id" in meta for k in ("pre", "suf", "mid"))
     return o.show_entry(record, template=template, fim=fim)
 
 
@@ -239,16 +218,13 @@ async def version() -> Any:
 
 @router.delete("/api/delete", openapi_extra=_body("{model}"), summary="Ollama: delete a model")
 async def delete(request: Request, store: StoreDep, manager: ManagerDep) -> Any:
-    try:
-        record = await _record(store, await read_json(request))
-        if record.status in ("downloading", "converting"):
-            raise VendorError(409, f"model '{record.id}' is {record.status}; wait for it to finish")
-        if manager.in_use(record.id):
-            raise VendorError(409, f"model '{record.id}' is serving requests; try again when they finish")
-        await manager.unload(record.id)
-        await asyncio.to_thread(store.delete, record.id)
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    record = await _record(store, await read_json(request))
+    if record.status in ("downloading", "converting"):
+        raise Conflict(f"model '{record.id}' is {record.status}; wait for it to finish")
+    if manager.in_use(record.id):
+        raise Conflict(f"model '{record.id}' is serving requests; try again when they finish")
+    await manager.unload(record.id)
+    await asyncio.to_thread(store.delete, record.id)
     return Response(status_code=200)
 
 
@@ -258,33 +234,24 @@ _LOCATORS = ("source", "revision", "files", "repo", "url", "package", "name", "p
 @router.post("/api/pull", openapi_extra=_body("{model, stream?} plus conch's download fields (source, url, path …)"),
              summary="Ollama: pull a model through conch's download sources")
 async def pull(request: Request, acquirer: AcquirerDep) -> Any:
-    try:
-        body = await read_json(request)
-        model = body.get("model") or body.get("name")
-        if not isinstance(model, str) or not model:
-            raise VendorError(400, "model is required", "model")
-        fields: dict[str, Any] = {k: body[k] for k in _LOCATORS if body.get(k) is not None}
-        source = str(fields.pop("source", "ollama"))
-        if source == "ollama":
-            fields.setdefault("name", model)
-            model = model.removesuffix(":latest")
-        if isinstance(fields.get("files"), str):
-            fields["files"] = [fields["files"]]
-        try:
-            get_source(source)
-        except ModelOpError as exc:
-            raise VendorError(exc.status_code, exc.message, "source")
-        spec = DownloadSpec(source=source, **fields)
-        if acquirer.busy(model):
-            raise VendorError(409, f"model '{model}' is already being downloaded")
-    except Exception as exc:
-        return respond_error(vendor_error(exc), _shape)
+    body = await read_json(request)
+    model = body.get("model") or body.get("name")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("model is required", where="model")
+    fields: dict[str, Any] = {k: body[k] for k in _LOCATORS if body.get(k) is not None}
+    source = str(fields.pop("source", "ollama"))
+    if source == "ollama":
+        fields.setdefault("name", model)
+        model = model.removesuffix(":latest")
+    if isinstance(fields.get("files"), str):
+        fields["files"] = [fields["files"]]
+    get_source(source)  # an unknown source: its 400, before anything starts
+    spec = DownloadSpec(source=source, **fields)
+    if acquirer.busy(model):
+        raise Conflict(f"model '{model}' is already being downloaded")
 
     if body.get("stream", True) is False:
-        try:
-            await asyncio.to_thread(acquirer.download, model, spec)
-        except ModelOpError as exc:
-            return respond_error(VendorError(exc.status_code, exc.message), _shape)
+        await asyncio.to_thread(acquirer.download, model, spec)
         return {"status": "success"}
 
     async def lines() -> AsyncIterator[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conch.inference.protocol.openai import ErrorResponse
+from conch.inference.api.openai import ErrorResponse
 
 
 def errors(*extra: tuple[int, str]) -> dict[int | str, dict[str, Any]]:

@@ -6,9 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import Provider, ProviderValidation
-from conch.inference.providers.errors import UnknownProvider
-from conch.inference.serving.errors import NotFound
+from conch.inference.api.openai import Provider, ProviderValidation
 from conch.web.inference.deps import ProvidersDep
 from conch.web.inference.openapi import errors
 
@@ -26,7 +24,4 @@ async def list_providers(registry: ProvidersDep) -> Any:
              response_model_exclude_none=True, responses=errors())
 async def validate_provider(provider_id: str, registry: ProvidersDep) -> Any:
     """A real round trip now (listing the provider's models)."""
-    try:
-        return await registry.validate(provider_id)
-    except UnknownProvider as exc:
-        raise NotFound(str(exc), param="provider_id", code="provider_not_found") from None
+    return await registry.validate(provider_id)  # an unknown id: UnknownProvider, a 404

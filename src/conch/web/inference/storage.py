@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from conch.inference.protocol.openai import CleanupResult, StorageStats
+from conch.inference.api.openai import CleanupResult, StorageStats
 from conch.web.inference.deps import StoreDep
 
 router = APIRouter(tags=["storage"])

@@ -1,5 +1,5 @@
-"""The llama.cpp engine (GGUF models): chat, completion and embeddings."""
+"""The llama.cpp engine (GGUF models): chat, completion and embeddings (``engine.LlamaEngine``).
 
-from conch.inference.engines.llama.engine import LlamaEngine
-
-__all__ = ["LlamaEngine"]
+Nothing is imported here: ``native.py`` must load llama.cpp's libraries before numpy, and
+importing the engine would import numpy first.
+"""

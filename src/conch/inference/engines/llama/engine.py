@@ -12,7 +12,7 @@ the batch and on where the sequence sits in the KV pool. Below it, each token's 
 bitwise the same however its prompt was split, so a cached prompt prefix can be reused
 without changing any output, as long as the sequence's cells sit where a fresh run puts them
 (a one-row generation step's attention over 512+ cells sums by cell index: docs/inference.md). That holds on the CPU; a model on a GPU
-gets 512-token micro-batches by default (``n_ubatch``, conch.inference.offload, docs/gpu.md).
+gets 512-token micro-batches by default (``n_ubatch``, conch.inference.engines.llama.offload, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from conch.inference.device import math_threads
 from conch.inference.engines.base import (
     ChatInputError,
     ChatPrompt,
+    ChatSpec,
     ContextLengthExceeded,
     EngineError,
     EngineStats,
@@ -41,17 +41,20 @@ from conch.inference.engines.llama.backend import (
     open_model,
     release_openmp_threads,
 )
+from conch.inference.engines.llama.device import math_threads
 from conch.inference.engines.llama.draft_model import DraftModel, check_same_vocab
 from conch.inference.engines.llama.embeddings import Embedder
 from conch.inference.engines.llama.grammar import plan_constraints
+from conch.inference.engines.llama.offload import (
+    Placement,
+    RuntimeOptions,
+    cpu_attention,
+    load_placed,
+)
 from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
-from conch.inference.offload import Placement, RuntimeOptions, cpu_attention, load_placed
-from conch.inference.tool_calls import render_messages
-
-if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
+from conch.inference.engines.tool_calls import render_messages
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class LlamaEngine:
         self.n_embd = 0
         self.n_vocab = 0
         self.stats = EngineStats()
-        # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.offload)
+        # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.engines.llama.offload)
         flash_attn, n_ubatch = cpu_attention("auto")
         self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
         # Prompt tokens per step: the runtime's (2048 on a GPU, 512 on the CPU) unless given.
@@ -164,7 +167,7 @@ class LlamaEngine:
             bos_token=self._bos_text, eos_token=self._token_text(model.token_eos()),
         )
 
-        from conch.inference.gguf_info import EMBEDDING_ARCHITECTURES
+        from conch.inference.models.gguf_info import EMBEDDING_ARCHITECTURES
 
         # Encoders (BERT family) attend both ways: embeddings only, and a whole input per micro-batch.
         bidirectional = meta.get("general.architecture") in EMBEDDING_ARCHITECTURES or (has_encoder and not has_decoder)
@@ -203,7 +206,7 @@ class LlamaEngine:
         return {
             "n_ctx": kv_total,
             "n_batch": self.n_batch,
-            # 512 on a GPU, as llama-server; 63 on the CPU (conch.inference.offload).
+            # 512 on a GPU, as llama-server; 63 on the CPU (conch.inference.engines.llama.offload).
             "n_ubatch": self.n_ubatch,
             "flash_attn_type": _FLASH_ATTN[self.runtime.flash_attn],
             "type_k": _KV_TYPES[self.runtime.kv_cache_type],

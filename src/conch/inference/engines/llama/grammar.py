@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from conch.inference.engines.base import ChatInputError
-from conch.inference.tool_calls import TOOL_CLOSE, TOOL_OPEN, tool_call_schema
-
-if TYPE_CHECKING:
-    from conch.inference.chat import ChatSpec
+from conch.inference.engines.base import ChatInputError, ChatSpec
+from conch.inference.engines.tool_calls import TOOL_CLOSE, TOOL_OPEN, tool_call_schema
 
 
 def schema_grammar(schema: dict[str, Any], param: str, prop_order: Sequence[str] = ()) -> str:

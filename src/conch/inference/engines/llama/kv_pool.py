@@ -39,8 +39,8 @@ from conch.inference.engines.llama.backend import init_backend
 from conch.inference.engines.llama.prompt_cache import common_prefix
 
 if TYPE_CHECKING:
+    from conch.inference.engines.llama.job import Job
     from conch.inference.engines.llama.prompt_cache import PromptCache
-    from conch.inference.engines.llama.scheduler import Job
 
 
 class KVPool:

@@ -1,8 +1,8 @@
-"""Sampling: a llama.cpp sampler chain per request, and stop strings on the decoded text.
+"""Sampling: a llama.cpp sampler chain per request, greedy picks by numpy, log-probabilities.
 
 The chain is logit bias (if any) -> grammar (if any) -> penalties -> greedy, or top-k ->
-typical -> top-p -> min-p -> temperature -> seeded draw. Stop strings are matched on the text, not on tokens, and text that could still
-become a stop string is held back until it cannot, so a stop string never reaches the client.
+typical -> top-p -> min-p -> temperature -> seeded draw. Stop strings are matched on the
+decoded text by the job itself (``Job.append_text`` in ``job.py``).
 """
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ import ctypes
 import math
 import random
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from conch.inference.engines.base import EngineError, SamplingParams, TokenEvent, TokenLogprob
+from conch.inference.engines.base import EngineError, SamplingParams, TokenLogprob
 from conch.inference.engines.llama.backend import init_backend
-
-if TYPE_CHECKING:
-    from conch.inference.engines.llama.scheduler import Job
 
 
 def grammar_accepted(vocab: Any, grammar: str) -> bool:
@@ -125,37 +122,3 @@ def token_logprob(logits_ptr: Any, n_vocab: int, tok: int, top: int, piece: Call
 
 def free_sampler(sampler: Any) -> None:
     init_backend().llama_sampler_free(sampler)
-
-
-def append_text(job: Job, delta: str) -> str | None:
-    """Add decoded text; emit what can no longer become a stop string. Returns "stop" on a match."""
-    stops = job.params.stop
-    if not delta:
-        return None
-    start = max(0, len(job.text) - max((len(s) for s in stops), default=0))
-    job.text += delta
-    if stops:
-        found = [(i, s) for s in stops if s and (i := job.text.find(s, start)) >= 0]
-        hit = min(found)[0] if found else -1
-        if hit >= 0:
-            job.stop_hit = min(found)[1]
-            job.text = job.text[:hit]
-            out = job.text[job.emitted :]
-            job.emitted = len(job.text)
-            if out:
-                job.push(TokenEvent(out, job.n_gen))
-            return "stop"
-        hold = 0
-        for s in stops:
-            for k in range(min(len(s) - 1, len(job.text)), 0, -1):
-                if job.text.endswith(s[:k]):
-                    hold = max(hold, k)
-                    break
-        end = len(job.text) - hold
-    else:
-        end = len(job.text)
-    if end > job.emitted:
-        out = job.text[job.emitted : end]
-        job.emitted = end
-        job.push(TokenEvent(out, job.n_gen))
-    return None

@@ -17,13 +17,11 @@ sequence is preempted and replayed later (:meth:`Scheduler._make_room`).
 from __future__ import annotations
 
 import asyncio
-import codecs
 import ctypes
 import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,13 +33,13 @@ from conch.inference.engines.base import (
     QueueFull,
     SamplingParams,
     TokenEvent,
-    TokenLogprob,
 )
 from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
+from conch.inference.engines.llama.job import Job
 from conch.inference.engines.llama.kv_pool import KVPool
-from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, Acceptance, NgramDrafter
+from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, NgramDrafter
 
 log = logging.getLogger(__name__)
 
@@ -50,42 +48,6 @@ log = logging.getLogger(__name__)
 # the draft is wrong. At most this many drafted tokens go into one step.
 SPEC_MAX_STREAMS = 4
 SPEC_STEP_TOKENS = 32
-
-
-@dataclass(eq=False)  # a job is itself: compared by identity (lists hold it, `in` finds it)
-class Job:
-    tokens: list[int]
-    params: SamplingParams
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[TokenEvent]
-    max_tokens: int
-    cancelled: bool = False
-    seq: int = -1
-    sampler: Any = None
-    greedy: sampling.Greedy | None = None  # temperature 0 and at most a bias: numpy picks the token
-    n_past: int = 0  # tokens of this sequence already in the KV cache
-    n_gen: int = 0
-    generated: list[int] = field(default_factory=list)
-    last_token: int = -1
-    text: str = ""
-    emitted: int = 0
-    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
-    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
-    stop_hit: str | None = None
-    # The scheduler's events of the current step, sent to the event loop together (_flush).
-    outbox: list[tuple[Job, TokenEvent]] = field(default_factory=list)
-    drafter: NgramDrafter | None = None  # made when the job first generates, if drafting is on
-    model_drafts: Acceptance = field(default_factory=Acceptance)  # the draft model's, if any
-    # Tokens sampled but not yet turned into text (Scheduler.overlap_text: while the GPU computes
-    # the next step), and whether the job has ended.
-    unsent: list[int] = field(default_factory=list)
-    finished: bool = False
-
-    def push(self, ev: TokenEvent) -> None:
-        if self.pending_logprobs:
-            # Log-probabilities ride on the next event out (text may be held for stop strings).
-            ev.logprobs, self.pending_logprobs = self.pending_logprobs, []
-        self.outbox.append((self, ev))
 
 
 def _deliver(events: list[tuple[Job, TokenEvent]]) -> None:
@@ -155,7 +117,7 @@ class Scheduler:
         self.n_batch = n_batch
         # Prompt tokens decoded per step while other sequences are generating (chunked
         # prefill): a long prompt then delays the running streams by one chunk at a time
-        # instead of all at once (conch.inference.offload: 128 on the CPU, n_ubatch on a GPU).
+        # instead of all at once (conch.inference.engines.llama.offload: 128 on the CPU, n_ubatch on a GPU).
         self.prefill_chunk = max(1, prefill_chunk)
         self.max_queue = max_queue
         self.stats = stats
@@ -506,7 +468,7 @@ class Scheduler:
         """The text of the job's unsent tokens, out to its stream; "stop" on a stop string."""
         piece = self._piece
         for k, tok in enumerate(job.unsent):
-            if sampling.append_text(job, job.decoder.decode(piece(tok))) == "stop":
+            if job.append_text(job.decoder.decode(piece(tok))) == "stop":
                 # Drafted tokens after the stop were taken in the same step; they do not count.
                 job.n_gen -= len(job.unsent) - k - 1
                 job.unsent.clear()

@@ -2,7 +2,7 @@
 
 The template (``tokenizer.chat_template`` in the GGUF metadata, ChatML when absent) turns
 plain role/content messages into the prompt text the model was tuned on; tools and tool
-traffic arrive already written as text (``conch.inference.tool_calls``).
+traffic arrive already written as text (``conch.inference.engines.tool_calls``).
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Wire models: what the inference server validates and returns."""
