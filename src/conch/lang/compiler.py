@@ -540,11 +540,12 @@ class Compiler:
                 value = self.at(_call("$add", [cur, value]), s)
             else:
                 value = self.numeric_op(op, cur, value, s, None, s.value, None)
-        if b.func is not self.func:
-            if b.is_global:
-                self.func.globals.add(b.pyname)
-            else:
-                self.func.nonlocals.add(b.pyname)
+        if b.is_global:
+            # A session's binding lives in the namespace: ``$main`` too must name it global,
+            # or a later input's ``c = c + 1`` would make ``c`` a local of that input.
+            self.func.globals.add(b.pyname)
+        elif b.func is not self.func:
+            self.func.nonlocals.add(b.pyname)
         self.emit(self.at(_assign(b.pyname, value), s))
 
     def fn_def(self, s: A.FnDef) -> None:
