@@ -23,8 +23,19 @@ import itertools
 import warnings
 
 from conch.lang import ast as A
+from conch.lang.emit import (
+    Binding,
+    Func,
+    Scope,
+    _and,
+    _assign,
+    _call,
+    _const,
+    _is_bool,
+    _name,
+    _store,
+)
 from conch.lang.errors import ConchError
-from conch.lang.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,71 +48,10 @@ MAIN = "$main"
 
 _CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE}
 _ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.FloorDiv, "%": py.Mod, "**": py.Pow}
-_BOOL_NODES = (py.Compare, py.BoolOp)
-_BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 # The builtin names fusion.py looks at (stages of a fused chain, builtins it inlines): other
 # calls compile without importing it.
 _FUSION_NAMES = frozenset(("map", "where", "filter", "each", "take", "skip", "take_while", "reduce", "sum",
                            "count", "any", "all", "upper", "lower", "trim", "split", "join", "len", "length"))
-
-
-# Plain classes and records rather than dataclasses: the dataclasses module (and the inspect
-# and re modules it imports) would add milliseconds to every ``conch -c``.
-
-
-@record(eq=False)
-class Binding:
-    pyname: str
-    mutable: bool
-    is_fn: bool
-    func: Func
-    is_global: bool = False
-    # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic,
-    # a Range loop variable): arithmetic on it needs no Bool check
-    num: bool = False
-
-    def __repr__(self) -> str:
-        return f"Binding({self.pyname!r}, mutable={self.mutable}, is_fn={self.is_fn})"
-
-
-class Func:
-    __slots__ = ("captures", "globals", "in_loop", "nonlocals", "parent")
-
-    def __init__(self, parent: Func | None) -> None:
-        self.parent = parent
-        self.captures: dict[str, Binding] = {}
-        self.nonlocals: set[str] = set()
-        self.globals: set[str] = set()
-        self.in_loop = 0
-
-
-class Scope:
-    __slots__ = ("declared", "func", "names", "parent", "top")
-
-    def __init__(self, func: Func, parent: Scope | None, top: bool = False) -> None:
-        self.func = func
-        self.parent = parent
-        self.names: dict[str, Binding] = {}
-        self.top = top
-        # every binding declared in the scope, in order (shadowed ones included)
-        self.declared: list[Binding] = []
-
-    def lookup(self, name: str) -> Binding | None:
-        s: Scope | None = self
-        while s is not None:
-            b = s.names.get(name)
-            if b is not None:
-                return b
-            s = s.parent
-        return None
-
-    def visible(self) -> set[str]:
-        out: set[str] = set()
-        s: Scope | None = self
-        while s is not None:
-            out.update(s.names)
-            s = s.parent
-        return out
 
 
 class Unresolved:
@@ -192,27 +142,6 @@ def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = Non
     return ConchError(kind, message, line=node.line or None, column=node.col or None, hint=hint)
 
 
-def _name(pyname: str) -> py.Name:
-    return py.Name(pyname, py.Load())
-
-
-def _store(pyname: str) -> py.Name:
-    return py.Name(pyname, py.Store())
-
-
-def _const(v: Any) -> py.Constant:
-    return py.Constant(v)
-
-
-def _call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | None = None) -> py.Call:
-    func = _name(fn) if isinstance(fn, str) else fn
-    return py.Call(func, args, keywords or [])
-
-
-def _assign(pyname: str, value: py.expr) -> py.Assign:
-    return py.Assign([_store(pyname)], value)
-
-
 def _chain_child(n: A.Node) -> A.Node | None:
     if isinstance(n, A.Field | A.Index):
         return n.obj
@@ -228,10 +157,6 @@ def _set_chain_child(n: A.Field | A.Index | A.Call, child: A.Node) -> None:
         n.obj = child
 
 
-def _and(tests: list[py.expr]) -> py.expr:
-    return tests[0] if len(tests) == 1 else py.BoolOp(py.And(), tests)
-
-
 def _int_literal(n: A.Node | None) -> bool:
     return isinstance(n, A.Literal) and type(n.value) is int
 
@@ -242,20 +167,6 @@ def _float_literal(n: A.Node | None) -> bool:
 
 def _is_trivial(e: py.expr) -> bool:
     return isinstance(e, py.Constant | py.Name)
-
-
-def _is_bool(e: py.expr) -> bool:
-    """Whether compiled code ``e`` evaluates to a Bool (or fails) by construction."""
-    if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
-        return True
-    if isinstance(e, py.Constant) and isinstance(e.value, bool):
-        return True
-    if isinstance(e, py.IfExp) and isinstance(e.body, py.Compare):
-        # an ordering guarded against Bools: a Bool or an error (not an if-expression, whose
-        # other branch may be anything)
-        fail = e.orelse
-        return isinstance(fail, py.Call) and isinstance(fail.func, py.Name) and fail.func.id == "$boolop"
-    return isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS
 
 
 class Compiler:

@@ -50,8 +50,8 @@ import _ast as py
 import builtins
 
 from conch.lang import ast as A
-from conch.lang.compiler import (
-    Compiler,
+from conch.lang.compiler import Compiler
+from conch.lang.emit import (
     Func,
     Scope,
     _and,
