@@ -1,8 +1,9 @@
 """What the compiler and its passes (:mod:`conch.lang.fusion`) build code with: the Python
-AST node helpers and the scope model (bindings, functions, block scopes).
+AST node helpers, the scope model (bindings, functions, block scopes) and :class:`Emitter`,
+the part of the compiler a pass may use.
 
-A module of its own so that a pass needs only public names and the compiler, which calls the
-passes, is not imported back by them.
+A module of its own so that a pass needs only public names, and the compiler, which calls
+its passes, is not imported back by them (no circle).
 """
 
 from __future__ import annotations
@@ -15,7 +16,40 @@ from conch.lang.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from contextlib import AbstractContextManager
+    from typing import Any, Protocol
+
+    from conch.lang import ast as A
+
+    class Emitter(Protocol):
+        """What a pass (fusion) uses of the compiler that calls it: its state while
+        compiling and the methods that compile a conch node or a name into that state.
+        :class:`conch.lang.compiler.Compiler` is one (a type only: typing is not imported
+        at run time)."""
+
+        checked: bool  # counting steps (a run with limits)
+        fuse: bool
+        fusing: bool  # compiling the parts of a chain being fused
+        func: Func
+        scope: Scope
+        loop_depth: int
+        out: list[py.stmt]
+        pipe_input: list[py.expr | None]
+        pipe_used: bool
+        int_names: set[str]
+        builtins: dict[str, Any]
+        unresolved: list[Any]
+
+        def at(self, pynode: Any, node: A.Node | A.Param, op: tuple[int, int, int] | None = None) -> Any: ...
+        def fresh(self, base: str = "t") -> str: ...
+        def declare(self, name: str, mutable: bool = False, is_fn: bool = False, num: bool = False) -> Binding: ...
+        def load(self, name: str, node: A.Node) -> py.expr: ...
+        def access(self, b: Binding, func: Func) -> None: ...
+        def emit(self, stmt: py.stmt) -> None: ...
+        def into(self, out: list[py.stmt]) -> AbstractContextManager[list[py.stmt]]: ...
+        def new_scope(self) -> AbstractContextManager[Scope]: ...
+        def expr(self, node: A.Node) -> py.expr: ...
+        def never_bool(self, n: A.Node) -> bool: ...
 
 _BOOL_NODES = (py.Compare, py.BoolOp)
 _BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
@@ -80,32 +114,32 @@ class Scope:
         return out
 
 
-def _name(pyname: str) -> py.Name:
+def name(pyname: str) -> py.Name:
     return py.Name(pyname, py.Load())
 
 
-def _store(pyname: str) -> py.Name:
+def store(pyname: str) -> py.Name:
     return py.Name(pyname, py.Store())
 
 
-def _const(v: Any) -> py.Constant:
+def const(v: Any) -> py.Constant:
     return py.Constant(v)
 
 
-def _call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | None = None) -> py.Call:
-    func = _name(fn) if isinstance(fn, str) else fn
+def call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | None = None) -> py.Call:
+    func = name(fn) if isinstance(fn, str) else fn
     return py.Call(func, args, keywords or [])
 
 
-def _assign(pyname: str, value: py.expr) -> py.Assign:
-    return py.Assign([_store(pyname)], value)
+def assign(pyname: str, value: py.expr) -> py.Assign:
+    return py.Assign([store(pyname)], value)
 
 
-def _and(tests: list[py.expr]) -> py.expr:
+def and_(tests: list[py.expr]) -> py.expr:
     return tests[0] if len(tests) == 1 else py.BoolOp(py.And(), tests)
 
 
-def _is_bool(e: py.expr) -> bool:
+def is_bool(e: py.expr) -> bool:
     """Whether compiled code ``e`` evaluates to a Bool (or fails) by construction."""
     if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
         return True

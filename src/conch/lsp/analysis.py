@@ -30,7 +30,8 @@ from typing import Any
 
 from conch.lang import ast as A
 from conch.lang.builtins.registry import _EMPTY, Builtin, all_builtins, lookup
-from conch.lang.compiler import Binding, Compiler, Func
+from conch.lang.compiler import Compiler
+from conch.lang.emit import Binding, Func
 from conch.lang.errors import ConchError, did_you_mean
 from conch.lang.lexer import KEYWORDS, tokenize
 from conch.lang.parser import Parser
