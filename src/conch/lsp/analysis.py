@@ -29,7 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.lang import ast as A
-from conch.lang.builtins.registry import _EMPTY, Builtin, all_builtins, lookup
+from conch.lang.builtins.registry import (
+    EMPTY,
+    KEYWORD_ONLY,
+    POSITIONAL,
+    VAR_KEYWORD,
+    VAR_POSITIONAL,
+    Builtin,
+    all_builtins,
+    lookup,
+)
 from conch.lang.compiler import Compiler
 from conch.lang.emit import Binding, Func
 from conch.lang.errors import ConchError, did_you_mean
@@ -690,9 +699,6 @@ def _compile_check(u: _Unit, key: tuple[Any, ...]) -> list[tuple[Range, str, str
 
 # -- argument counts ------------------------------------------------------------------------
 
-_POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(4)
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -700,13 +706,13 @@ def _plural(n: int, word: str) -> str:
 def _call_problem(b: Builtin, npos: int, kwnames: list[str]) -> tuple[str, str, str | None] | None:
     """(what, message, hint) for a call of ``b`` that cannot bind, else None. ``what`` says
     where to point: "extra", "missing", or "kw:NAME"."""
-    sig = b._parameters()
-    positional = [s for s in sig if s[1] == _POSITIONAL]
-    names = {s[0] for s in sig if s[1] in (_POSITIONAL, _KEYWORD_ONLY)}
-    varargs = any(s[1] == _VAR_POSITIONAL for s in sig)
-    varkw = any(s[1] == _VAR_KEYWORD for s in sig)
+    sig = b.parameter_specs()
+    positional = [s for s in sig if s[1] == POSITIONAL]
+    names = {s[0] for s in sig if s[1] in (POSITIONAL, KEYWORD_ONLY)}
+    varargs = any(s[1] == VAR_POSITIONAL for s in sig)
+    varkw = any(s[1] == VAR_KEYWORD for s in sig)
     if npos > len(positional) and not varargs:
-        least = sum(1 for s in positional if s[2] is _EMPTY)
+        least = sum(1 for s in positional if s[2] is EMPTY)
         most = len(positional)
         takes = f"{most}" if least == most else f"from {least} to {most}"
         return ("extra", f"{b.name}() takes {takes} argument{'' if most == 1 else 's'} but {npos} were given", None)
@@ -717,7 +723,7 @@ def _call_problem(b: Builtin, npos: int, kwnames: list[str]) -> tuple[str, str, 
             return (f"kw:{k}", f"{b.name}() got an unexpected keyword argument '{k}'", hint)
         if k in filled:
             return (f"kw:{k}", f"{b.name}() got multiple values for argument '{k}'", None)
-    missing = [s[0] for s in sig if s[1] in (_POSITIONAL, _KEYWORD_ONLY) and s[2] is _EMPTY
+    missing = [s[0] for s in sig if s[1] in (POSITIONAL, KEYWORD_ONLY) and s[2] is EMPTY
                and s[0] not in filled and s[0] not in kwnames]
     if missing:
         listed = " and ".join(f"'{m}'" for m in missing)
@@ -758,7 +764,7 @@ def _arity_diagnostics(u: _Unit, env: dict[str, Def]) -> list[tuple[tuple[int, i
 
 
 def _max_positional(b: Builtin) -> int:
-    return sum(1 for s in b._parameters() if s[1] == _POSITIONAL)
+    return sum(1 for s in b.parameter_specs() if s[1] == POSITIONAL)
 
 
 def _kw_name_range(u: _Unit, name: str, value: A.Node) -> tuple[int, int, int, int] | None:
