@@ -247,6 +247,11 @@ class _Unit:
 _units: dict[str, _Unit] = {}
 
 
+def clear_cache() -> None:
+    """Forget every analysed document (the next analysis of any text starts cold)."""
+    _units.clear()
+
+
 def _unit(text: str) -> _Unit:
     u = _units.get(text)
     if u is None:
@@ -1117,40 +1122,3 @@ def _split_params(inner: str) -> list[str]:
     if cur.strip():
         out.append(cur.strip())
     return out
-
-
-# -- latency --------------------------------------------------------------------------------
-
-
-def benchmark(text: str, edits: int = 20) -> dict[str, float]:
-    """Latencies in milliseconds on ``text``: a cold analysis (empty caches), then the median
-    analysis after an edit of one line in the middle (what the server does on each
-    ``didChange``) and the median completion at the edited position."""
-    import statistics
-    import time
-
-    _units.clear()
-    lines = text.split("\n")
-    t0 = time.perf_counter()
-    analyse(text)
-    cold = (time.perf_counter() - t0) * 1000
-    middle = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].startswith("let "))
-    original = lines[middle]
-    after_edit, completion = [], []
-    for k in range(edits):
-        lines[middle] = original.replace("let ", f"let edit{k}_", 1) + f" + 0 * {k}" * 0
-        t0 = time.perf_counter()
-        a = analyse("\n".join(lines))
-        t1 = time.perf_counter()
-        completions(a, middle, len(lines[middle]))
-        t2 = time.perf_counter()
-        after_edit.append((t1 - t0) * 1000)
-        completion.append((t2 - t1) * 1000)
-    return {
-        "lines": float(len(lines)),
-        "cold_ms": round(cold, 1),
-        "edit_ms_median": round(statistics.median(after_edit), 1),
-        "edit_ms_max": round(max(after_edit), 1),
-        "completion_ms_median": round(statistics.median(completion), 1),
-        "completion_ms_max": round(max(completion), 1),
-    }
