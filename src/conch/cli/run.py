@@ -42,13 +42,15 @@ def _write_result(value: Any) -> None:
 
 
 def run_source(source: str, args: Sequence[str], filename: str | None = None) -> int:
-    """Run a program as the shell does (workspace = the whole machine, every effect allowed)
-    and print its result; returns the exit status."""
+    """Run a program as the shell does (workspace = the whole machine, every effect allowed,
+    the shell's host for models and agents) and print its result; returns the exit status."""
+    from conch.host import shell_host
     from conch.lang import run
+    from conch.lang.context import Context
     from conch.lang.errors import ConchError, from_python
 
     try:
-        value = run(source, variables={"args": list(args)})
+        value = run(source, context=Context(host=shell_host()), variables={"args": list(args)})
         _write_result(value)
     except ConchError as err:
         return _report(err, source, filename)

@@ -84,7 +84,7 @@ class WorkerConfig:
     # The directory above the workspace that ``user`` cannot search, covered in the
     # worker's own mount namespace (conch.sandbox.mountns); ``workspace`` is then real
     cover: str | None = None
-    # Whether the server keeps what a run sends to be recorded (Context.records)
+    # Whether the server keeps what a run sends to be recorded (an agent call's task)
     records: bool = False
 
 
@@ -187,7 +187,10 @@ def worker_main(sock: socket.socket) -> None:
         return
     config = WorkerConfig(**first[1])
     _preload()
-    runner = Runner(config)
+    # The host of every run (models, agents): this process's composition root chooses it.
+    from conch.host import server_host
+
+    runner = Runner(config, host=server_host)
     os.chdir(config.workspace)  # the pool created it; a worker must not run elsewhere
     # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
     sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
@@ -273,8 +276,13 @@ class _StreamLimit(Exception):
     pass
 
 
+# What gives a run its host (conch.lang.host) from the worker's settings and, where the
+# server keeps records for it, the channel they go over: conch.host.server_host.
+HostFactory = Callable[[Settings | None, Callable[[str, dict[str, Any]], None] | None], Any]
+
+
 class Runner:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, host: HostFactory | None = None) -> None:
         # Resolved once: every run's context starts from the same real workspace path.
         self.workspace = Path(os.path.realpath(config.workspace))
         self.allowed = frozenset(config.allowed_effects)
@@ -292,6 +300,9 @@ class Runner:
             if self.settings is not None:
                 self.settings = self.settings.model_copy(
                     update={"network_allow": ["0.0.0.0/0", "::/0"]})
+        # A run's host is the same for every run but one whose records go to the server.
+        self._host = host
+        self._plain_host = host(self.settings, None) if host is not None else None
         # Compiled programs and pipeline stages by source, least recently used first: agents
         # send the same commands again and again, and lexing, parsing and compiling cost
         # far more than running a small program.
@@ -320,6 +331,7 @@ class Runner:
             limits=limits,
             cancelled=self._never_cancelled,
             settings=self.settings,
+            host=self._plain_host,
         )
         if self.checked:
             ctx.workspace = self.workspace
@@ -336,9 +348,9 @@ class Runner:
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
         ctx = self._context(emit, limits)
-        if self.records and (isinstance(chan, Channel)
-                             or (isinstance(chan, Collect) and chan.parent is not None)):
-            ctx.records = lambda kind, data: chan.send(["record", kind, data])
+        if self._host is not None and self.records and (
+                isinstance(chan, Channel) or (isinstance(chan, Collect) and chan.parent is not None)):
+            ctx.host = self._host(self.settings, lambda kind, data: chan.send(["record", kind, data]))
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
