@@ -300,9 +300,12 @@ class Runner:
             if self.settings is not None:
                 self.settings = self.settings.model_copy(
                     update={"network_allow": ["0.0.0.0/0", "::/0"]})
-        # A run's host is the same for every run but one whose records go to the server.
+        # The host of a run whose records nobody keeps, and of one whose records go to the
+        # server over a channel (that channel's: a worker has one for its whole life).
         self._host = host
         self._plain_host = host(self.settings, None) if host is not None else None
+        self._record_chan: Channel | None = None
+        self._record_host: Any = None
         # Compiled programs and pipeline stages by source, least recently used first: agents
         # send the same commands again and again, and lexing, parsing and compiling cost
         # far more than running a small program.
@@ -348,9 +351,10 @@ class Runner:
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
         ctx = self._context(emit, limits)
-        if self._host is not None and self.records and (
-                isinstance(chan, Channel) or (isinstance(chan, Collect) and chan.parent is not None)):
-            ctx.host = self._host(self.settings, lambda kind, data: chan.send(["record", kind, data]))
+        if self.records and self._host is not None:
+            target = chan if isinstance(chan, Channel) else chan.parent
+            if target is not None:
+                ctx.host = self._recording_host(target)
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
@@ -381,6 +385,14 @@ class Runner:
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
             failed = kind.failure(_run_error(from_python(exc)), output)
             chan.send(["done", failed.to_wire(), recycle])
+
+    def _recording_host(self, target: Channel) -> Any:
+        if target is not self._record_chan:
+            assert self._host is not None
+            self._record_chan = target
+            self._record_host = self._host(
+                self.settings, lambda kind, data: target.send(["record", kind, data]))
+        return self._record_host
 
     def _batch(self, job: dict[str, Any], chan: Outbox) -> None:
         """Several jobs one after the other, for a burst of small programs (a workflow's
