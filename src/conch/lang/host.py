@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Protocol
 
-    from conch.lang.context import Context
-
     # A builtin call of the run, by name and arguments, as the model's tool call: the
     # envelope ``{success, result}`` or ``{success: false, error: {kind, message}}``.
     ToolCall = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -66,9 +64,9 @@ class ModelRequestError(Exception):
         self.message = message
 
 
-def require(ctx: Context, builtin: str, need: str) -> Host:
-    """The run's host, or the error that says ``builtin`` cannot ``need`` without one."""
-    host = ctx.host
+def require(host: Host | None, builtin: str, need: str) -> Host:
+    """The run's host (``Context.host``), or the error that says ``builtin`` cannot ``need``
+    without one."""
     if host is None:
         raise ConchError(
             "ProviderError",

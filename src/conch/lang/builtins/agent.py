@@ -94,6 +94,6 @@ class _Tools:
 def agent(spec: Record) -> dict[str, Any]:
     goal, tools, max_steps, model = _spec(spec)
     ctx = current()
-    host = require(ctx, "agent", "run an agent")
+    host = require(ctx.host, "agent", "run an agent")
     return host.run_agent(goal=goal, tools=tools, max_steps=max_steps, model=model,
                           deadline=ctx.deadline, call_tool=_Tools(ctx))

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def _call(name: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     ctx = current()
-    host = require(ctx, name, "reach a model")
+    host = require(ctx.host, name, "reach a model")
     try:
         if kind == "chat":
             return dict(host.chat(body, ctx.deadline))
