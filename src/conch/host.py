@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import time
 
+from conch.lang.host import ModelRequestError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -56,7 +58,6 @@ def _models(settings: Settings, in_process: bool) -> Any:
 
 def _answer(client: Any, kind: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     from conch.inference.providers.client import ModelCallError
-    from conch.lang.host import ModelRequestError
 
     try:
         answer = client.chat(body, timeout) if kind == "chat" else client.embed(body, timeout)
