@@ -354,7 +354,8 @@ class Runner:
         if self.records and self._host is not None:
             target = chan if isinstance(chan, Channel) else chan.parent
             if target is not None:
-                ctx.host = self._recording_host(target)
+                ctx.host = (self._record_host if target is self._record_chan
+                            else self._recording_host(target))
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
@@ -387,11 +388,10 @@ class Runner:
             chan.send(["done", failed.to_wire(), recycle])
 
     def _recording_host(self, target: Channel) -> Any:
-        if target is not self._record_chan:
-            assert self._host is not None
-            self._record_chan = target
-            self._record_host = self._host(
-                self.settings, lambda kind, data: target.send(["record", kind, data]))
+        assert self._host is not None
+        self._record_chan = target
+        self._record_host = self._host(
+            self.settings, lambda kind, data: target.send(["record", kind, data]))
         return self._record_host
 
     def _batch(self, job: dict[str, Any], chan: Outbox) -> None:
