@@ -75,6 +75,13 @@ def test_results_errors_and_tables(drive, repl: Repl) -> None:  # type: ignore[n
     assert "plain" in text
 
 
+def test_a_later_input_reassigns_a_let_mut(drive, repl: Repl) -> None:  # type: ignore[no-untyped-def]
+    text = drive("let mut c = 41\rc = c + 1\rc\rlet k = 1\rk = 2\r")
+    assert "NameError" not in text
+    assert "42" in text.split()
+    assert "SyntaxError: cannot assign twice to immutable 'k'" in text
+
+
 def test_quit(drive, repl: Repl) -> None:  # type: ignore[no-untyped-def]
     text = drive('"before"\r:quit\r"after"\r')
     assert "before" in text and "after" not in text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conch.host import shell_host
 from conch.lang import values
 from conch.lang.builtins.registry import Builtin, Example, all_builtins
 from conch.lang.context import Context
@@ -39,7 +40,8 @@ def test_example(builtin: Builtin, index: int, example: Example, tmp_path: Path)
     if run is None:
         pytest.skip("conch.lang.run is not available yet")
     output: list[str] = []
-    ctx = Context(workspace=tmp_path, output=output.append)
+    # The shell's host: the ai, embed and agent examples reach models as `conch -c` does.
+    ctx = Context(workspace=tmp_path, output=output.append, host=shell_host())
     result = run(example.code, context=ctx)
     if example.has_result:
         assert values.to_json_value(result) == values.to_json_value(example.result), (

@@ -113,6 +113,42 @@ def test_session_keeps_state() -> None:
     assert info.value.kind == "NameError"
 
 
+def test_session_reassigns_a_let_mut_of_an_earlier_input() -> None:
+    session = Session()
+    session.run("let mut c = 0")
+    assert session.run("c = c + 1") is None
+    assert session.run("c") == 1
+    session.run("c += 5")
+    session.run("if c > 0 { c = c * 2 }")
+    session.run("for i in 1..=3 { c = c + i }")
+    assert session.run("c") == 18
+    session.run("let bump = fn() => { c = c + 1; c }")
+    assert session.run("bump()") == 19
+    assert session.run("c") == 19
+    # A plain `let` stays immutable, whichever input made it; a later `let mut` of the same
+    # name makes a new, mutable binding.
+    session.run("let k = 1")
+    with pytest.raises(ConchError) as info:
+        session.run("k = 2")
+    assert info.value.kind == "SyntaxError" and "immutable 'k'" in info.value.message
+    assert session.run("k") == 1
+    session.run("let mut k = 5")
+    session.run("k = k + 1")
+    assert session.run("k") == 6
+    session.run("let k = 7")
+    with pytest.raises(ConchError) as info:
+        session.run("k = 8")
+    assert info.value.kind == "SyntaxError"
+    assert session.run("k") == 7
+
+
+def test_session_reassigns_under_limits() -> None:
+    session = Session(context=Context(limits=Limits(steps=1000)))
+    session.run("let mut n = 0")
+    session.run("while n < 10 { n = n + 1 }")
+    assert session.run("n") == 10
+
+
 def test_session_closures_capture_values() -> None:
     session = Session()
     session.run("let k = 3\nlet f = fn(x) => x * k")

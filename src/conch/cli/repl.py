@@ -199,7 +199,11 @@ class Repl:
 
         self.console = console or Console()
         self.history = history or InMemoryHistory()
-        self.session = Session(context=context or Context())
+        if context is None:
+            from conch.host import shell_host
+
+            context = Context(host=shell_host())
+        self.session = Session(context=context)
         self._builtins: list[str] | None = None
 
     # -- state for completion -----------------------------------------------------------------

@@ -42,13 +42,14 @@ def _write_result(value: Any) -> None:
 
 
 def run_source(source: str, args: Sequence[str], filename: str | None = None) -> int:
-    """Run a program as the shell does (workspace = the whole machine, every effect allowed)
-    and print its result; returns the exit status."""
+    """Run a program as the shell does (workspace = the whole machine, every effect allowed,
+    the shell's host for models and agents) and print its result; returns the exit status."""
     from conch.lang import run
+    from conch.lang.context import Context
     from conch.lang.errors import ConchError, from_python
 
     try:
-        value = run(source, variables={"args": list(args)})
+        value = run(source, context=Context(host=_ShellHost()), variables={"args": list(args)})
         _write_result(value)
     except ConchError as err:
         return _report(err, source, filename)
@@ -62,6 +63,32 @@ def run_source(source: str, args: Sequence[str], filename: str | None = None) ->
         _silence_stdout()
         return EXIT_OK
     return EXIT_OK
+
+
+class _ShellHost:
+    """The shell's host (:func:`conch.host.shell_host`), made when a program first asks for
+    a model or an agent: ``conch -c '1 + 1'`` does not import it."""
+
+    __slots__ = ("_host",)
+
+    def __init__(self) -> None:
+        self._host: Any = None
+
+    def _get(self) -> Any:
+        if self._host is None:
+            from conch.host import shell_host
+
+            self._host = shell_host()
+        return self._host
+
+    def chat(self, body: dict[str, Any], deadline: float | None) -> dict[str, Any]:
+        return self._get().chat(body, deadline)  # type: ignore[no-any-return]
+
+    def embed(self, body: dict[str, Any], deadline: float | None) -> dict[str, Any]:
+        return self._get().embed(body, deadline)  # type: ignore[no-any-return]
+
+    def run_agent(self, **request: Any) -> dict[str, Any]:
+        return self._get().run_agent(**request)  # type: ignore[no-any-return]
 
 
 def _silence_stdout() -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 # _ast holds the node classes that the ast module re-exports; ast itself (with enum and
 # contextlib) would add milliseconds to every ``conch -c``.
 import _ast as py
+import _warnings
 import itertools
-import warnings
+import sys
 
 from conch.lang import ast as A
+from conch.lang import emit as E
+from conch.lang.emit import Binding, Func, Scope
 from conch.lang.errors import ConchError
-from conch.lang.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,71 +39,10 @@ MAIN = "$main"
 
 _CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE}
 _ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.FloorDiv, "%": py.Mod, "**": py.Pow}
-_BOOL_NODES = (py.Compare, py.BoolOp)
-_BOOL_HELPERS = frozenset(("$eq", "$ne", "$rematch", "$truth", "$in", "$notin"))
 # The builtin names fusion.py looks at (stages of a fused chain, builtins it inlines): other
 # calls compile without importing it.
 _FUSION_NAMES = frozenset(("map", "where", "filter", "each", "take", "skip", "take_while", "reduce", "sum",
                            "count", "any", "all", "upper", "lower", "trim", "split", "join", "len", "length"))
-
-
-# Plain classes and records rather than dataclasses: the dataclasses module (and the inspect
-# and re modules it imports) would add milliseconds to every ``conch -c``.
-
-
-@record(eq=False)
-class Binding:
-    pyname: str
-    mutable: bool
-    is_fn: bool
-    func: Func
-    is_global: bool = False
-    # immutable and bound to a value that cannot be a Bool (a number literal, arithmetic,
-    # a Range loop variable): arithmetic on it needs no Bool check
-    num: bool = False
-
-    def __repr__(self) -> str:
-        return f"Binding({self.pyname!r}, mutable={self.mutable}, is_fn={self.is_fn})"
-
-
-class Func:
-    __slots__ = ("captures", "globals", "in_loop", "nonlocals", "parent")
-
-    def __init__(self, parent: Func | None) -> None:
-        self.parent = parent
-        self.captures: dict[str, Binding] = {}
-        self.nonlocals: set[str] = set()
-        self.globals: set[str] = set()
-        self.in_loop = 0
-
-
-class Scope:
-    __slots__ = ("declared", "func", "names", "parent", "top")
-
-    def __init__(self, func: Func, parent: Scope | None, top: bool = False) -> None:
-        self.func = func
-        self.parent = parent
-        self.names: dict[str, Binding] = {}
-        self.top = top
-        # every binding declared in the scope, in order (shadowed ones included)
-        self.declared: list[Binding] = []
-
-    def lookup(self, name: str) -> Binding | None:
-        s: Scope | None = self
-        while s is not None:
-            b = s.names.get(name)
-            if b is not None:
-                return b
-            s = s.parent
-        return None
-
-    def visible(self) -> set[str]:
-        out: set[str] = set()
-        s: Scope | None = self
-        while s is not None:
-            out.update(s.names)
-            s = s.parent
-        return out
 
 
 class Unresolved:
@@ -145,6 +86,36 @@ def _fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: 
             for item in child:
                 if isinstance(item, py.AST):
                     _fix_missing_locations(item, line, col, end_line, end_col)
+
+
+_QUIET = ("ignore", None, SyntaxWarning, None, 0)
+# CPython's hook for "the filter list changed" (absent elsewhere: then the warnings module).
+_filters_mutated = getattr(_warnings, "_filters_mutated", None)
+
+
+def _compile_quietly(module: py.Module) -> Any:
+    """``compile`` with Python's SyntaxWarnings ignored: it warns about calls of constants
+    (``null()``), which conch reports at run time. The ignore rule goes straight into the
+    warning filters the interpreter consults (the warnings module's, once it is imported)
+    rather than through ``warnings.catch_warnings``: importing the warnings module costs a
+    third of a millisecond of every ``conch -c``."""
+    if _filters_mutated is None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return compile(module, FILENAME, "exec")
+    filters = getattr(sys.modules.get("warnings"), "filters", None)
+    if filters is None:
+        filters = _warnings.filters
+    filters.insert(0, _QUIET)
+    _filters_mutated()
+    try:
+        return compile(module, FILENAME, "exec")
+    finally:
+        if _QUIET in filters:
+            filters.remove(_QUIET)
+        _filters_mutated()
 
 
 # Context managers as classes: contextlib is not imported at start-up.
@@ -192,27 +163,6 @@ def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = Non
     return ConchError(kind, message, line=node.line or None, column=node.col or None, hint=hint)
 
 
-def _name(pyname: str) -> py.Name:
-    return py.Name(pyname, py.Load())
-
-
-def _store(pyname: str) -> py.Name:
-    return py.Name(pyname, py.Store())
-
-
-def _const(v: Any) -> py.Constant:
-    return py.Constant(v)
-
-
-def _call(fn: py.expr | str, args: list[py.expr], keywords: list[py.keyword] | None = None) -> py.Call:
-    func = _name(fn) if isinstance(fn, str) else fn
-    return py.Call(func, args, keywords or [])
-
-
-def _assign(pyname: str, value: py.expr) -> py.Assign:
-    return py.Assign([_store(pyname)], value)
-
-
 def _chain_child(n: A.Node) -> A.Node | None:
     if isinstance(n, A.Field | A.Index):
         return n.obj
@@ -228,10 +178,6 @@ def _set_chain_child(n: A.Field | A.Index | A.Call, child: A.Node) -> None:
         n.obj = child
 
 
-def _and(tests: list[py.expr]) -> py.expr:
-    return tests[0] if len(tests) == 1 else py.BoolOp(py.And(), tests)
-
-
 def _int_literal(n: A.Node | None) -> bool:
     return isinstance(n, A.Literal) and type(n.value) is int
 
@@ -242,20 +188,6 @@ def _float_literal(n: A.Node | None) -> bool:
 
 def _is_trivial(e: py.expr) -> bool:
     return isinstance(e, py.Constant | py.Name)
-
-
-def _is_bool(e: py.expr) -> bool:
-    """Whether compiled code ``e`` evaluates to a Bool (or fails) by construction."""
-    if isinstance(e, _BOOL_NODES) or (isinstance(e, py.UnaryOp) and isinstance(e.op, py.Not)):
-        return True
-    if isinstance(e, py.Constant) and isinstance(e.value, bool):
-        return True
-    if isinstance(e, py.IfExp) and isinstance(e.body, py.Compare):
-        # an ordering guarded against Bools: a Bool or an error (not an if-expression, whose
-        # other branch may be anything)
-        fail = e.orelse
-        return isinstance(fail, py.Call) and isinstance(fail.func, py.Name) and fail.func.id == "$boolop"
-    return isinstance(e, py.Call) and isinstance(e.func, py.Name) and e.func.id in _BOOL_HELPERS
 
 
 class Compiler:
@@ -364,13 +296,13 @@ class Compiler:
             if builtin is not None:
                 key = f"$b:{name}"
                 self.builtins[key] = builtin.fn
-                return self.at(_name(key), node)
+                return self.at(E.name(key), node)
             if name not in self.known_globals:
                 cands = sorted(self.scope.visible() | set(_registry()))
                 self.unresolved.append(Unresolved(name, node.line, node.col, cands, self.func is not self.main_func))
-            return self.at(_name(name), node)
+            return self.at(E.name(name), node)
         self.access(b, self.func)
-        return self.at(_name(b.pyname), node)
+        return self.at(E.name(b.pyname), node)
 
     def access(self, b: Binding, func: Func) -> None:
         """Make binding ``b`` readable from ``func`` (captured by value if immutable)."""
@@ -401,8 +333,8 @@ class Compiler:
         if _is_trivial(e):
             return e
         t = self.fresh()
-        self.emit(_assign(t, e))
-        return _name(t)
+        self.emit(E.assign(t, e))
+        return E.name(t)
 
     def seq(self, nodes: list[A.Node]) -> list[py.expr]:
         """Compile several expressions keeping left-to-right evaluation order."""
@@ -438,10 +370,7 @@ class Compiler:
         fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
         module = py.Module(body=[fdef], type_ignores=[])
         _fix_missing_locations(module)
-        with warnings.catch_warnings():
-            # Python warns about calls of constants (``null()``); conch reports them at run time.
-            warnings.simplefilter("ignore", SyntaxWarning)
-            code = compile(module, FILENAME, "exec")
+        code = _compile_quietly(module)
         top = {name: b for name, b in self.scope.names.items() if b.is_global}
         return Compiled(code, self.builtins, self.unresolved, top)
 
@@ -452,13 +381,13 @@ class Compiler:
 
     def statements(self, stmts: list[A.Node], want_value: bool, top: bool = False) -> py.expr:
         n = len(stmts)
-        value: py.expr = _const(None)
+        value: py.expr = E.const(None)
         mark = len(self.out)
         first_local = len(self.scope.declared)
         hoisted: list[py.stmt] = []
         for i, s in enumerate(stmts):
             if top:
-                self.emit(self.at(py.Expr(_call("$onst", [_const(i)])), s))
+                self.emit(self.at(py.Expr(E.call("$onst", [E.const(i)])), s))
             if isinstance(s, A.FnDef):
                 buf: list[py.stmt] = []
                 with self.into(buf):
@@ -482,7 +411,7 @@ class Compiler:
     def value_stmt(self, s: A.Node) -> py.expr:
         if isinstance(s, A.Let | A.Assign | A.FnDef | A.For | A.While):
             self.stmt(s)
-            return _const(None)
+            return E.const(None)
         return self.expr(s)
 
     def block_value(self, block: A.Block, want_value: bool = True) -> py.expr:
@@ -518,11 +447,11 @@ class Compiler:
         value = self.expr(s.value)
         if isinstance(s.target, A.PBind):
             b = self.declare(s.target.name, mutable=s.mutable, num=self.never_bool(s.value))
-            self.emit(self.at(_assign(b.pyname, value), s))
+            self.emit(self.at(E.assign(b.pyname, value), s))
             return
         subject = self.spill(value)
         test = self.pattern(s.target, subject)
-        self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(_call("$nomatch", [subject]), None)], []), s.target))
+        self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(E.call("$nomatch", [subject]), None)], []), s.target))
 
     def assign(self, s: A.Assign) -> None:
         b = self.scope.lookup(s.name)
@@ -535,17 +464,18 @@ class Compiler:
         value = self.expr(s.value)
         if s.op != "=":
             op = s.op[:-1]
-            cur = _name(b.pyname)
+            cur = E.name(b.pyname)
             if op == "+":
-                value = self.at(_call("$add", [cur, value]), s)
+                value = self.at(E.call("$add", [cur, value]), s)
             else:
                 value = self.numeric_op(op, cur, value, s, None, s.value, None)
-        if b.func is not self.func:
-            if b.is_global:
-                self.func.globals.add(b.pyname)
-            else:
-                self.func.nonlocals.add(b.pyname)
-        self.emit(self.at(_assign(b.pyname, value), s))
+        if b.is_global:
+            # A session's binding lives in the namespace: ``$main`` too must name it global,
+            # or a later input's ``c = c + 1`` would make ``c`` a local of that input.
+            self.func.globals.add(b.pyname)
+        elif b.func is not self.func:
+            self.func.nonlocals.add(b.pyname)
+        self.emit(self.at(E.assign(b.pyname, value), s))
 
     def fn_def(self, s: A.FnDef) -> None:
         b = self.scope.names.get(s.name)
@@ -560,18 +490,18 @@ class Compiler:
         self.loop_depth += 1
         with self.into(body), self.new_scope():
             if self.checked:
-                self.emit(py.Expr(_call("$tick", [])))
+                self.emit(py.Expr(E.call("$tick", [])))
             if isinstance(s.var, A.PBind):
                 target = self.declare(s.var.name, num=isinstance(s.iterable, A.RangeLit)).pyname
             else:
                 target = self.fresh("it")
-                test = self.pattern(s.var, _name(target))
-                self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(_call("$nomatch", [_name(target)]), None)], []), s.var))
+                test = self.pattern(s.var, E.name(target))
+                self.emit(self.at(py.If(py.UnaryOp(py.Not(), test), [py.Raise(E.call("$nomatch", [E.name(target)]), None)], []), s.var))
             self.predeclare_fns(s.body.stmts)
             self.statements(s.body.stmts, want_value=False)
         self.func.in_loop -= 1
         self.loop_depth -= 1
-        loop = py.For(_store(target), iterable, body or [py.Pass()], [], None)
+        loop = py.For(E.store(target), iterable, body or [py.Pass()], [], None)
         self.emit(self.at(loop, s))
 
     def while_(self, s: A.While) -> None:
@@ -583,13 +513,13 @@ class Compiler:
         self.loop_depth += 1
         with self.into(body):
             if self.checked:
-                self.emit(py.Expr(_call("$tick", [])))
+                self.emit(py.Expr(E.call("$tick", [])))
             self.block_value(s.body, want_value=False)
         self.func.in_loop -= 1
         self.loop_depth -= 1
         if cond_stmts:
             brk = self.at(py.If(py.UnaryOp(py.Not(), cond), [py.Break()], []), s.cond)
-            loop = py.While(_const(True), [*cond_stmts, brk, *body], [])
+            loop = py.While(E.const(True), [*cond_stmts, brk, *body], [])
         else:
             loop = py.While(cond, body or [py.Pass()], [])
         self.emit(self.at(loop, s))
@@ -624,7 +554,7 @@ class Compiler:
         for b in captured:
             self.access(b, outer_func)
         kwonly = [py.arg(b.pyname) for b in captured]
-        kw_defaults: list[py.expr | None] = [_name(b.pyname) for b in captured]
+        kw_defaults: list[py.expr | None] = [E.name(b.pyname) for b in captured]
         args = py.arguments(posonlyargs=[], args=params, vararg=None, kwonlyargs=kwonly,
                             kw_defaults=kw_defaults, kwarg=None, defaults=defaults)
         decls: list[py.stmt] = []
@@ -636,28 +566,28 @@ class Compiler:
             return self.at(py.Lambda(args, value), lam)
         ret = self.at(py.Return(value), lam.body)
         if self.checked and def_name is not None:
-            enter = py.Expr(_call("$enter", []))
-            guarded: list[py.stmt] = [enter, py.Try([*body, ret], [], [], [py.Expr(_call("$leave", []))])]
+            enter = py.Expr(E.call("$enter", []))
+            guarded: list[py.stmt] = [enter, py.Try([*body, ret], [], [], [py.Expr(E.call("$leave", []))])]
             full = [*decls, *guarded]
         else:
-            tick: list[py.stmt] = [py.Expr(_call("$tick", []))] if self.checked else []
+            tick: list[py.stmt] = [py.Expr(E.call("$tick", []))] if self.checked else []
             full = [*decls, *tick, *body, ret]
         name = def_name or "lambda"
         fdef = py.FunctionDef(name=name, args=args, body=full, decorator_list=[], returns=None, type_comment=None)
         self.emit(self.at(fdef, lam))
         if def_name is not None:
-            return _name(def_name)
+            return E.name(def_name)
         t = self.fresh("fn")
-        self.emit(_assign(t, _name(name)))
-        return _name(t)
+        self.emit(E.assign(t, E.name(name)))
+        return E.name(t)
 
     # -- expressions ---------------------------------------------------------------------
 
     def cond(self, node: A.Node) -> py.expr:
         e = self.expr(node)
-        if _is_bool(e):
+        if E.is_bool(e):
             return e
-        return self.at(_call("$truth", [e]), node)
+        return self.at(E.call("$truth", [e]), node)
 
     def expr(self, node: A.Node) -> py.expr:
         method = getattr(self, "x_" + type(node).__name__, None)
@@ -667,7 +597,7 @@ class Compiler:
         return result
 
     def x_Literal(self, n: A.Literal) -> py.expr:
-        return self.at(_const(n.value), n)
+        return self.at(E.const(n.value), n)
 
     def x_Interp(self, n: A.Interp) -> py.expr:
         exprs = self.seq([p for p in n.parts if not isinstance(p, str)])
@@ -675,24 +605,24 @@ class Compiler:
         values: list[py.expr] = []
         for p in n.parts:
             if isinstance(p, str):
-                values.append(_const(p))
+                values.append(E.const(p))
             else:
                 e = next(it)
-                values.append(py.FormattedValue(_call("$render", [e]), -1, None))
+                values.append(py.FormattedValue(E.call("$render", [e]), -1, None))
         return self.at(py.JoinedStr(values), n)
 
     def x_Name(self, n: A.Name) -> py.expr:
         return self.load(n.name, n)
 
     def x_Raw(self, n: A.Raw) -> py.expr:
-        return _name(n.pyname)
+        return E.name(n.pyname)
 
     def x_ArrayLit(self, n: A.ArrayLit) -> py.expr:
         return self.at(py.List(self.seq(n.items), py.Load()), n)
 
     def x_RecordLit(self, n: A.RecordLit) -> py.expr:
         vals = self.seq([v for _, v in n.entries])
-        keys: list[py.expr | None] = [_const(k) for k, _ in n.entries]
+        keys: list[py.expr | None] = [E.const(k) for k, _ in n.entries]
         return self.at(py.Dict(keys, vals), n)
 
     def x_Unary(self, n: A.Unary) -> py.expr:
@@ -701,8 +631,8 @@ class Compiler:
             if self.never_bool(n.operand):
                 return self.at(py.UnaryOp(py.USub(), operand), n)
             ref, tests = self.bool_guard(operand)
-            fail = _call("$boolop", [_const("unary -"), ref])
-            return self.at(py.IfExp(_and(tests), py.UnaryOp(py.USub(), ref), fail), n)
+            fail = E.call("$boolop", [E.const("unary -"), ref])
+            return self.at(py.IfExp(E.and_(tests), py.UnaryOp(py.USub(), ref), fail), n)
         return self.at(py.UnaryOp(py.Not(), self.cond(n.operand)), n)
 
     def never_bool(self, n: A.Node) -> bool:
@@ -729,10 +659,10 @@ class Compiler:
             first: py.expr = e
         else:
             t = self.fresh()
-            ref = _name(t)
-            first = py.NamedExpr(_store(t), e)
-        return ref, [py.Compare(first, [py.IsNot()], [_const(True)]),
-                     py.Compare(ref, [py.IsNot()], [_const(False)])]
+            ref = E.name(t)
+            first = py.NamedExpr(E.store(t), e)
+        return ref, [py.Compare(first, [py.IsNot()], [E.const(True)]),
+                     py.Compare(ref, [py.IsNot()], [E.const(False)])]
 
     def numeric_op(self, op: str, left: py.expr, right: py.expr, n: A.Node, lnode: A.Node | None,
                    rnode: A.Node, oppos: tuple[int, int, int] | None) -> py.expr:
@@ -749,7 +679,7 @@ class Compiler:
             # a limited run: ``"ab" * n`` and ``[0] * n`` are bounded by the collection limit,
             # by ``$mul``, unless the operands cannot be a String or an Array
             if not self.bare_mul:
-                return self.at(_call("$mul", [left, right]), n, oppos)
+                return self.at(E.call("$mul", [left, right]), n, oppos)
             if lnode is not None and self.known_int(lnode) and self.known_int(rnode):
                 return self.at(build(left, right), n, oppos)
             if not (_float_literal(lnode) or _float_literal(rnode)):
@@ -757,7 +687,7 @@ class Compiler:
                     return self.numeric_mul(left, right, left, n, oppos)
                 if _int_literal(lnode):
                     return self.numeric_mul(left, right, right, n, oppos)
-                return self.at(_call("$mul", [left, right]), n, oppos)
+                return self.at(E.call("$mul", [left, right]), n, oppos)
             # by a Float: a String or an Array fails in Python's ``*`` as in ``$mul``
         if not need_l and not need_r:
             return self.at(build(left, right), n, oppos)
@@ -778,8 +708,8 @@ class Compiler:
             if need_r:
                 rref, rtests = self.bool_guard(right)
                 tests += rtests
-        fail = self.at(_call("$boolop", [_const(op), lref, rref]), n, oppos)
-        return self.at(py.IfExp(_and(tests), self.at(build(lref, rref), n, oppos), fail), n, oppos)
+        fail = self.at(E.call("$boolop", [E.const(op), lref, rref]), n, oppos)
+        return self.at(py.IfExp(E.and_(tests), self.at(build(lref, rref), n, oppos), fail), n, oppos)
 
     def known_int(self, n: A.Node) -> bool:
         """Whether ``n`` evaluates to an Int (or fails), given ``int_names``."""
@@ -803,8 +733,8 @@ class Compiler:
             first: py.expr = other
         else:
             t = self.fresh()
-            ref = _name(t)
-            first = py.NamedExpr(_store(t), other)
+            ref = E.name(t)
+            first = py.NamedExpr(E.store(t), other)
         if other is left:
             left = ref
         else:
@@ -812,11 +742,11 @@ class Compiler:
         self.builtins["$f:type"] = type
         self.builtins["$f:int"] = int
         self.builtins["$f:float"] = float
-        typ = _call("$f:type", [first])
-        test = py.BoolOp(py.Or(), [py.Compare(typ, [py.Is()], [_name("$f:int")]),
-                                   py.Compare(_call("$f:type", [ref]), [py.Is()], [_name("$f:float")])])
+        typ = E.call("$f:type", [first])
+        test = py.BoolOp(py.Or(), [py.Compare(typ, [py.Is()], [E.name("$f:int")]),
+                                   py.Compare(E.call("$f:type", [ref]), [py.Is()], [E.name("$f:float")])])
         fast = self.at(py.BinOp(left, py.Mult(), right), n, oppos)
-        return self.at(py.IfExp(test, fast, self.at(_call("$mul", [left, right]), n, oppos)), n, oppos)
+        return self.at(py.IfExp(test, fast, self.at(E.call("$mul", [left, right]), n, oppos)), n, oppos)
 
     def x_Binary(self, n: A.Binary) -> py.expr:
         op = n.op
@@ -825,20 +755,20 @@ class Compiler:
             return self.logical(n)
         left, right = self.seq([n.left, n.right])
         if op == "+":
-            return self.at(_call("$add", [left, right]), n, oppos)
+            return self.at(E.call("$add", [left, right]), n, oppos)
         if op in _ARITH:
             return self.numeric_op(op, left, right, n, n.left, n.right, oppos)
         if op in ("==", "!="):
             if self.native_eq(n.left) or self.native_eq(n.right):
                 cmp_op: Any = py.Eq() if op == "==" else py.NotEq()
                 return self.at(py.Compare(left, [cmp_op], [right]), n, oppos)
-            return self.at(_call("$eq" if op == "==" else "$ne", [left, right]), n, oppos)
+            return self.at(E.call("$eq" if op == "==" else "$ne", [left, right]), n, oppos)
         if op == "=~":
-            return self.at(_call("$rematch", [left, right]), n, oppos)
+            return self.at(E.call("$rematch", [left, right]), n, oppos)
         if op in ("in", "not in"):
-            return self.at(_call("$in" if op == "in" else "$notin", [left, right]), n, oppos)
+            return self.at(E.call("$in" if op == "in" else "$notin", [left, right]), n, oppos)
         if self.in_guard and op in ("<", "<=", ">", ">="):
-            return self.at(_call("$gcmp", [left, right, _const(op)]), n, oppos)
+            return self.at(E.call("$gcmp", [left, right, E.const(op)]), n, oppos)
         return self.numeric_op(op, left, right, n, n.left, n.right, oppos)
 
     @staticmethod
@@ -865,14 +795,14 @@ class Compiler:
             node = py.BoolOp(py.And() if n.op == "&&" else py.Or(), [left, right])
             return self.at(node, n, oppos)
         t = self.fresh()
-        self.emit(_assign(t, left))
-        test: py.expr = _name(t) if n.op == "&&" else py.UnaryOp(py.Not(), _name(t))
-        self.emit(self.at(py.If(test, [*rbuf, _assign(t, right)], []), n))
-        return _name(t)
+        self.emit(E.assign(t, left))
+        test: py.expr = E.name(t) if n.op == "&&" else py.UnaryOp(py.Not(), E.name(t))
+        self.emit(self.at(py.If(test, [*rbuf, E.assign(t, right)], []), n))
+        return E.name(t)
 
     def x_RangeLit(self, n: A.RangeLit) -> py.expr:
         start, stop = self.seq([n.start, n.end])
-        return self.at(_call("$range", [start, stop, _const(n.inclusive)]), n, (n.op_line, n.op_col, 2))
+        return self.at(E.call("$range", [start, stop, E.const(n.inclusive)]), n, (n.op_line, n.op_col, 2))
 
     def short_circuit(self, n: A.Field | A.Index | A.Call) -> py.expr | None:
         """``a?.b.c``: null when ``a?.b`` is null, without evaluating the rest of the chain."""
@@ -886,7 +816,7 @@ class Compiler:
         else:
             return None
         t = self.fresh("opt")
-        test = py.Compare(py.NamedExpr(_store(t), self.expr(cur)), [py.Is()], [_const(None)])
+        test = py.Compare(py.NamedExpr(E.store(t), self.expr(cur)), [py.Is()], [E.const(None)])
         import copy
 
         copies = [copy.copy(x) for x in path]
@@ -894,7 +824,7 @@ class Compiler:
             _set_chain_child(parent, child)
         _set_chain_child(copies[-1], A.Raw(t, line=cur.line, col=cur.col))
         rest = self.expr(copies[0])
-        return self.at(py.IfExp(test, _const(None), rest), n)
+        return self.at(py.IfExp(test, E.const(None), rest), n)
 
     def x_Field(self, n: A.Field) -> py.expr:
         if not n.optional and n.obj is not None:
@@ -910,7 +840,7 @@ class Compiler:
         else:
             obj = self.expr(n.obj)
         helper = "$ofield" if n.optional else "$field"
-        return self.at(_call(helper, [obj, _const(n.name)]), n, (n.op_line, n.op_col, len(n.name)))
+        return self.at(E.call(helper, [obj, E.const(n.name)]), n, (n.op_line, n.op_col, len(n.name)))
 
     def x_Index(self, n: A.Index) -> py.expr:
         sc = self.short_circuit(n)
@@ -922,15 +852,15 @@ class Compiler:
             if isinstance(n.index, A.RangeLit):
                 # ``x[1..3]`` slices without building the range
                 assert isinstance(idx, py.Call)
-                return self.at(_call("$slice", [obj, idx.args[0], idx.args[1], idx.args[2]]), n, pos)
-            return self.at(_call("$index", [obj, idx]), n, pos)
+                return self.at(E.call("$slice", [obj, idx.args[0], idx.args[1], idx.args[2]]), n, pos)
+            return self.at(E.call("$index", [obj, idx]), n, pos)
         parts = [n.obj] + [p for p in (n.start, n.stop) if p is not None]
         exprs = self.seq(parts)
         obj = exprs[0]
         rest = iter(exprs[1:])
-        start = next(rest) if n.start is not None else _const(None)
-        stop = next(rest) if n.stop is not None else _const(None)
-        return self.at(_call("$slice", [obj, start, stop, _const(n.inclusive)]), n, pos)
+        start = next(rest) if n.start is not None else E.const(None)
+        stop = next(rest) if n.stop is not None else E.const(None)
+        return self.at(E.call("$slice", [obj, start, stop, E.const(n.inclusive)]), n, pos)
 
     def x_Call(self, n: A.Call, first: py.expr | None = None) -> py.expr:
         if first is None:
@@ -1005,7 +935,7 @@ class Compiler:
             self.pipe_used = saved
         if used:
             return e
-        return self.at(_call("$pipe", [e, left]), right)
+        return self.at(E.call("$pipe", [e, left]), right)
 
     def x_Lambda(self, n: A.Lambda) -> py.expr:
         return self.function(n, None)
@@ -1024,7 +954,7 @@ class Compiler:
         else_stmts: list[py.stmt] = []
         with self.into(else_stmts):
             if n.orelse is None:
-                else_val: py.expr = _const(None)
+                else_val: py.expr = E.const(None)
             elif isinstance(n.orelse, A.If):
                 else_val = self.if_(n.orelse, want_value)
             else:
@@ -1035,21 +965,21 @@ class Compiler:
             if not _is_trivial(else_val):
                 else_stmts.append(py.Expr(else_val))
             self.emit(self.at(py.If(cond, then_stmts or [py.Pass()], else_stmts), n))
-            return _const(None)
+            return E.const(None)
         if not then_stmts and not else_stmts:
             return self.at(py.IfExp(cond, then_val, else_val), n)
         t = self.fresh()
-        then_stmts.append(_assign(t, then_val))
-        else_stmts.append(_assign(t, else_val))
+        then_stmts.append(E.assign(t, then_val))
+        else_stmts.append(E.assign(t, else_val))
         self.emit(self.at(py.If(cond, then_stmts, else_stmts), n))
-        return _name(t)
+        return E.name(t)
 
     def x_Match(self, n: A.Match) -> py.expr:
         subject = self.spill(self.expr(n.subject))
         if not isinstance(subject, py.Name):
             t = self.fresh("m")
-            self.emit(_assign(t, subject))
-            subject = _name(t)
+            self.emit(E.assign(t, subject))
+            subject = E.name(t)
         result = self.fresh("r")
         arms: list[tuple[py.expr, list[py.stmt], A.MatchArm]] = []
         complex_guard = False
@@ -1067,7 +997,7 @@ class Compiler:
                 body: list[py.stmt] = []
                 with self.into(body):
                     value = self.expr(arm.body)
-                body.append(_assign(result, value))
+                body.append(E.assign(result, value))
                 if arm.guard is not None and not gbuf:
                     test = py.BoolOp(py.And(), [test, guard])
                 elif arm.guard is not None:
@@ -1076,65 +1006,65 @@ class Compiler:
             self.at(test, arm.pattern)
             arms.append((test, body, arm))
         if not complex_guard:
-            tail: list[py.stmt] = [_assign(result, _const(None))]
+            tail: list[py.stmt] = [E.assign(result, E.const(None))]
             for test, body, arm in reversed(arms):
                 tail = [self.at(py.If(test, body, tail), arm.pattern)]
             for s in tail:
                 self.emit(s)
-            return _name(result)
+            return E.name(result)
         done = self.fresh("done")
-        self.emit(_assign(result, _const(None)))
-        self.emit(_assign(done, _const(False)))
+        self.emit(E.assign(result, E.const(None)))
+        self.emit(E.assign(done, E.const(False)))
         for test, body, arm in arms:
             # the arm's body (and guard) set the flag when they produce the result
             inner = body
             last_if = inner[-1]
             if isinstance(last_if, py.If):
-                last_if.body.append(_assign(done, _const(True)))
+                last_if.body.append(E.assign(done, E.const(True)))
             else:
-                inner.append(_assign(done, _const(True)))
-            gate = py.BoolOp(py.And(), [py.UnaryOp(py.Not(), _name(done)), test])
+                inner.append(E.assign(done, E.const(True)))
+            gate = py.BoolOp(py.And(), [py.UnaryOp(py.Not(), E.name(done)), test])
             self.emit(self.at(py.If(gate, inner, []), arm.pattern))
-        return _name(result)
+        return E.name(result)
 
     def pattern(self, p: A.Pattern, subject: py.expr) -> py.expr:
         """A test of ``subject`` against ``p`` that binds the pattern's names as it goes."""
         if isinstance(p, A.PWild):
-            return _const(True)
+            return E.const(True)
         if isinstance(p, A.PBind):
             b = self.declare(p.name)
-            bind = py.NamedExpr(_store(b.pyname), subject)
-            return py.BoolOp(py.Or(), [bind, _const(True)])
+            bind = py.NamedExpr(E.store(b.pyname), subject)
+            return py.BoolOp(py.Or(), [bind, E.const(True)])
         if isinstance(p, A.PLit):
             v = p.value
             if type(v) is str:
-                return py.Compare(subject, [py.Eq()], [_const(v)])
-            return _call("$peq", [subject, _const(v)])
+                return py.Compare(subject, [py.Eq()], [E.const(v)])
+            return E.call("$peq", [subject, E.const(v)])
         if isinstance(p, A.PRange):
-            return _call("$inrange", [subject, _const(p.start), _const(p.end), _const(p.inclusive)])
+            return E.call("$inrange", [subject, E.const(p.start), E.const(p.end), E.const(p.inclusive)])
         if isinstance(p, A.POr):
             return py.BoolOp(py.Or(), [self.pattern(o, subject) for o in p.options])
         if isinstance(p, A.PArray):
             t = self.fresh("a")
             tests: list[py.expr] = [
-                py.Compare(py.NamedExpr(_store(t), _call("$asarray", [subject])), [py.IsNot()], [_const(None)]),
+                py.Compare(py.NamedExpr(E.store(t), E.call("$asarray", [subject])), [py.IsNot()], [E.const(None)]),
             ]
             count = len(p.items)
-            length = _call("$len", [_name(t)])
-            tests.append(py.Compare(length, [py.GtE() if p.has_rest else py.Eq()], [_const(count)]))
+            length = E.call("$len", [E.name(t)])
+            tests.append(py.Compare(length, [py.GtE() if p.has_rest else py.Eq()], [E.const(count)]))
             for i, item in enumerate(p.items):
-                sub = py.Subscript(_name(t), _const(i), py.Load())
+                sub = py.Subscript(E.name(t), E.const(i), py.Load())
                 tests.append(self.pattern(item, sub))
             if p.rest:
                 b = self.declare(p.rest)
-                rest = py.Subscript(_name(t), py.Slice(_const(count), None, None), py.Load())
-                tests.append(py.BoolOp(py.Or(), [py.NamedExpr(_store(b.pyname), rest), _const(True)]))
+                rest = py.Subscript(E.name(t), py.Slice(E.const(count), None, None), py.Load())
+                tests.append(py.BoolOp(py.Or(), [py.NamedExpr(E.store(b.pyname), rest), E.const(True)]))
             return py.BoolOp(py.And(), tests)
         if isinstance(p, A.PRecord):
-            tests = [_call("$isrecord", [subject])]
+            tests = [E.call("$isrecord", [subject])]
             for key, sub_p in p.fields:
-                tests.append(py.Compare(_const(key), [py.In()], [subject]))
-                tests.append(self.pattern(sub_p, py.Subscript(subject, _const(key), py.Load())))
+                tests.append(py.Compare(E.const(key), [py.In()], [subject]))
+                tests.append(self.pattern(sub_p, py.Subscript(subject, E.const(key), py.Load())))
             return py.BoolOp(py.And(), tests)
         raise _err("SyntaxError", "unsupported pattern", p)
 
@@ -1143,44 +1073,44 @@ class Compiler:
         body: list[py.stmt] = []
         with self.into(body):
             v = self.block_value(n.body)
-            body.append(_assign(result, v))
+            body.append(E.assign(result, v))
         exc = self.fresh("e")
         handler: list[py.stmt] = []
         with self.into(handler), self.new_scope():
-            converted = _call("$catch", [_name(exc)])
+            converted = E.call("$catch", [E.name(exc)])
             if n.name:
                 b = self.declare(n.name)
-                self.emit(_assign(b.pyname, converted))
+                self.emit(E.assign(b.pyname, converted))
             else:
                 self.emit(py.Expr(converted))
             self.predeclare_fns(n.handler.stmts)
             hv = self.statements(n.handler.stmts, want_value=True)
-            self.emit(_assign(result, hv))
-        h = py.ExceptHandler(_name("$Exception"), exc, handler)
+            self.emit(E.assign(result, hv))
+        h = py.ExceptHandler(E.name("$Exception"), exc, handler)
         self.emit(self.at(py.Try(body, [h], [], []), n))
-        return _name(result)
+        return E.name(result)
 
     def x_Break(self, n: A.Break) -> py.expr:
         if self.loop_depth == 0:
             raise _err("SyntaxError", "'break' outside a loop", n)
         self.emit(self.at(py.Break(), n))
-        return _const(None)
+        return E.const(None)
 
     def x_Continue(self, n: A.Continue) -> py.expr:
         if self.loop_depth == 0:
             raise _err("SyntaxError", "'continue' outside a loop", n)
         self.emit(self.at(py.Continue(), n))
-        return _const(None)
+        return E.const(None)
 
     def x_Return(self, n: A.Return) -> py.expr:
-        value = self.expr(n.value) if n.value is not None else _const(None)
+        value = self.expr(n.value) if n.value is not None else E.const(None)
         self.emit(self.at(py.Return(value), n))
-        return _const(None)
+        return E.const(None)
 
     def x_Throw(self, n: A.Throw) -> py.expr:
         value = self.expr(n.value)
-        self.emit(self.at(py.Raise(_call("$throw", [value]), None), n))
-        return _const(None)
+        self.emit(self.at(py.Raise(E.call("$throw", [value]), None), n))
+        return E.const(None)
 
     def x_Let(self, n: A.Let) -> py.expr:
         raise _err("SyntaxError", "'let' is a statement", n)

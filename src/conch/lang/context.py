@@ -3,7 +3,8 @@
 Builtins that need the outside world (files, output, effects policy, limits) ask
 :func:`current` for the context of the run they are part of. The shell runs with no
 workspace (the whole machine, every effect allowed); the server runs each request with a
-sandboxed workspace and limits.
+sandboxed workspace and limits. What the language does not own (models, agents) it reaches
+through the context's :class:`~conch.lang.host.Host`, given by the program running it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
     from typing import Any
+
+    from conch.lang.host import Host
 
 EFFECTS = ("pure", "read", "write", "network", "process", "model")
 ALL_EFFECTS = frozenset(EFFECTS)
@@ -62,6 +65,7 @@ class Context:
         settings: Any = None,
         output_used: int = 0,
         deadline: float | None = None,
+        host: Host | None = None,
     ) -> None:
         self.workspace: Path | None = None
         self._cwd = cwd
@@ -69,16 +73,16 @@ class Context:
         self.output = output
         self.limits = limits if limits is not None else Limits()
         self._cancelled = cancelled
-        # Settings of the host (model endpoints, network policy, ...) for the ai/http builtins.
+        # Settings of the server running the program (its network policy) for the http
+        # builtins; None in the shell (every address allowed).
         self.settings = settings
         self.output_used = output_used
         # When the run in progress must end (a time.monotonic() value), set while a run with
         # a wall-time limit is in progress: builtins that wait (sleep) stop there.
         self.deadline = deadline
-        # Where a builtin sends what the host records for it (the task of an `agent` call),
-        # as (kind, data): a sandboxed run has no database of its own; None where the host
-        # gives none (the builtin then records directly, or not at all).
-        self.records: Callable[[str, dict[str, Any]], None] | None = None
+        # What the run reaches outside the language (models, agents: conch.lang.host);
+        # None: nothing, and the builtins that need it say so.
+        self.host = host
         if workspace is not None:
             from pathlib import Path
 

@@ -101,14 +101,6 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     return f'did you mean "{close[0]}"?' if close else None
 
 
-def type_error(message: str, hint: str | None = None) -> ConchError:
-    return ConchError("TypeError", message, hint=hint)
-
-
-def value_error(message: str, hint: str | None = None) -> ConchError:
-    return ConchError("ValueError", message, hint=hint)
-
-
 def check_at_least(who: str, name: str, n: int, least: int) -> None:
     """A ValueError unless the count parameter ``name`` of ``who`` is ``least`` or more."""
     if n < least:

@@ -50,23 +50,15 @@ import _ast as py
 import builtins
 
 from conch.lang import ast as A
-from conch.lang.compiler import (
-    Compiler,
-    Func,
-    Scope,
-    _and,
-    _assign,
-    _call,
-    _const,
-    _is_bool,
-    _name,
-    _store,
-)
+from conch.lang import emit as E
+from conch.lang.emit import Func, Scope
 from conch.lang.errors import ConchError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from conch.lang.emit import Emitter
 
 _ELEMENTWISE = frozenset(("map", "where", "each", "take_while"))
 _COUNTED = frozenset(("take", "skip"))
@@ -91,7 +83,7 @@ class _Stage:
         self.lam: A.Lambda | None = args[0] if args and isinstance(args[0], A.Lambda) else None
 
 
-def _builtin(c: Compiler, name: str) -> str | None:
+def _builtin(c: Emitter, name: str) -> str | None:
     """The builtin's own name when ``name`` is one (not shadowed by a binding)."""
     if c.scope.lookup(name) is not None:
         return None
@@ -103,7 +95,7 @@ def _builtin(c: Compiler, name: str) -> str | None:
     return b.name
 
 
-def _stage(c: Compiler, node: A.Node) -> tuple[_Stage, A.Node] | None:
+def _stage(c: Emitter, node: A.Node) -> tuple[_Stage, A.Node] | None:
     """``node`` as a stage and its input node, if it is one this module fuses."""
     call: A.Node
     if isinstance(node, A.Pipe) and isinstance(node.right, A.Name):
@@ -139,7 +131,7 @@ def _stage(c: Compiler, node: A.Node) -> tuple[_Stage, A.Node] | None:
     return st, src
 
 
-def _simple(c: Compiler, n: A.Node | None, local: set[str]) -> bool:
+def _simple(c: Emitter, n: A.Node | None, local: set[str]) -> bool:
     """Whether a lambda body can be inlined: an expression that needs no statements and
     reads no mutable binding (checked again on the compiled code: no statements emitted)."""
     if n is None or isinstance(n, A.Literal | A.Raw):
@@ -182,11 +174,11 @@ def _simple(c: Compiler, n: A.Node | None, local: set[str]) -> bool:
     return False
 
 
-def _simple_block(c: Compiler, b: A.Block, local: set[str]) -> bool:
+def _simple_block(c: Emitter, b: A.Block, local: set[str]) -> bool:
     return len(b.stmts) == 1 and _simple(c, b.stmts[0], local)
 
 
-def _chain(c: Compiler, node: A.Node) -> tuple[list[_Stage], A.Node] | None:
+def _chain(c: Emitter, node: A.Node) -> tuple[list[_Stage], A.Node] | None:
     stages: list[_Stage] = []
     cur = node
     while True:
@@ -201,7 +193,7 @@ def _chain(c: Compiler, node: A.Node) -> tuple[list[_Stage], A.Node] | None:
     return stages, cur
 
 
-def _source_kind(c: Compiler, src: A.Node) -> str | None:
+def _source_kind(c: Emitter, src: A.Node) -> str | None:
     """"range" or "list" when the input's type is known from its syntax."""
     if isinstance(src, A.RangeLit):
         return "range"
@@ -220,7 +212,7 @@ def _source_kind(c: Compiler, src: A.Node) -> str | None:
 # -- entry points ------------------------------------------------------------------------
 
 
-def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
+def fuse(c: Emitter, node: A.Pipe | A.Call) -> py.expr | None:
     """The fused code for the chain ending at ``node``, or None to compile it as written."""
     if c.fusing:
         # Inside a chain being fused (a body, a count) chains compile as written: each of those
@@ -256,7 +248,7 @@ def fuse(c: Compiler, node: A.Pipe | A.Call) -> py.expr | None:
     return result
 
 
-def _unfused(c: Compiler, stages: list[_Stage], src: py.expr) -> py.expr:
+def _unfused(c: Emitter, stages: list[_Stage], src: py.expr) -> py.expr:
     """The chain compiled as written, over an input already evaluated into ``src``."""
     import copy  # here: the copy module costs a ``conch -c`` start-up about a millisecond
 
@@ -278,16 +270,16 @@ def _unfused(c: Compiler, stages: list[_Stage], src: py.expr) -> py.expr:
         c.fuse = saved
 
 
-def _temp(c: Compiler, e: py.expr, at: A.Node) -> py.Name:
+def _temp(c: Emitter, e: py.expr, at: A.Node) -> py.Name:
     t = c.fresh()
-    c.emit(c.at(_assign(t, e), at))
-    return _name(t)
+    c.emit(c.at(E.assign(t, e), at))
+    return E.name(t)
 
 
 # -- bodies ------------------------------------------------------------------------------
 
 
-def _body(c: Compiler, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -> tuple[list[str], py.expr, str | None]:
+def _body(c: Emitter, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -> tuple[list[str], py.expr, str | None]:
     """Compile ``lam``'s body in place, its parameters holding values of ``kinds``: their
     Python names, the expression and the kind of its value. Raises _NotFusable if it needs
     statements.
@@ -318,7 +310,7 @@ def _body(c: Compiler, lam: A.Lambda, kinds: list[str | None], ints: set[str]) -
     return names, e, kind
 
 
-def _int(c: Compiler, n: A.Node, ints: set[str]) -> bool:
+def _int(c: Emitter, n: A.Node, ints: set[str]) -> bool:
     """Whether ``n`` evaluates to an Int (or fails), given the bindings ``ints`` hold Ints."""
     if isinstance(n, A.Literal):
         return type(n.value) is int
@@ -332,35 +324,35 @@ def _int(c: Compiler, n: A.Node, ints: set[str]) -> bool:
     return False
 
 
-def _tick(c: Compiler, lam: A.Lambda) -> py.expr:
+def _tick(c: Emitter, lam: A.Lambda) -> py.expr:
     """The step a checked run counts on entering the lambda, where the lambda would."""
-    return c.at(_call("$tick", []), lam)
+    return c.at(E.call("$tick", []), lam)
 
 
-def _helper(c: Compiler, key: str, value: Any) -> str:
+def _helper(c: Emitter, key: str, value: Any) -> str:
     # keys start with $f: apart from the runtime's helpers ($range is not Python's range)
     c.builtins[key] = value
     return key
 
 
-def _not_bool(c: Compiler, st: _Stage, r: py.expr, first: py.expr | None = None) -> py.expr:
+def _not_bool(c: Emitter, st: _Stage, r: py.expr, first: py.expr | None = None) -> py.expr:
     """``r`` is True, or False, or the builtin's own error at the stage's call (``first``:
     what to test first, if not ``r`` itself)."""
-    from conch.lang.builtins.collections import _not_bool as not_bool
+    from conch.lang.builtins.collections import not_bool
 
-    fail = c.at(_call(_helper(c, "$f:notbool", not_bool), [_const(st.name), r]), st.call)
-    return py.BoolOp(py.Or(), [py.Compare(first or r, [py.Is()], [_const(True)]),
-                               py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [_const(False)]), fail])])
+    fail = c.at(E.call(_helper(c, "$f:notbool", not_bool), [E.const(st.name), r]), st.call)
+    return py.BoolOp(py.Or(), [py.Compare(first or r, [py.Is()], [E.const(True)]),
+                               py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [E.const(False)]), fail])])
 
 
 def _comp(target: str, it: py.expr, ifs: list[py.expr]) -> py.comprehension:
-    return py.comprehension(_store(target), it, ifs, 0)
+    return py.comprehension(E.store(target), it, ifs, 0)
 
 
 # -- a list: one comprehension per stage ----------------------------------------------------
 
 
-def _eager_chain(c: Compiler, stages: list[_Stage], s: py.Name, static: bool) -> py.expr:
+def _eager_chain(c: Emitter, stages: list[_Stage], s: py.Name, static: bool) -> py.expr:
     if static:
         return _eager(c, stages, s)
     fused: list[py.stmt] = []
@@ -368,32 +360,32 @@ def _eager_chain(c: Compiler, stages: list[_Stage], s: py.Name, static: bool) ->
     other: list[py.stmt] = []
     r = c.fresh("r")
     with c.into(fused):
-        c.emit(_assign(r, _eager(c, stages, s)))
+        c.emit(E.assign(r, _eager(c, stages, s)))
     with c.into(lazy):
         value = _lazy_chain(c, stages, s, ints=False)
         if value is not None:
-            c.emit(_assign(r, value))
+            c.emit(E.assign(r, value))
     with c.into(other):
-        c.emit(_assign(r, _unfused(c, stages, s)))
+        c.emit(E.assign(r, _unfused(c, stages, s)))
     from conch.lang.values import LazyList
 
     typ = _helper(c, "$f:type", type)
 
     def test(*types: str) -> py.expr:
-        return _or([py.Compare(_call(typ, [s]), [py.Is()], [_name(t)]) for t in types])
+        return _or([py.Compare(E.call(typ, [s]), [py.Is()], [E.name(t)]) for t in types])
 
     if lazy:
         other = [c.at(py.If(test(_helper(c, "$f:range", range), _helper(c, "$f:LazyList", LazyList)), lazy, other),
                       stages[0].call)]
     c.emit(c.at(py.If(test(_helper(c, "$f:list", list)), fused, other), stages[0].call))
-    return _name(r)
+    return E.name(r)
 
 
 def _or(tests: list[py.expr]) -> py.expr:
     return tests[0] if len(tests) == 1 else py.BoolOp(py.Or(), tests)
 
 
-def _eager(c: Compiler, stages: list[_Stage], cur: py.Name) -> py.expr:
+def _eager(c: Emitter, stages: list[_Stage], cur: py.Name) -> py.expr:
     kind: str | None = None  # of the elements: known after a map whose body is arithmetic
     for i, st in enumerate(stages):
         e, kind = _eager_stage(c, st, cur, kind)
@@ -403,7 +395,7 @@ def _eager(c: Compiler, stages: list[_Stage], cur: py.Name) -> py.expr:
     raise AssertionError("no stages")
 
 
-def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None) -> tuple[py.expr, str | None]:
+def _eager_stage(c: Emitter, st: _Stage, cur: py.expr, kind: str | None = None) -> tuple[py.expr, str | None]:
     """One stage over a list; the expression and the kind of the elements it gives."""
     if st.name in _COUNTED or st.name == "sum":
         # A slice or a sum of a list: no per-element call to save, so the builtin itself.
@@ -417,7 +409,7 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
         return _test(c, st, [], cur, lazy=False, ints=kind == "int"), None
     if st.name == "take_while":
         gen, _ = _generator(c, [st], cur, lazy=False, ints=kind == "int")
-        return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
+        return c.at(E.call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
     ints: set[str] = set()
     names, body, body_kind = _body(c, lam, [kind], ints)
     x = names[0]
@@ -425,11 +417,11 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
     if st.name in ("map", "where"):
         if st.name == "map":
             value, ifs, out_kind = body, [], body_kind
-        elif _is_bool(body):
-            value, ifs, out_kind = _name(x), [body], kind
+        elif E.is_bool(body):
+            value, ifs, out_kind = E.name(x), [body], kind
         else:
             r = c.fresh("r")
-            value, ifs, out_kind = _name(x), [_not_bool(c, st, _name(r), py.NamedExpr(_store(r), body))], kind
+            value, ifs, out_kind = E.name(x), [_not_bool(c, st, E.name(r), py.NamedExpr(E.store(r), body))], kind
         if c.checked and _tickless(lam.body):
             return _batched(c, st, lam, x, cur, value, ifs), out_kind
         return c.at(py.ListComp(value, [_comp(x, cur, [*ticks, *ifs])]), st.call), out_kind
@@ -437,9 +429,9 @@ def _eager_stage(c: Compiler, st: _Stage, cur: py.expr, kind: str | None = None)
     # result is bound in a condition: a comprehension's iterable may not bind a name (and
     # the body may, in a Bool guard).
     r = c.fresh("r")
-    keep = py.Compare(py.NamedExpr(_store(r), body), [py.IsNot()], [_const(None)])
-    gen = c.at(py.GeneratorExp(_name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
-    return c.at(_call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
+    keep = py.Compare(py.NamedExpr(E.store(r), body), [py.IsNot()], [E.const(None)])
+    gen = c.at(py.GeneratorExp(E.name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
+    return c.at(E.call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
 
 
 # -- a checked stage over a list: its steps in batches ----------------------------------
@@ -477,7 +469,7 @@ def _tickless(n: A.Node | None) -> bool:
     return False
 
 
-def _batched(c: Compiler, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value: py.expr,
+def _batched(c: Emitter, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value: py.expr,
              ifs: list[py.expr]) -> py.expr:
     """A map or where over the list ``cur`` in a checked run, its body making no steps of its
     own: chunks of at most _CHUNK elements, each run without a step per element when
@@ -500,23 +492,23 @@ def _batched(c: Compiler, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value
     r, it, left, m = c.fresh("r"), c.fresh("it"), c.fresh("left"), c.fresh("m")
     islice = _helper(c, "$f:islice", itertools.islice)
     length = _helper(c, "$f:len", len)
-    chunk = _call(islice, [_name(it), _name(m)])
+    chunk = E.call(islice, [E.name(it), E.name(m)])
     fast = c.at(py.ListComp(value, [_comp(x, chunk, ifs)]), st.call)
     slow = c.at(py.ListComp(value, [_comp(x, chunk, [py.UnaryOp(py.Not(), _tick(c, lam)), *ifs])]), st.call)
-    hint = _call(py.Attribute(_name(it), "__length_hint__", py.Load()), [])
-    taken = py.BinOp(_name(m), py.Sub(), py.BinOp(hint, py.Sub(), _name(left)))
-    add = c.at(py.Expr(c.at(_call("$steps", [taken]), lam)), lam)
-    loop = py.While(_name(left), [
-        _assign(m, py.IfExp(py.Compare(_name(left), [py.LtE()], [_const(_CHUNK)]), _name(left), _const(_CHUNK))),
-        py.AugAssign(_store(left), py.Sub(), _name(m)),
-        py.If(c.at(_call("$batch", [_name(m)]), lam), [
-            py.Try([py.AugAssign(_store(r), py.Add(), fast)], [], [], [add]),
-        ], [py.AugAssign(_store(r), py.Add(), slow)]),
+    hint = E.call(py.Attribute(E.name(it), "__length_hint__", py.Load()), [])
+    taken = py.BinOp(E.name(m), py.Sub(), py.BinOp(hint, py.Sub(), E.name(left)))
+    add = c.at(py.Expr(c.at(E.call("$steps", [taken]), lam)), lam)
+    loop = py.While(E.name(left), [
+        E.assign(m, py.IfExp(py.Compare(E.name(left), [py.LtE()], [E.const(_CHUNK)]), E.name(left), E.const(_CHUNK))),
+        py.AugAssign(E.store(left), py.Sub(), E.name(m)),
+        py.If(c.at(E.call("$batch", [E.name(m)]), lam), [
+            py.Try([py.AugAssign(E.store(r), py.Add(), fast)], [], [], [add]),
+        ], [py.AugAssign(E.store(r), py.Add(), slow)]),
     ], [])
-    for stmt in (_assign(r, py.List([], py.Load())), _assign(it, _call(_helper(c, "$f:iter", iter), [cur])),
-                 _assign(left, _call(length, [cur])), loop):
+    for stmt in (E.assign(r, py.List([], py.Load())), E.assign(it, E.call(_helper(c, "$f:iter", iter), [cur])),
+                 E.assign(left, E.call(length, [cur])), loop):
         c.emit(c.at(stmt, st.call))
-    return _name(r)
+    return E.name(r)
 
 
 def _bounded_list() -> Any:
@@ -535,7 +527,7 @@ class _Unfusable(Exception):
         self.index = index
 
 
-def _lazy_chain(c: Compiler, stages: list[_Stage], cur: py.Name, ints: bool) -> py.expr | None:
+def _lazy_chain(c: Emitter, stages: list[_Stage], cur: py.Name, ints: bool) -> py.expr | None:
     """The chain over a Range (``ints``) or a LazyList; None when no stage could be fused
     (and nothing was emitted)."""
     mark = len(c.out)
@@ -563,7 +555,7 @@ def _lazy_chain(c: Compiler, stages: list[_Stage], cur: py.Name, ints: bool) -> 
     return result
 
 
-def _lazy(c: Compiler, stages: list[_Stage], src: py.Name, ints: bool) -> py.expr:
+def _lazy(c: Emitter, stages: list[_Stage], src: py.Name, ints: bool) -> py.expr:
     end = stages[-1]
     if end.name == "reduce":
         return _fold(c, end, stages[:-1], src, lazy=True, ints=ints)
@@ -573,11 +565,11 @@ def _lazy(c: Compiler, stages: list[_Stage], src: py.Name, ints: bool) -> py.exp
 
     if end.name != "sum":
         gen, _ = _generator(c, stages, src, lazy=True, ints=ints)
-        return c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), end.call)
+        return c.at(E.call(_helper(c, "$f:LazyList", LazyList), [gen]), end.call)
     gen, kind = _generator(c, stages[:-1], src, lazy=True, ints=ints, summed=True)
     if kind == "int":
-        return c.at(_call(_helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
-    lazy = c.at(_call(_helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
+        return c.at(E.call(_helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
+    lazy = c.at(E.call(_helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
     return _eager_stage(c, end, lazy)[0]
 
 
@@ -593,7 +585,7 @@ def sum_ints(gen: Any) -> Any:
     return builtins.sum(gen)
 
 
-def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
+def _counts(c: Emitter, stages: list[_Stage]) -> list[py.Name]:
     """Evaluate the take/skip counts in order and check them as the builtin does (by calling
     it on an empty list) before any element is produced, as the unfused chain does while it
     is built."""
@@ -607,7 +599,7 @@ def _counts(c: Compiler, stages: list[_Stage]) -> list[py.Name]:
     return counts
 
 
-def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool,
+def _generator(c: Emitter, stages: list[_Stage], src: py.expr, lazy: bool,
                ints: bool = False, summed: bool = False) -> tuple[py.expr, str | None]:
     """A call of a generator function taking ``src`` through ``stages``, and the kind of the
     values it yields (``summed``: consumed by ``sum``, which makes no steps in between)."""
@@ -622,20 +614,20 @@ def _generator(c: Compiler, stages: list[_Stage], src: py.expr, lazy: bool,
     return _def(c, loop, src, counts, stages[-1].call), loop.kind
 
 
-def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
+def _fold(c: Emitter, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
     """``reduce`` as a loop: the stages before it, then its body on the accumulator."""
     lam = st.lam
     assert lam is not None
     counts: list[py.expr] = list(_counts(c, stages))
-    init: py.expr = _temp(c, c.expr(st.args[1]), st.args[1]) if len(st.args) == 2 else _const(None)
+    init: py.expr = _temp(c, c.expr(st.args[1]), st.args[1]) if len(st.args) == 2 else E.const(None)
     acc = c.fresh("acc")
     first = c.fresh("first")
 
     def last(value: py.expr, kind: str | None) -> list[py.stmt]:
         names, body, _ = _body(c, lam, [None, kind], loop.ints)
         step: list[py.stmt] = [py.Expr(_tick(c, lam))] if c.checked else []
-        step += [_assign(names[0], _name(acc)), _assign(names[1], value), _assign(acc, body)]
-        return [py.If(_name(first), [_assign(acc, value), _assign(first, _const(False))], step)]
+        step += [E.assign(names[0], E.name(acc)), E.assign(names[1], value), E.assign(acc, body)]
+        return [py.If(E.name(first), [E.assign(acc, value), E.assign(first, E.const(False))], step)]
 
     from conch.lang.builtins.collections import empty_reduce
 
@@ -643,14 +635,14 @@ def _fold(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
     loop.batch = _all_tickless([*stages, st])
     loop.takes_expr = False  # the value is used on one of two branches, after a tick
     # reduce_: a null (or no) initial value means the first element starts the fold
-    loop.prologue = [_assign(acc, _name("$init")), _assign(first, py.Compare(_name(acc), [py.Is()], [_const(None)]))]
-    empty = c.at(py.Expr(c.at(_call(_helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
-    loop.epilogue = [py.If(_name(first), [empty], []), py.Return(_name(acc))]
+    loop.prologue = [E.assign(acc, E.name("$init")), E.assign(first, py.Compare(E.name(acc), [py.Is()], [E.const(None)]))]
+    empty = c.at(py.Expr(c.at(E.call(_helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
+    loop.epilogue = [py.If(E.name(first), [empty], []), py.Return(E.name(acc))]
     loop.has_init = True
     return _def(c, loop, src, [*counts, init], st.call)
 
 
-def _test(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
+def _test(c: Emitter, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool, ints: bool = False) -> py.expr:
     """``count``, ``any`` or ``all`` with a predicate as a loop: the stages before it, then
     the predicate, checked as the builtin checks it (at its call, as the builtin reports it
     even on a lazy input, which it consumes itself); any and all stop where the builtin does."""
@@ -661,27 +653,27 @@ def _test(c: Compiler, st: _Stage, stages: list[_Stage], src: py.expr, lazy: boo
 
     def last(value: py.expr, kind: str | None) -> list[py.stmt]:
         names, body, _ = _body(c, lam, [kind], loop.ints)
-        out: list[py.stmt] = [_assign(names[0], value)]
+        out: list[py.stmt] = [E.assign(names[0], value)]
         if c.checked:
             out.append(py.Expr(_tick(c, lam)))
-        if _is_bool(body):
+        if E.is_bool(body):
             test = body
         else:
             r = c.fresh("r")
-            out.append(_assign(r, body))
-            test = _not_bool(c, st, _name(r))
+            out.append(E.assign(r, body))
+            test = _not_bool(c, st, E.name(r))
         if st.name == "count":
-            out.append(py.If(test, [py.AugAssign(_store(acc), py.Add(), _const(1))], []))
+            out.append(py.If(test, [py.AugAssign(E.store(acc), py.Add(), E.const(1))], []))
         elif st.name == "any":
-            out.append(py.If(test, [_assign(acc, _const(True)), py.Break()], []))
+            out.append(py.If(test, [E.assign(acc, E.const(True)), py.Break()], []))
         else:
-            out.append(py.If(py.UnaryOp(py.Not(), test), [_assign(acc, _const(False)), py.Break()], []))
+            out.append(py.If(py.UnaryOp(py.Not(), test), [E.assign(acc, E.const(False)), py.Break()], []))
         return out
 
     loop = _Loop(stages, lazy, ints, py.Break(), last)
     loop.batch = _all_tickless([*stages, st])
-    loop.prologue = [_assign(acc, _const({"count": 0, "any": False, "all": True}[st.name]))]
-    loop.epilogue = [py.Return(_name(acc))]
+    loop.prologue = [E.assign(acc, E.const({"count": 0, "any": False, "all": True}[st.name]))]
+    loop.epilogue = [py.Return(E.name(acc))]
     return _def(c, loop, src, counts, st.call)
 
 
@@ -706,7 +698,7 @@ class _Loop:
         self.batch = False  # nothing steps between its elements: may take its steps in batches
 
 
-def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node) -> py.expr:
+def _def(c: Emitter, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node) -> py.expr:
     """Define the function running ``loop`` over its first argument; return its call. Like a
     lambda it takes the immutable bindings it reads as keyword defaults: the generator of a
     lazy chain may run after the loop that made it has moved on."""
@@ -718,7 +710,7 @@ def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node
         loop.params[-1] = "$init"
     x = c.fresh("x")
     try:
-        inner = _stages(c, loop, 0, _name(x), "int" if loop.int_elems else None, iter(loop.params))
+        inner = _stages(c, loop, 0, E.name(x), "int" if loop.int_elems else None, iter(loop.params))
     finally:
         c.func, c.scope, c.loop_depth = outer_func, outer_scope, outer_loop
     body: list[py.stmt] = [*loop.prologue, *loop.init]
@@ -728,25 +720,25 @@ def _def(c: Compiler, loop: _Loop, src: py.expr, args: list[py.expr], at: A.Node
         # the first stage's parameter is the loop variable (x is used nowhere else then)
         target = head.targets[0].id  # type: ignore[attr-defined]
         inner = inner[1:]
-    for_stmt: py.stmt = py.For(_store(target), _name("$src"), inner, [], None)
+    for_stmt: py.stmt = py.For(E.store(target), E.name("$src"), inner, [], None)
     if loop.batch and c.checked:
         for_stmt = _batched_loop(c, target, inner, for_stmt)
     if loop.guards:
-        for_stmt = py.If(_and(loop.guards), [for_stmt], [])
+        for_stmt = py.If(E.and_(loop.guards), [for_stmt], [])
     body += [for_stmt, *loop.epilogue]
     captured = list(func.captures.values())
     for b in captured:
         c.access(b, outer_func)
     fargs = py.arguments(posonlyargs=[], args=[py.arg("$src"), *(py.arg(p) for p in loop.params)], vararg=None,
                          kwonlyargs=[py.arg(b.pyname) for b in captured],
-                         kw_defaults=[_name(b.pyname) for b in captured], kwarg=None, defaults=[])
+                         kw_defaults=[E.name(b.pyname) for b in captured], kwarg=None, defaults=[])
     name = c.fresh("fused")
     fdef = py.FunctionDef(name=name, args=fargs, body=body, decorator_list=[], returns=None, type_comment=None)
     c.emit(c.at(fdef, at))
-    return c.at(py.Call(_name(name), [src, *args], []), at)
+    return c.at(py.Call(E.name(name), [src, *args], []), at)
 
 
-def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, params: Any) -> list[py.stmt]:
+def _stages(c: Emitter, loop: _Loop, i: int, value: py.expr, kind: str | None, params: Any) -> list[py.stmt]:
     """The statements taking ``value`` through stages ``i``.. . Nested rather than
     ``continue``: a take looks at its count after every element it let through, whatever
     the stages after it did with the element."""
@@ -755,32 +747,32 @@ def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, 
         return out
     st = loop.stages[i]
     if st.name in _COUNTED:
-        n = _name(next(params))
+        n = E.name(next(params))
         k = c.fresh("k")
-        loop.init.append(_assign(k, _const(0)))
-        bump = py.AugAssign(_store(k), py.Add(), _const(1))
+        loop.init.append(E.assign(k, E.const(0)))
+        bump = py.AugAssign(E.store(k), py.Add(), E.const(1))
         rest = _stages(c, loop, i + 1, value, kind, params)
         if st.name == "skip":
-            return [bump, py.If(py.Compare(_name(k), [py.Gt()], [n]), rest, [])]
+            return [bump, py.If(py.Compare(E.name(k), [py.Gt()], [n]), rest, [])]
         # islice(items, n) pulls nothing when n is 0, and nothing after the n-th element
-        loop.guards.append(py.Compare(n, [py.Gt()], [_const(0)]))
-        return [bump, *rest, py.If(py.Compare(_name(k), [py.GtE()], [n]), [loop.stop], [])]
+        loop.guards.append(py.Compare(n, [py.Gt()], [E.const(0)]))
+        return [bump, *rest, py.If(py.Compare(E.name(k), [py.GtE()], [n]), [loop.stop], [])]
     lam = st.lam
     assert lam is not None
     names, body, body_kind = _body(c, lam, [kind], loop.ints)
-    out = [_assign(names[0], value)]
+    out = [E.assign(names[0], value)]
     if c.checked:
         out.append(py.Expr(_tick(c, lam)))
     if st.name in ("where", "take_while"):
-        if _is_bool(body):
+        if E.is_bool(body):
             test = body
         elif loop.lazy:
             raise _Unfusable(i)
         else:
             r = c.fresh("r")
-            out.append(_assign(r, body))
-            test = _not_bool(c, st, _name(r))
-        rest = _stages(c, loop, i + 1, _name(names[0]), kind, params)
+            out.append(E.assign(r, body))
+            test = _not_bool(c, st, E.name(r))
+        rest = _stages(c, loop, i + 1, E.name(names[0]), kind, params)
         out.append(py.If(test, rest, [loop.stop] if st.name == "take_while" else []))
         return out
     if st.name == "map" and ((i + 1 < len(loop.stages) and loop.stages[i + 1].lam is not None)
@@ -788,11 +780,11 @@ def _stages(c: Compiler, loop: _Loop, i: int, value: py.expr, kind: str | None, 
         # the next lambda (or the yield) takes the value at once: no temporary
         return out + _stages(c, loop, i + 1, body, body_kind, params)
     y = c.fresh("y")
-    out.append(_assign(y, body))
-    rest = _stages(c, loop, i + 1, _name(y), body_kind, params)
+    out.append(E.assign(y, body))
+    rest = _stages(c, loop, i + 1, E.name(y), body_kind, params)
     if st.name == "map":
         return out + rest
-    out.append(py.If(py.Compare(_name(y), [py.IsNot()], [_const(None)]), rest, []))  # each
+    out.append(py.If(py.Compare(E.name(y), [py.IsNot()], [E.const(None)]), rest, []))  # each
     return out
 
 
@@ -800,7 +792,7 @@ def _all_tickless(stages: list[_Stage]) -> bool:
     return all(s.lam is None or _tickless(s.lam.body) for s in stages)
 
 
-def _batched_loop(c: Compiler, target: str, inner: list[py.stmt], plain: py.stmt) -> py.stmt:
+def _batched_loop(c: Emitter, target: str, inner: list[py.stmt], plain: py.stmt) -> py.stmt:
     """The loop of a fold, a test or a summed generator over a list or a Range (else ``plain``)
     in chunks of _CHUNK elements, each chunk that no step of which could reach the step limit
     (``$tick`` statements per element, at most) counting its steps in a local and adding them
@@ -836,28 +828,28 @@ def _batched_loop(c: Compiler, target: str, inner: list[py.stmt], plain: py.stmt
         def visit_Expr(self, node: py.Expr) -> Any:
             v = node.value
             if isinstance(v, py.Call) and isinstance(v.func, py.Name) and v.func.id == "$tick":
-                return ast.copy_location(py.AugAssign(_store(k), py.Add(), _const(1)), node)
+                return ast.copy_location(py.AugAssign(E.store(k), py.Add(), E.const(1)), node)
             return node
 
     counted = [Count().visit(s) for s in copy.deepcopy(inner)]
     typ = _helper(c, "$f:type", type)
-    end = py.BinOp(_name(i), py.Add(), _const(_CHUNK))
-    batch = ast.copy_location(_call("$batch", [py.BinOp(_call(_helper(c, "$f:len", len), [_name(chunk)]), py.Mult(),
-                                                        _const(len(ticks)))]), ticks[0])
+    end = py.BinOp(E.name(i), py.Add(), E.const(_CHUNK))
+    batch = ast.copy_location(E.call("$batch", [py.BinOp(E.call(_helper(c, "$f:len", len), [E.name(chunk)]), py.Mult(),
+                                                        E.const(len(ticks)))]), ticks[0])
     body: list[py.stmt] = [
-        _assign(chunk, py.Subscript(_name("$src"), py.Slice(_name(i), end, None), py.Load())),
-        py.AugAssign(_store(i), py.Add(), _const(_CHUNK)),
-        py.If(py.UnaryOp(py.Not(), _name(chunk)), [py.Break()], []),
+        E.assign(chunk, py.Subscript(E.name("$src"), py.Slice(E.name(i), end, None), py.Load())),
+        py.AugAssign(E.store(i), py.Add(), E.const(_CHUNK)),
+        py.If(py.UnaryOp(py.Not(), E.name(chunk)), [py.Break()], []),
         py.If(batch, [
-            _assign(k, _const(0)),
-            py.Try([py.For(_store(target), _name(chunk), counted, [py.Continue()], None)], [], [],
-                   [py.Expr(_call("$steps", [_name(k)]))]),
-        ], [py.For(_store(target), _name(chunk), inner, [py.Continue()], None)]),
+            E.assign(k, E.const(0)),
+            py.Try([py.For(E.store(target), E.name(chunk), counted, [py.Continue()], None)], [], [],
+                   [py.Expr(E.call("$steps", [E.name(k)]))]),
+        ], [py.For(E.store(target), E.name(chunk), inner, [py.Continue()], None)]),
         py.Break(),
     ]
-    known = py.BoolOp(py.Or(), [py.Compare(_call(typ, [_name("$src")]), [py.Is()], [_name(_helper(c, f"$f:{t.__name__}", t))])
+    known = py.BoolOp(py.Or(), [py.Compare(E.call(typ, [E.name("$src")]), [py.Is()], [E.name(_helper(c, f"$f:{t.__name__}", t))])
                                 for t in (range, list)])
-    return py.If(known, [_assign(i, _const(0)), py.While(_const(True), body, [])], [plain])
+    return py.If(known, [E.assign(i, E.const(0)), py.While(E.const(True), body, [])], [plain])
 
 
 # -- builtins as the Python method they call ---------------------------------------------
@@ -871,7 +863,7 @@ def _is_str(e: py.expr) -> bool:
     return isinstance(e, py.JoinedStr) or getattr(e, "conch_type", None) == "String"
 
 
-def inline_builtin(c: Compiler, name: str, call: py.Call, at: A.Node) -> py.expr | None:
+def inline_builtin(c: Emitter, name: str, call: py.Call, at: A.Node) -> py.expr | None:
     """``call`` (of builtin ``name``, positional arguments) as a method call behind a type
     test, its other branch the checked call: None when no such form applies."""
     args = call.args
@@ -888,10 +880,10 @@ def inline_builtin(c: Compiler, name: str, call: py.Call, at: A.Node) -> py.expr
         return None if e is None else _typed(e, "StringArray")
     if (canonical == "join" and getattr(args[0], "conch_type", None) == "StringArray"
             and (len(args) == 1 or _literal(args[1]) is not None)):
-        sep = args[1] if len(args) == 2 else _const("")
+        sep = args[1] if len(args) == 2 else E.const("")
         return _typed(c.at(method("join", args[0])(sep), at), "String")
     if canonical == "len" and len(args) == 1:
-        return _guarded(c, args[0], "Sized", lambda s: _call("$len", [s]), call, at)
+        return _guarded(c, args[0], "Sized", lambda s: E.call("$len", [s]), call, at)
     return None
 
 
@@ -899,7 +891,7 @@ def _literal(e: py.expr) -> str | None:
     return e.value if isinstance(e, py.Constant) and type(e.value) is str else None
 
 
-def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr | None:
+def _guarded(c: Emitter, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr | None:
     if kind == "String" and _is_str(arg):
         return _typed(c.at(fast(arg), at), "String")
     if not isinstance(arg, py.Name | py.Constant):
@@ -908,10 +900,10 @@ def _guarded(c: Compiler, arg: py.expr, kind: str, fast: Any, call: py.Call, at:
         return None
     typ = _helper(c, "$f:type", type)
     if kind == "String":
-        test: py.expr = py.Compare(_call(typ, [arg]), [py.Is()], [_name(_helper(c, "$f:str", str))])
+        test: py.expr = py.Compare(E.call(typ, [arg]), [py.Is()], [E.name(_helper(c, "$f:str", str))])
     else:
         kinds = [_helper(c, "$f:list", list), _helper(c, "$f:str", str), _helper(c, "$f:dict", dict)]
-        test = py.BoolOp(py.Or(), [py.Compare(_call(typ, [arg]), [py.Is()], [_name(k)]) for k in kinds])
+        test = py.BoolOp(py.Or(), [py.Compare(E.call(typ, [arg]), [py.Is()], [E.name(k)]) for k in kinds])
     e = c.at(py.IfExp(test, c.at(fast(arg), at), call), at)
     return _typed(e, kind) if kind == "String" else e
 

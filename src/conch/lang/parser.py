@@ -95,12 +95,6 @@ class Parser:
             raise _err(f"expected '{op}' but the program ended", t, hint)
         raise _err(f"expected '{op}' but found {t.describe()}", t, hint)
 
-    def expect_ident(self, what: str) -> Token:
-        t = self.tok
-        if t.kind != "ident":
-            raise _err(f"expected {what} but found {t.describe()}", t)
-        return self.next()
-
     def expect_kw(self, word: str, hint: str) -> Token:
         t = self.tok
         if not t.is_kw(word):
@@ -114,10 +108,6 @@ class Parser:
     @property
     def no_brace(self) -> bool:
         return self.modes[-1][1]
-
-    def at_line_end(self) -> bool:
-        t = self.tok
-        return t.kind == "eof" or (t.nl_before and self.nl_sensitive)
 
     def span(self, node: Any, start: Token, end: Token | None = None) -> Any:
         node.line, node.col = start.line, start.col

@@ -15,7 +15,6 @@ from conch.lang.values import ErrorValue, LazyList, type_of
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
-    from collections.abc import Callable
     from typing import Any
 
 _ARRAYS = (list, range, LazyList, tuple)
@@ -317,10 +316,6 @@ def pipe_call(fn: Any, value: Any) -> Any:
         return fn(value)
     raise _type_error(f"a pipeline stage must be a function, got {type_of(fn)}",
                       "write value | f, value | f(args), value | fn(x) => ... or value | .field")
-
-
-def call_value(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return fn(*args, **kwargs)
 
 
 HELPERS: dict[str, Any] = {

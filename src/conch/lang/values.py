@@ -126,11 +126,6 @@ def as_list(value: Any) -> list[Any]:
     return list(value)
 
 
-def collection_limit() -> int | None:
-    """The run's limit on the elements of an Array (None: unlimited)."""
-    return _context.current().limits.collection_size
-
-
 def check_size(n: int, what: str = "Array") -> None:
     """Refuse to build ``what`` (an Array, or a String counted in characters) of ``n``
     elements beyond the run's collection limit."""

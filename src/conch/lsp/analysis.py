@@ -29,8 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.lang import ast as A
-from conch.lang.builtins.registry import _EMPTY, Builtin, all_builtins, lookup
-from conch.lang.compiler import Binding, Compiler, Func
+from conch.lang.builtins.registry import (
+    EMPTY,
+    KEYWORD_ONLY,
+    POSITIONAL,
+    VAR_KEYWORD,
+    VAR_POSITIONAL,
+    Builtin,
+    all_builtins,
+    lookup,
+)
+from conch.lang.compiler import Compiler
+from conch.lang.emit import Binding, Func
 from conch.lang.errors import ConchError, did_you_mean
 from conch.lang.lexer import KEYWORDS, tokenize
 from conch.lang.parser import Parser
@@ -235,6 +245,11 @@ class _Unit:
 
 
 _units: dict[str, _Unit] = {}
+
+
+def clear_cache() -> None:
+    """Forget every analysed document (the next analysis of any text starts cold)."""
+    _units.clear()
 
 
 def _unit(text: str) -> _Unit:
@@ -689,9 +704,6 @@ def _compile_check(u: _Unit, key: tuple[Any, ...]) -> list[tuple[Range, str, str
 
 # -- argument counts ------------------------------------------------------------------------
 
-_POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(4)
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -699,13 +711,13 @@ def _plural(n: int, word: str) -> str:
 def _call_problem(b: Builtin, npos: int, kwnames: list[str]) -> tuple[str, str, str | None] | None:
     """(what, message, hint) for a call of ``b`` that cannot bind, else None. ``what`` says
     where to point: "extra", "missing", or "kw:NAME"."""
-    sig = b._parameters()
-    positional = [s for s in sig if s[1] == _POSITIONAL]
-    names = {s[0] for s in sig if s[1] in (_POSITIONAL, _KEYWORD_ONLY)}
-    varargs = any(s[1] == _VAR_POSITIONAL for s in sig)
-    varkw = any(s[1] == _VAR_KEYWORD for s in sig)
+    sig = b.parameter_specs()
+    positional = [s for s in sig if s[1] == POSITIONAL]
+    names = {s[0] for s in sig if s[1] in (POSITIONAL, KEYWORD_ONLY)}
+    varargs = any(s[1] == VAR_POSITIONAL for s in sig)
+    varkw = any(s[1] == VAR_KEYWORD for s in sig)
     if npos > len(positional) and not varargs:
-        least = sum(1 for s in positional if s[2] is _EMPTY)
+        least = sum(1 for s in positional if s[2] is EMPTY)
         most = len(positional)
         takes = f"{most}" if least == most else f"from {least} to {most}"
         return ("extra", f"{b.name}() takes {takes} argument{'' if most == 1 else 's'} but {npos} were given", None)
@@ -716,7 +728,7 @@ def _call_problem(b: Builtin, npos: int, kwnames: list[str]) -> tuple[str, str, 
             return (f"kw:{k}", f"{b.name}() got an unexpected keyword argument '{k}'", hint)
         if k in filled:
             return (f"kw:{k}", f"{b.name}() got multiple values for argument '{k}'", None)
-    missing = [s[0] for s in sig if s[1] in (_POSITIONAL, _KEYWORD_ONLY) and s[2] is _EMPTY
+    missing = [s[0] for s in sig if s[1] in (POSITIONAL, KEYWORD_ONLY) and s[2] is EMPTY
                and s[0] not in filled and s[0] not in kwnames]
     if missing:
         listed = " and ".join(f"'{m}'" for m in missing)
@@ -757,7 +769,7 @@ def _arity_diagnostics(u: _Unit, env: dict[str, Def]) -> list[tuple[tuple[int, i
 
 
 def _max_positional(b: Builtin) -> int:
-    return sum(1 for s in b._parameters() if s[1] == _POSITIONAL)
+    return sum(1 for s in b.parameter_specs() if s[1] == POSITIONAL)
 
 
 def _kw_name_range(u: _Unit, name: str, value: A.Node) -> tuple[int, int, int, int] | None:
@@ -1110,40 +1122,3 @@ def _split_params(inner: str) -> list[str]:
     if cur.strip():
         out.append(cur.strip())
     return out
-
-
-# -- latency --------------------------------------------------------------------------------
-
-
-def benchmark(text: str, edits: int = 20) -> dict[str, float]:
-    """Latencies in milliseconds on ``text``: a cold analysis (empty caches), then the median
-    analysis after an edit of one line in the middle (what the server does on each
-    ``didChange``) and the median completion at the edited position."""
-    import statistics
-    import time
-
-    _units.clear()
-    lines = text.split("\n")
-    t0 = time.perf_counter()
-    analyse(text)
-    cold = (time.perf_counter() - t0) * 1000
-    middle = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].startswith("let "))
-    original = lines[middle]
-    after_edit, completion = [], []
-    for k in range(edits):
-        lines[middle] = original.replace("let ", f"let edit{k}_", 1) + f" + 0 * {k}" * 0
-        t0 = time.perf_counter()
-        a = analyse("\n".join(lines))
-        t1 = time.perf_counter()
-        completions(a, middle, len(lines[middle]))
-        t2 = time.perf_counter()
-        after_edit.append((t1 - t0) * 1000)
-        completion.append((t2 - t1) * 1000)
-    return {
-        "lines": float(len(lines)),
-        "cold_ms": round(cold, 1),
-        "edit_ms_median": round(statistics.median(after_edit), 1),
-        "edit_ms_max": round(max(after_edit), 1),
-        "completion_ms_median": round(statistics.median(completion), 1),
-        "completion_ms_max": round(max(completion), 1),
-    }

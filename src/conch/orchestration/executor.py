@@ -134,6 +134,7 @@ def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[
     reference); one Runner per configuration keeps its compile caches warm."""
     import json
 
+    from conch.host import server_host
     from conch.lang.builtins.registry import load_all
     from conch.sandbox.worker import Runner
 
@@ -141,7 +142,7 @@ def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[
     runner = _RUNNERS.get(key)
     if runner is None:
         load_all()
-        runner = _RUNNERS[key] = Runner(WorkerConfig(**config))
+        runner = _RUNNERS[key] = Runner(WorkerConfig(**config), host=server_host)
     chan = Collect()
     runner.run(payload, chan)
     return chan.done or _failure("LimitError", "the job produced no result")

@@ -84,7 +84,7 @@ class WorkerConfig:
     # The directory above the workspace that ``user`` cannot search, covered in the
     # worker's own mount namespace (conch.sandbox.mountns); ``workspace`` is then real
     cover: str | None = None
-    # Whether the server keeps what a run sends to be recorded (Context.records)
+    # Whether the server keeps what a run sends to be recorded (an agent call's task)
     records: bool = False
 
 
@@ -187,7 +187,10 @@ def worker_main(sock: socket.socket) -> None:
         return
     config = WorkerConfig(**first[1])
     _preload()
-    runner = Runner(config)
+    # The host of every run (models, agents): this process's composition root chooses it.
+    from conch.host import server_host
+
+    runner = Runner(config, host=server_host)
     os.chdir(config.workspace)  # the pool created it; a worker must not run elsewhere
     # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
     sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
@@ -273,8 +276,13 @@ class _StreamLimit(Exception):
     pass
 
 
+# What gives a run its host (conch.lang.host) from the worker's settings and, where the
+# server keeps records for it, the channel they go over: conch.host.server_host.
+HostFactory = Callable[[Settings | None, Callable[[str, dict[str, Any]], None] | None], Any]
+
+
 class Runner:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, host: HostFactory | None = None) -> None:
         # Resolved once: every run's context starts from the same real workspace path.
         self.workspace = Path(os.path.realpath(config.workspace))
         self.allowed = frozenset(config.allowed_effects)
@@ -292,6 +300,12 @@ class Runner:
             if self.settings is not None:
                 self.settings = self.settings.model_copy(
                     update={"network_allow": ["0.0.0.0/0", "::/0"]})
+        # The host of a run whose records nobody keeps, and of one whose records go to the
+        # server over a channel (that channel's: a worker has one for its whole life).
+        self._host = host
+        self._plain_host = host(self.settings, None) if host is not None else None
+        self._record_chan: Channel | None = None
+        self._record_host: Any = None
         # Compiled programs and pipeline stages by source, least recently used first: agents
         # send the same commands again and again, and lexing, parsing and compiling cost
         # far more than running a small program.
@@ -320,6 +334,7 @@ class Runner:
             limits=limits,
             cancelled=self._never_cancelled,
             settings=self.settings,
+            host=self._plain_host,
         )
         if self.checked:
             ctx.workspace = self.workspace
@@ -336,9 +351,11 @@ class Runner:
             (lambda line: chan.send(["data", line])) if stream else output.append
         )
         ctx = self._context(emit, limits)
-        if self.records and (isinstance(chan, Channel)
-                             or (isinstance(chan, Collect) and chan.parent is not None)):
-            ctx.records = lambda kind, data: chan.send(["record", kind, data])
+        if self.records and self._host is not None:
+            target = chan if isinstance(chan, Channel) else chan.parent
+            if target is not None:
+                ctx.host = (self._record_host if target is self._record_chan
+                            else self._recording_host(target))
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
@@ -369,6 +386,13 @@ class Runner:
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
             failed = kind.failure(_run_error(from_python(exc)), output)
             chan.send(["done", failed.to_wire(), recycle])
+
+    def _recording_host(self, target: Channel) -> Any:
+        assert self._host is not None
+        self._record_chan = target
+        self._record_host = self._host(
+            self.settings, lambda kind, data: target.send(["record", kind, data]))
+        return self._record_host
 
     def _batch(self, job: dict[str, Any], chan: Outbox) -> None:
         """Several jobs one after the other, for a burst of small programs (a workflow's

@@ -10,7 +10,7 @@ from typing import Any
 
 from conch.lang.builtins import _index
 from conch.lang.builtins.registry import (
-    _EMPTY,
+    EMPTY,
     REGISTRY,
     Builtin,
     Param,
@@ -55,7 +55,7 @@ def test_parameters_read_from_code_objects_match_inspect() -> None:
         params, ret = _params_by_inspect(b)
         assert b.params == params, b.name
         read = _function_parameters(b.impl)[1]
-        assert read == (ret if ret is not inspect.Signature.empty else _EMPTY), b.name
+        assert read == (ret if ret is not inspect.Signature.empty else EMPTY), b.name
 
 
 def test_wrappers_keep_the_implementation_signature() -> None:
@@ -126,9 +126,9 @@ def test_code_object_reading_matches_inspect_on_every_shape() -> None:
     for fn in _shapes():
         sig = inspect.signature(fn)
         want = [
-            (p.name, kinds[p.kind], _EMPTY if p.default is p.empty else p.default,
-             _EMPTY if p.annotation is p.empty else p.annotation)
+            (p.name, kinds[p.kind], EMPTY if p.default is p.empty else p.default,
+             EMPTY if p.annotation is p.empty else p.annotation)
             for p in sig.parameters.values()
         ]
-        ret = _EMPTY if sig.return_annotation is sig.empty else sig.return_annotation
+        ret = EMPTY if sig.return_annotation is sig.empty else sig.return_annotation
         assert _function_parameters(fn) == (want, ret), fn

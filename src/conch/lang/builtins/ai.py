@@ -2,62 +2,37 @@
 
 Model strings are the inference server's: ``"<provider>:<model>"`` (``ollama:qwen2.5:7b``,
 ``openai:gpt-4o-mini``, ``local:smollm2-135m-instruct``) or a local model id; the default is
-the ``default_model`` setting (chat) and the server's default embedding model (embed).
+the host's default model (chat) and its default embedding model (embed).
 
-Where the requests go: in the agent server (a run with host settings) to the inference
-server's API at ``models_url`` — sandbox workers never load a model. In the shell to a
-serving layer inside the process (local models and configured providers), unless
-``models_url`` is set explicitly (conch.toml or ``CONCH_MODELS_URL``), then to that server.
+The requests go to the run's host (:mod:`conch.lang.host`), which decides where models are:
+in the agent server the inference server's API at ``models_url`` (sandbox workers never load
+a model); in the shell a serving layer inside the process (local models and configured
+providers), unless ``models_url`` is set explicitly, then that server.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 from conch.lang.builtins.registry import Example, builtin
 from conch.lang.builtins.types import Array, Int, Number, Record, String
 from conch.lang.context import current
 from conch.lang.errors import ConchError
+from conch.lang.host import ModelRequestError, require
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 
-def _settings_and_client(ctx: Any) -> tuple[Any, Any]:
-    from conch.inference.client import HTTPModels, InProcessModels
-
-    settings = ctx.settings
-    if settings is not None:  # a server's run: always over HTTP
-        return settings, HTTPModels(settings.models_url, settings.provider_timeout_s)
-    from conch.config import get_settings
-
-    settings = get_settings()
-    if "models_url" in settings.model_fields_set:
-        return settings, HTTPModels(settings.models_url, settings.provider_timeout_s)
-    return settings, InProcessModels.for_settings(settings)
-
-
-def _timeout(ctx: Any, settings: Any) -> float:
-    limit = float(settings.provider_timeout_s)
-    if ctx.deadline is not None:
-        limit = min(limit, max(0.001, ctx.deadline - time.monotonic()))
-    return limit
-
-
 def _call(name: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    from conch.inference.client import ModelCallError
-
     ctx = current()
-    settings, client = _settings_and_client(ctx)
-    if kind == "chat" and not body.get("model"):
-        body["model"] = settings.default_model
+    host = require(ctx.host, name, "reach a model")
     try:
         if kind == "chat":
-            return dict(client.chat(body, _timeout(ctx, settings)))
-        return dict(client.embed(body, _timeout(ctx, settings)))
-    except ModelCallError as exc:
+            return dict(host.chat(body, ctx.deadline))
+        return dict(host.embed(body, ctx.deadline))
+    except ModelRequestError as exc:
         kind_ = "TimeoutError" if exc.status == 504 else (
             "ValueError" if exc.status in (400, 404, 422) else "ProviderError")
         raise ConchError(kind_, f"{name}: {exc.message}") from None

@@ -216,7 +216,7 @@ def same(a: Any, b: Any) -> Bool:
 _PLAIN_HASHABLE = frozenset((str, int, float, _NONE))
 
 
-def _not_bool(who: str, result: Any) -> bool:
+def not_bool(who: str, result: Any) -> bool:
     """Reject a non-Bool predicate result: conch has no truthiness (``if 0`` is an error too)."""
     raise ConchError(
         "TypeError",
@@ -271,12 +271,12 @@ def where_(items: Array, predicate: Function) -> Array:
         return LazyList(
             x
             for x in items
-            if (r := predicate(x)) is True or (r is not False and _not_bool("where", r))
+            if (r := predicate(x)) is True or (r is not False and not_bool("where", r))
         )
     return [
         x
         for x in items
-        if (r := predicate(x)) is True or (r is not False and _not_bool("where", r))
+        if (r := predicate(x)) is True or (r is not False and not_bool("where", r))
     ]
 
 
@@ -403,7 +403,7 @@ def _short_circuit(
         if r is stop:
             return stop
         if r is not go_on:
-            _not_bool(who, r)
+            not_bool(who, r)
     return go_on
 
 
@@ -518,7 +518,7 @@ def _bool_test(who: str, predicate: Callable[[Any], Any]) -> Callable[[Any], boo
         r = predicate(x)
         if r is True or r is False:
             return r
-        return _not_bool(who, r)
+        return not_bool(who, r)
 
     return test
 
@@ -765,7 +765,7 @@ def partition_(items: Array, predicate: Function) -> Array:
         elif r is False:
             no.append(x)
         else:
-            _not_bool("partition", r)
+            not_bool("partition", r)
     return [yes, no]
 
 
@@ -923,7 +923,7 @@ def count_(items: Array, predicate: Function | None = None) -> Int:
         if r is True:
             n += 1
         elif r is not False:
-            _not_bool("count", r)
+            not_bool("count", r)
     return n
 
 
@@ -1020,7 +1020,7 @@ def find_(items: Array, predicate: Function) -> Any:
         if r is True:
             return x
         if r is not False:
-            _not_bool("find", r)
+            not_bool("find", r)
     return None
 
 

@@ -35,7 +35,7 @@ CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", 
 MODULE_CATEGORIES = {"agent": "ai"}
 
 _MISSING: Any = object()
-_EMPTY: Any = object()  # a parameter without a default
+EMPTY: Any = object()  # a parameter without a default
 
 
 @record
@@ -79,7 +79,7 @@ class Param:
 
 
 # Parameter kinds, as in inspect.Parameter
-_POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(4)
+POSITIONAL, VAR_POSITIONAL, KEYWORD_ONLY, VAR_KEYWORD = range(4)
 _CO_VARARGS = 0x04
 _CO_VARKEYWORDS = 0x08
 
@@ -107,19 +107,19 @@ def _function_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int,
     first_default = npos - len(defaults)
     for i in range(npos):
         name = names[i]
-        default = defaults[i - first_default] if i >= first_default else _EMPTY
-        out.append((name, _POSITIONAL, default, annotations.get(name, _EMPTY)))
+        default = defaults[i - first_default] if i >= first_default else EMPTY
+        out.append((name, POSITIONAL, default, annotations.get(name, EMPTY)))
     index = npos + nkw
     if code.co_flags & _CO_VARARGS:
         name = names[index]
-        out.append((name, _VAR_POSITIONAL, _EMPTY, annotations.get(name, _EMPTY)))
+        out.append((name, VAR_POSITIONAL, EMPTY, annotations.get(name, EMPTY)))
         index += 1
     for name in names[npos:npos + nkw]:
-        out.append((name, _KEYWORD_ONLY, kwdefaults.get(name, _EMPTY), annotations.get(name, _EMPTY)))
+        out.append((name, KEYWORD_ONLY, kwdefaults.get(name, EMPTY), annotations.get(name, EMPTY)))
     if code.co_flags & _CO_VARKEYWORDS:
         name = names[index]
-        out.append((name, _VAR_KEYWORD, _EMPTY, annotations.get(name, _EMPTY)))
-    return out, annotations.get("return", _EMPTY)
+        out.append((name, VAR_KEYWORD, EMPTY, annotations.get(name, EMPTY)))
+    return out, annotations.get("return", EMPTY)
 
 
 def _inspect_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int, Any, Any]], Any]:
@@ -127,20 +127,20 @@ def _inspect_parameters(impl: Callable[..., Any]) -> tuple[list[tuple[str, int, 
     import inspect
 
     kinds = {
-        inspect.Parameter.POSITIONAL_ONLY: _POSITIONAL,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD: _POSITIONAL,
-        inspect.Parameter.VAR_POSITIONAL: _VAR_POSITIONAL,
-        inspect.Parameter.KEYWORD_ONLY: _KEYWORD_ONLY,
-        inspect.Parameter.VAR_KEYWORD: _VAR_KEYWORD,
+        inspect.Parameter.POSITIONAL_ONLY: POSITIONAL,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD: POSITIONAL,
+        inspect.Parameter.VAR_POSITIONAL: VAR_POSITIONAL,
+        inspect.Parameter.KEYWORD_ONLY: KEYWORD_ONLY,
+        inspect.Parameter.VAR_KEYWORD: VAR_KEYWORD,
     }
     empty = inspect.Parameter.empty
     sig = inspect.signature(impl)
     params = [
-        (p.name, kinds[p.kind], _EMPTY if p.default is empty else p.default,
-         _EMPTY if p.annotation is empty else p.annotation)
+        (p.name, kinds[p.kind], EMPTY if p.default is empty else p.default,
+         EMPTY if p.annotation is empty else p.annotation)
         for p in sig.parameters.values()
     ]
-    return params, _EMPTY if sig.return_annotation is empty else sig.return_annotation
+    return params, EMPTY if sig.return_annotation is empty else sig.return_annotation
 
 
 @record(eq=False)
@@ -185,7 +185,9 @@ class Builtin:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def _parameters(self) -> list[tuple[str, int, Any, Any]]:
+    def parameter_specs(self) -> list[tuple[str, int, Any, Any]]:
+        """``(name, kind, default, annotation)`` per parameter of the implementation: kind one
+        of :data:`POSITIONAL` ... :data:`VAR_KEYWORD`, default :data:`EMPTY` when it has none."""
         sig = self._sig
         if sig is None:
             sig, ret = _function_parameters(self.impl)
@@ -200,14 +202,14 @@ class Builtin:
         if plist is None:
             declared = self.declared or {}
             plist = []
-            for name, kind, default, ann in self._parameters():
-                if kind == _VAR_KEYWORD:
+            for name, kind, default, ann in self.parameter_specs():
+                if kind == VAR_KEYWORD:
                     continue
                 ann = declared.get(name, ann)
                 type_name = ann if isinstance(ann, str) and ann else "Any"
-                if kind == _VAR_POSITIONAL:
+                if kind == VAR_POSITIONAL:
                     plist.append(Param(name, type_name, False, None, variadic=True))
-                elif default is _EMPTY:
+                elif default is EMPTY:
                     plist.append(Param(name, type_name, True))
                 else:
                     plist.append(Param(name, type_name, False, default))
@@ -221,7 +223,7 @@ class Builtin:
     @property
     def returns(self) -> str:
         if self._returns is None:
-            self._parameters()
+            self.parameter_specs()
         assert self._returns is not None
         return self._returns
 
@@ -235,7 +237,7 @@ class Builtin:
         would cost every ``conch -c`` start-up tens of milliseconds."""
         wrapper = self._fn
         if wrapper is None:
-            wrapper = self._fn = _make_wrapper(self, self._parameters())
+            wrapper = self._fn = _make_wrapper(self, self.parameter_specs())
         return wrapper
 
     @fn.setter
@@ -502,23 +504,23 @@ def _make_wrapper(b: Builtin, sig: list[tuple[str, int, Any, Any]]) -> Callable[
     call_args: list[str] = []
     seen_kwonly = False
     for pname, kind, default, _ann in sig:
-        if kind == _VAR_POSITIONAL:
+        if kind == VAR_POSITIONAL:
             params_src.append(f"*{pname}")
             call_args.append(f"*{pname}")
             seen_kwonly = True
-        elif kind == _VAR_KEYWORD:
+        elif kind == VAR_KEYWORD:
             params_src.append(f"**{pname}")
             call_args.append(f"**{pname}")
         else:
-            if kind == _KEYWORD_ONLY and not seen_kwonly:
+            if kind == KEYWORD_ONLY and not seen_kwonly:
                 params_src.append("*")
                 seen_kwonly = True
-            if default is _EMPTY:
+            if default is EMPTY:
                 params_src.append(pname)
             else:
                 checks[f"_d_{pname}"] = default
                 params_src.append(f"{pname}=_d_{pname}")
-            call_args.append(f"{pname}={pname}" if kind == _KEYWORD_ONLY else pname)
+            call_args.append(f"{pname}={pname}" if kind == KEYWORD_ONLY else pname)
     for param in b.params:
         if param.variadic:
             test = _inline_check(param.type, "_v")
