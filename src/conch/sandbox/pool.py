@@ -65,7 +65,8 @@ QUEUE_TIMEOUT_S = 120.0
 RECYCLE_AFTER_JOBS = 100_000
 
 # A worker's hard RLIMIT_CPU (which a command it starts cannot raise) bounds its whole life:
-# about this much CPU time, after which it is replaced (conch.sandbox.worker._CpuBudget).
+# this much CPU time and twice the longest job's budget. Past half of it the worker is
+# replaced (conch.sandbox.worker._CpuBudget), so that a job never meets the hard limit.
 CPU_LIFETIME_S = 3600
 
 

@@ -118,7 +118,9 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
         from conch.sandbox.namespaces import enter
 
         enter(plan, config.workspace)
-        _State.pid_namespace = bool(plan.get("pid"))
+        # Only a worker allowed to start commands has anything to collect between jobs
+        # (without the process effect Landlock refuses every exec).
+        _State.reap = bool(plan.get("pid")) and bool((config.confinement or {}).get("process"))
     if prepared is not None:
         applied = {name: layer.to_dict() for name, layer in confine(prepared).items()}
     _hard_limits(config)
@@ -199,9 +201,10 @@ class _CpuBudget:
         used = _cpu_used()
         soft = math.ceil(used + budget + self.SLACK_S)
         if hard != resource.RLIM_INFINITY:
-            # The hard limit bounds the worker's whole life: one that could not give the
-            # next job as much as this one is replaced after this one.
-            if used + 2 * (budget + self.SLACK_S) > hard:
+            # The hard limit bounds the worker's whole life (the pool makes it twice the
+            # longest job's budget and more): past half of it, the worker is replaced after
+            # this job, so that no job meets the hard limit's SIGKILL.
+            if used > hard / 2:
                 _State.retire = True
             soft = min(soft, hard)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
@@ -248,7 +251,7 @@ def worker_main(sock: socket.socket) -> None:
         cpu.spent(time.perf_counter() - started)
         if _State.cpu_exceeded or _State.retire:
             return
-        if _State.pid_namespace:
+        if _State.reap:
             from conch.sandbox.namespaces import reap_orphans
 
             reap_orphans()  # nothing a run started outlives it
@@ -268,8 +271,9 @@ class _State:
     cpu_exceeded = False
     # The worker's CPU time is nearly spent (its hard RLIMIT_CPU): replaced after its job
     retire = False
-    # PID 1 of a PID namespace of its own (conch.sandbox.namespaces)
-    pid_namespace = False
+    # PID 1 of a PID namespace of its own (conch.sandbox.namespaces) that may start
+    # commands: what a job left running is killed after it
+    reap = False
 
 
 def _on_cpu_limit(signum: int, frame: Any) -> None:
