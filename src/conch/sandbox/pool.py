@@ -497,6 +497,8 @@ class SandboxPool:
         self._workers: set[Worker] = set()
         self._busy: set[Worker] = set()
         self._spawning: set[asyncio.Task[None]] = set()
+        # Killed, not yet reaped: what they hold (a uid, a cgroup) is given back once gone
+        self._dying: set[Worker] = set()
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -560,7 +562,7 @@ class SandboxPool:
             prefer = 0
             with contextlib.suppress(OSError):
                 prefer = os.lstat(self.workspace).st_gid
-            self.group = self.ids.lease(prefer if prefer else None)
+            self.group = self.ids.lease(prefer if prefer else None, group=True)
             if self.group is None:
                 raise SandboxUnavailable(f"no id of sandbox_uids {self.settings.sandbox_uids} "
                                          "is free")
@@ -604,8 +606,9 @@ class SandboxPool:
             task.cancel()
         for w in list(self._workers):
             w.kill()
-        await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in self._workers))
-        for w in self._workers:
+        ending = self._workers | self._dying
+        await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in ending))
+        for w in ending:
             await asyncio.to_thread(self._gone, w)
         self._workers.clear()
         self._idle.clear()
@@ -615,6 +618,7 @@ class SandboxPool:
 
     def _gone(self, worker: Worker) -> None:
         """What a reaped worker held: its cgroup (and whatever is left in it), its uid."""
+        self._dying.discard(worker)
         if worker.cgroup is not None:
             worker.cgroup.remove()
             worker.cgroup = None
@@ -680,6 +684,7 @@ class SandboxPool:
             await self._connect(worker)
         except BaseException:
             worker.kill()
+            self._dying.add(worker)
             _reap_later(asyncio.get_running_loop(), worker)
             raise
         for name, layer in ready[2].items():
@@ -739,6 +744,7 @@ class SandboxPool:
             return
         self._workers.discard(worker)
         self.restarts[reason] += 1
+        self._dying.add(worker)
         _reap_later(asyncio.get_running_loop(), worker)
         if self._closed:
             return
@@ -1015,16 +1021,15 @@ def _serving_pid(process: subprocess.Popen[bytes], reported: Any) -> int:
 def _reap_later(loop: asyncio.AbstractEventLoop, worker: Worker, delay: float = 0.01) -> None:
     """Collect a killed worker's exit status without a thread: SIGKILL takes effect within
     milliseconds, so a few polls from the loop suffice. Its cgroup and uid go with it."""
-    if worker.process.poll() is None and delay < 5.0:
-        loop.call_later(delay, _reap_later, loop, worker, delay * 2)
-    elif worker.cgroup is not None or worker.lease is not None:
-        if worker.process.poll() is None:
-            return  # not gone after 5 s: its uid is not given to another worker
-        if worker.lease is not None and not worker.pool.pid_namespaces:
-            # The sweep of its uid reads /proc: not on the loop.
-            loop.run_in_executor(None, worker.pool._gone, worker)
-        else:
-            worker.pool._gone(worker)
+    if worker.process.poll() is None:
+        if delay < 5.0:
+            loop.call_later(delay, _reap_later, loop, worker, delay * 2)
+        return  # not gone after 5 s: its uid is not given to another (close() waits for it)
+    if worker.lease is not None and not worker.pool.pid_namespaces:
+        # The sweep of its uid reads /proc: not on the loop.
+        loop.run_in_executor(None, worker.pool._gone, worker)
+    else:
+        worker.pool._gone(worker)
 
 
 def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

@@ -33,7 +33,8 @@ def probe(settings: Settings) -> dict[str, Layer]:
     }
     layers.update(decide(settings).layers)
     base, why = cgroups.inspect()
-    layers["limits"] = Layer(base is not None, why if base is not None else f"rlimits; {why}")
+    layers["limits"] = Layer(base is not None,
+                             f"{why}; hard rlimits" if base is not None else f"hard rlimits; {why}")
     return layers
 
 

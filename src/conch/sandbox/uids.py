@@ -8,10 +8,11 @@ workers apart either. So a server running as root leases, for each worker it sta
 no other process on the machine holds, and for itself one group that all its workers share
 (they write one workspace, group-writable).
 
-A lease is an exclusive ``flock`` on a lock file named after the id in a directory every
-conch server on the machine uses (``/run/conch/sandbox-ids``): held by the server for as
-long as the worker (or the server, for its group) lives, and released by the kernel if the
-server dies, so no id is ever held twice and none leaks. Ids that name a user or group in
+A lease is a ``flock`` on a lock file named after the id in a directory every conch server
+on the machine uses (``/run/conch/sandbox-ids``): held by the server for as long as the
+worker (or the server, for its group) lives, and released by the kernel if the server dies,
+so no uid is ever held twice and none leaks. A worker's lock is exclusive; a group's is
+shared, so that two servers given the same workspace keep sharing its group. Ids that name a user or group in
 the system's databases are skipped: the range is for ids nobody else uses.
 
 A worker's uid is released only once every process that ran as it is gone: the worker's PID
@@ -75,19 +76,28 @@ class Ids:
         self.ids = ids
         self._next = 0
 
-    def lease(self, prefer: int | None = None) -> Lease | None:
-        """An id of the range held for this process alone (``prefer`` first), or ``None``
-        where every id is held or named."""
+    def lease(self, prefer: int | None = None, *, group: bool = False) -> Lease | None:
+        """An id of the range no other process holds (``prefer`` first), or ``None`` where
+        every id is held or named. A ``group`` lease is shared: ``prefer`` (the workspace's
+        group) is taken even where another server holds it as the group of the same
+        workspace, never where a worker holds it as its uid; any other id only where no
+        process holds it at all."""
         directory = _lock_dir()
         count = len(self.ids)
         order = ([prefer] if prefer is not None and prefer in self.ids else []) + [
             self.ids[(self._next + i) % count] for i in range(count)]
-        for candidate in order:
+        for index, candidate in enumerate(order):
             if _named(candidate):
                 continue
             fd = os.open(directory / str(candidate), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            shared_preferred = group and index == 0 and candidate == prefer
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if shared_preferred:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                else:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    if group:  # free: now shared with whichever server shares the workspace
+                        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 continue
