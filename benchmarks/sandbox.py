@@ -7,12 +7,15 @@ Two comparisons:
   from there: workers inherit ``PYTHONPATH``), both ``sandbox = "best-effort"`` with their
   defaults. Measured: pool start-up with one worker (the server's decisions and the first
   worker), a worker's own start-up (spawn to greeting, on a started pool: what a
-  replacement costs), ``execute 1 + 1`` throughput at 1 and 16 callers, and one
+  replacement costs), ``execute 1 + 1`` throughput at 1 and 16 callers (and the CPU time,
+  server's and workers', each run costs: on a busy machine the steadier measure), and one
   ``run_process("true")``.
 - **off vs all layers** of this tree (start-up and throughput), as before.
 
-Each measurement round runs in a fresh interpreter, alternating the two trees, so that a
-burst of other load hits both alike; ratios are the median of the rounds' paired ratios.
+Each tree runs in a measuring process of its own, kept for the whole run; the driver asks
+them in turn for one short window of each measure (a start-up, a second of throughput,
+twenty ``run_process`` calls), alternating which goes first, so that other load on the
+machine hits both alike; ratios are the median of the windows' paired ratios.
 
 Where the server runs as root, the workspace is put where the sandbox user can reach it, so
 that the drop to that user is part of what is measured.
@@ -28,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,14 +40,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-STARTS = int(os.environ.get("CONCH_BENCH_STARTS", "4"))
-ROUNDS = int(os.environ.get("CONCH_BENCH_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("CONCH_BENCH_ROUNDS", "12"))
 DURATION_S = float(os.environ.get("CONCH_BENCH_SECONDS", "1"))
-PROCESS_RUNS = int(os.environ.get("CONCH_BENCH_PROCESS_RUNS", "40"))
+PROCESS_RUNS = int(os.environ.get("CONCH_BENCH_PROCESS_RUNS", "20"))
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- one round, in a fresh interpreter (the tree under test is first on its path) ----------
+# -- a measuring process (the tree under test first on its path), driven over stdin ------
 
 
 def _settings(base: Path, name: str, workers: int, mode: str = "best-effort",
@@ -54,63 +57,106 @@ def _settings(base: Path, name: str, workers: int, mode: str = "best-effort",
                     sandbox=mode, workers=workers, **extra)
 
 
-async def _start_once(base: Path, name: str, mode: str = "best-effort", **extra: Any) -> float:
-    from conch.sandbox.pool import SandboxPool
+class Bench:
+    """The pools one tree's measurements use, kept between the driver's requests so that
+    each request measures one short window."""
 
-    pool = SandboxPool(_settings(base, name, 1, mode, **extra))
-    started = time.perf_counter()
-    await pool.start()
-    elapsed = time.perf_counter() - started
-    await pool.close()
-    return elapsed
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.pools: dict[str, Any] = {}
+        self.count = 0
 
+    async def pool(self, name: str, workers: int, mode: str = "best-effort",
+                   **extra: Any) -> Any:
+        from conch.sandbox.pool import SandboxPool
 
-async def _spawns(base: Path, name: str, count: int, **extra: Any) -> list[float]:
-    """A worker's own start-up: spawn to greeting on a started pool (a replacement)."""
-    from conch.sandbox.pool import SandboxPool
+        if name not in self.pools:
+            pool = SandboxPool(_settings(self.base, name, workers, mode, **extra))
+            await pool.start()
+            self.pools[name] = pool
+        return self.pools[name]
 
-    pool = SandboxPool(_settings(base, name, 1, **extra))
-    await pool.start()
-    times = []
-    try:
-        for _ in range(count):
-            started = time.perf_counter()
-            worker = await pool._spawn()
-            times.append(time.perf_counter() - started)
-            pool._replace(worker, "recycle")
-            await asyncio.sleep(0.05)  # let the old one be reaped
-    finally:
+    async def start(self, mode: str = "best-effort") -> float:
+        """Pool start-up with one worker: the server's decisions and its first worker."""
+        from conch.sandbox.pool import SandboxPool
+
+        self.count += 1
+        pool = SandboxPool(_settings(self.base, f"start-{self.count}", 1, mode))
+        started = time.perf_counter()
+        await pool.start()
+        elapsed = time.perf_counter() - started
         await pool.close()
-    return times
+        return elapsed * 1000
 
+    async def spawn(self, **extra: Any) -> float:
+        """A worker's own start-up: spawn to greeting on a started pool (a replacement)."""
+        pool = await self.pool("spawn-" + "-".join(extra), 1, **extra)
+        started = time.perf_counter()
+        worker = await pool._spawn()
+        elapsed = time.perf_counter() - started
+        # Ended without a replacement (which would start in the background, during the
+        # next window), and what it held given back (where the tree keeps such things).
+        worker.kill()
+        pool._workers.discard(worker)
+        await asyncio.to_thread(worker.process.wait)
+        gone = getattr(pool, "_gone", None)
+        if gone is not None:
+            await asyncio.to_thread(gone, worker)
+        return elapsed * 1000
 
-async def _throughput(pool: Any, callers: int) -> float:
-    from conch.sandbox.pool import Job
+    async def rps(self, callers: int, mode: str = "best-effort") -> float:
+        from conch.sandbox.pool import Job
 
-    job = Job(mode="program", source="1 + 1")
-    stop = time.perf_counter() + DURATION_S
-    done = 0
+        pool = await self.pool(f"rps-{mode}", 2, mode)
+        job = Job(mode="program", source="1 + 1")
+        stop = time.perf_counter() + DURATION_S
+        done = 0
 
-    async def caller() -> None:
-        nonlocal done
-        while time.perf_counter() < stop:
-            await pool.run(job)
-            done += 1
+        async def caller() -> None:
+            nonlocal done
+            while time.perf_counter() < stop:
+                await pool.run(job)
+                done += 1
 
-    started = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(callers)))
-    return done / (time.perf_counter() - started)
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        return done / (time.perf_counter() - started)
 
+    async def cpu(self, callers: int, runs: int = 4000) -> float:
+        """CPU time (server and workers, from the kernel's accounting) per ``1 + 1``, in
+        microseconds: what throughput costs, which other load on the machine does not
+        change the way it changes runs per second."""
+        import resource
 
-async def _process_ms(base: Path) -> float:
-    from conch.sandbox.pool import Job, SandboxPool
+        from conch.sandbox.pool import Job
 
-    pool = SandboxPool(_settings(base, "process", 1, allow_process=True))
-    await pool.start()
-    job = Job(mode="program", source='run_process("true")')
-    try:
-        for _ in range(3):
-            await pool.run(job)
+        pool = await self.pool("rps-best-effort", 2)
+        job = Job(mode="program", source="1 + 1")
+        each = max(1, runs // callers)
+
+        def used() -> float:
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            total = own.ru_utime + own.ru_stime
+            for pid in pool.worker_pids():
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return total
+
+        async def caller() -> None:
+            for _ in range(each):
+                await pool.run(job)
+
+        before = used()
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        return (used() - before) / (each * callers) * 1e6
+
+    async def process(self) -> float:
+        """The median of ``run_process("true")`` runs, in milliseconds."""
+        from conch.sandbox.pool import Job
+
+        pool = await self.pool("process", 1, allow_process=True)
+        job = Job(mode="program", source='run_process("true")')
         times = []
         for _ in range(PROCESS_RUNS):
             started = time.perf_counter()
@@ -118,55 +164,34 @@ async def _process_ms(base: Path) -> float:
             times.append(time.perf_counter() - started)
             assert answer.success, answer
         return statistics.median(times) * 1000
-    finally:
-        await pool.close()
+
+    async def close(self) -> None:
+        for pool in self.pools.values():
+            await pool.close()
 
 
-async def _round(base: Path, modes: bool) -> dict[str, Any]:
-    from conch.sandbox.pool import SandboxPool
-
-    out: dict[str, Any] = {
-        "start": statistics.median([await _start_once(base, "start") for _ in range(STARTS)]),
-        "spawn": statistics.median(await _spawns(base, "spawn", STARTS)),
-        "true_ms": await _process_ms(base),
-    }
-    pool = SandboxPool(_settings(base, "rps", 2))
-    await pool.start()
-    out["layers"] = pool.describe_layers()
+async def _serve(base: Path) -> None:
+    bench = Bench(base)
+    loop = asyncio.get_running_loop()
     try:
-        for callers in (1, 16):
-            out[f"rps{callers}"] = await _throughput(pool, callers)
+        while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            request = json.loads(line)
+            if request["do"] == "layers":
+                pool = await bench.pool("rps-best-effort", 2)
+                answer: Any = pool.describe_layers()
+            else:
+                answer = await getattr(bench, request["do"])(*request.get("args", []),
+                                                            **request.get("kwargs", {}))
+            print(json.dumps(answer), flush=True)
     finally:
-        await pool.close()
-    if modes:
-        out["start_off"] = statistics.median(
-            [await _start_once(base, "off", "off") for _ in range(STARTS)])
-        off = SandboxPool(_settings(base, "rps-off", 2, "off"))
-        await off.start()
-        try:
-            for callers in (1, 16):
-                out[f"rps{callers}_off"] = await _throughput(off, callers)
-        finally:
-            await off.close()
-        if "network_stack" in out["layers"] or _has_stack():
-            out["spawn_network"] = statistics.median(
-                await _spawns(base, "net", STARTS, allow_network=True))
-    return out
+        await bench.close()
 
 
-def _has_stack() -> bool:
-    try:
-        from conch.sandbox import slirp
-    except ImportError:
-        return False
-    return slirp.find()[0] is not None
-
-
-def measure(modes: bool) -> None:
+def measure() -> None:
     base = Path(tempfile.mkdtemp(prefix="conch-bench-sandbox-"))
     base.chmod(0o755)  # reachable by the sandbox user when this runs as root
     try:
-        print(json.dumps(asyncio.run(_round(base, modes))))
+        asyncio.run(_serve(base))
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
@@ -181,75 +206,107 @@ def _export(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def _child(src: Path, modes: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure"]
-                          + (["--modes"] if modes else []),
-                          env=env, capture_output=True, text=True, check=False, cwd=str(ROOT))
-    if done.returncode != 0:
-        raise SystemExit(f"a measurement failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+class Tree:
+    """A measuring process importing one tree."""
+
+    def __init__(self, src: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--measure"], env=env, cwd=str(ROOT),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, do: str, *args: Any, **kwargs: Any) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"do": do, "args": args, "kwargs": kwargs}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"a measuring process ended (status {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+# (label, request, arguments, scale, target): each measured in windows alternating between
+# the two trees, paired window by window.
+MEASURES = [
+    ("pool start-up, 1 worker (ms)", "start", (), ""),
+    ("worker start-up (ms)", "spawn", (), "<= 1.3x"),
+    ("execute 1 + 1, 1 caller (runs/s)", "rps", (1,), ">= 0.97x"),
+    ("execute 1 + 1, 16 callers (runs/s)", "rps", (16,), ">= 0.97x"),
+    ("execute 1 + 1, 1 caller (CPU us/run)", "cpu", (1,), "<= 1.03x"),
+    ("execute 1 + 1, 16 callers (CPU us/run)", "cpu", (16,), "<= 1.03x"),
+    ('run_process("true") (ms)', "process", (), "<= 1.2x"),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default="main", help="the git revision to compare with")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--modes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        measure(args.modes)
+        measure()
         return
     scratch = Path(tempfile.mkdtemp(prefix="conch-bench-baseline-"))
+    trees: dict[str, Tree] = {}
     try:
-        old_src = _export(args.baseline, scratch)
-        new_src = ROOT / "src"
-        rounds: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
-        for i in range(ROUNDS):
-            order = (("old", old_src), ("new", new_src))
-            for name, src in order if i % 2 == 0 else order[::-1]:
-                rounds[name].append(_child(src, modes=name == "new"))
-                print(f"round {i + 1}/{ROUNDS} {name}: done", file=sys.stderr)
+        trees = {"old": Tree(_export(args.baseline, scratch)), "new": Tree(ROOT / "src")}
+        layers = {name: tree.ask("layers") for name, tree in trees.items()}
+        results: dict[str, dict[str, list[float]]] = {}
+        for label, do, call, _target in MEASURES:
+            results[label] = {"old": [], "new": []}
+            for i in range(ROUNDS):
+                for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                    results[label][name].append(trees[name].ask(do, *call))
+            print(f"{label}: done", file=sys.stderr)
+        new = trees["new"]
+        modes: dict[str, dict[str, list[float]]] = {}
+        for label, do, call in (("pool start-up, 1 worker (ms)", "start", ()),
+                                ("execute 1 + 1, 1 caller (runs/s)", "rps", (1,)),
+                                ("execute 1 + 1, 16 callers (runs/s)", "rps", (16,))):
+            modes[label] = {"off": [], "best-effort": []}
+            for i in range(ROUNDS):
+                for mode in ("off", "best-effort") if i % 2 == 0 else ("best-effort", "off"):
+                    modes[label][mode].append(new.ask(do, *call, mode=mode))
+        network = None
+        if shutil.which("slirp4netns"):
+            network = [new.ask("spawn", allow_network=True) for _ in range(ROUNDS)]
     finally:
+        for tree in trees.values():
+            tree.close()
         subprocess.run(["rm", "-rf", str(scratch)], check=False)
-    _report(args.baseline, rounds)
+    _report(args.baseline, layers, results, modes, network)
 
 
-def _paired(rounds: dict[str, list[dict[str, Any]]], key: str) -> float:
-    return statistics.median(n[key] / o[key] for o, n in zip(rounds["old"], rounds["new"],
-                                                            strict=True))
+def _ratio(a: list[float], b: list[float]) -> float:
+    """The median of the windows' paired ratios ``b / a``."""
+    return statistics.median(y / x for x, y in zip(a, b, strict=True))
 
 
-def _report(baseline: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
-    def med(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in rounds[name])
-
-    print(f"old ({baseline}) layers: {rounds['old'][0]['layers']}")
-    print(f"new layers: {rounds['new'][0]['layers']}")
+def _report(baseline: str, layers: dict[str, str], results: dict[str, dict[str, list[float]]],
+            modes: dict[str, dict[str, list[float]]], network: list[float] | None) -> None:
+    print(f"old ({baseline}) layers: {layers['old']}")
+    print(f"new layers: {layers['new']}")
     print(f"{'measure':<40}{'old':>12}{'new':>12}{'ratio':>9}{'target':>10}")
-    rows = [("pool start-up, 1 worker (ms)", "start", 1000, "", False),
-            ("worker start-up (ms)", "spawn", 1000, "<= 1.3x", False),
-            ("execute 1 + 1, 1 caller (runs/s)", "rps1", 1, ">= 0.97x", True),
-            ("execute 1 + 1, 16 callers (runs/s)", "rps16", 1, ">= 0.97x", True),
-            ('run_process("true") (ms)', "true_ms", 1, "<= 1.2x", False)]
-    for label, key, scale, target, _higher in rows:
-        print(f"{label:<40}{med('old', key) * scale:>12.1f}{med('new', key) * scale:>12.1f}"
-              f"{_paired(rounds, key):>8.2f}x{target:>10}")
-    new = rounds["new"]
+    for label, _do, _call, target in MEASURES:
+        old, new = results[label]["old"], results[label]["new"]
+        print(f"{label:<40}{statistics.median(old):>12.1f}{statistics.median(new):>12.1f}"
+              f"{_ratio(old, new):>8.2f}x{target:>10}")
     print("\nthis tree, sandbox off vs all layers:")
-    start_ratio = statistics.median(r["start"] / r["start_off"] for r in new)
-    print(f"{'pool start-up, 1 worker (ms)':<40}{med('new', 'start_off') * 1000:>12.1f}"
-          f"{med('new', 'start') * 1000:>12.1f}{start_ratio:>8.2f}x")
-    for callers in (1, 16):
-        ratio = statistics.median(r[f"rps{callers}"] / r[f"rps{callers}_off"] for r in new)
-        print(f"{f'execute 1 + 1, {callers} callers (runs/s)':<40}"
-              f"{med('new', f'rps{callers}_off'):>12.0f}{med('new', f'rps{callers}'):>12.0f}"
-              f"{ratio:>8.2f}x")
-    if all("spawn_network" in r for r in new):
+    for label, values in modes.items():
+        off, on = values["off"], values["best-effort"]
+        print(f"{label:<40}{statistics.median(off):>12.1f}{statistics.median(on):>12.1f}"
+              f"{_ratio(off, on):>8.2f}x")
+    if network:
         print(f"{'worker start-up, allow_network (ms)':<40}{'':>12}"
-              f"{med('new', 'spawn_network') * 1000:>12.1f}")
-    print("(ratios: the median of the rounds' paired ratios)")
+              f"{statistics.median(network):>12.1f}")
+    print(f"(medians of {ROUNDS} windows each, alternating between the trees; ratios: the "
+          "median of the windows' paired ratios)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The child side of the sandbox: one worker process that runs conch programs for the server.
 
 The server (:mod:`conch.sandbox.pool`) starts these processes and never runs untrusted
-code itself. A worker applies its OS limits once at start (``RLIMIT_AS``) and before each
-job (``RLIMIT_CPU``), scrubs secrets from its environment, then serves jobs one at a time
+code itself. A worker applies its OS limits and kernel layers once at start (hard rlimits,
+namespaces, Landlock, seccomp, the drop to its own uid) and keeps ``RLIMIT_CPU`` ahead of
+each job, scrubs secrets from its environment, then serves jobs one at a time
 over a socket: it receives a job, runs it under a sandboxed :class:`Context`, and sends
 progress, output lines and array elements back as they happen, then a final ``done`` frame.
 
@@ -120,7 +121,10 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
         enter(plan, config.workspace)
         # Only a worker allowed to start commands has anything to collect between jobs
         # (without the process effect Landlock refuses every exec).
-        _State.reap = bool(plan.get("pid")) and bool((config.confinement or {}).get("process"))
+        if plan.get("pid") and (config.confinement or {}).get("process"):
+            from conch.sandbox.namespaces import reap_orphans
+
+            _State.reap = reap_orphans
     if prepared is not None:
         applied = {name: layer.to_dict() for name, layer in confine(prepared).items()}
     _hard_limits(config)
@@ -251,10 +255,8 @@ def worker_main(sock: socket.socket) -> None:
         cpu.spent(time.perf_counter() - started)
         if _State.cpu_exceeded or _State.retire:
             return
-        if _State.reap:
-            from conch.sandbox.namespaces import reap_orphans
-
-            reap_orphans()  # nothing a run started outlives it
+        if _State.reap is not None:
+            _State.reap()  # nothing a run started outlives it
 
 
 def _host_pid() -> int:
@@ -272,8 +274,8 @@ class _State:
     # The worker's CPU time is nearly spent (its hard RLIMIT_CPU): replaced after its job
     retire = False
     # PID 1 of a PID namespace of its own (conch.sandbox.namespaces) that may start
-    # commands: what a job left running is killed after it
-    reap = False
+    # commands: what a job left running is killed after it, by this
+    reap: Callable[[], None] | None = None
 
 
 def _on_cpu_limit(signum: int, frame: Any) -> None:
