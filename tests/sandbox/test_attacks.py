@@ -386,28 +386,43 @@ for path in {host.unix_paths!r}:
 def test_udp_reaches_no_host_port(server: AgentServer, host: Host) -> None:
     port = _free_udp_port()
     code = f"""
-import socket
+import socket, time
 try:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", {port}))
-    print("bound inside")
+    s.settimeout(4)
+    print("bound inside", flush=True)
+    try:
+        print("RECEIVED", s.recvfrom(100))
+    except OSError as exc:
+        print("nothing arrived", type(exc).__name__)
 except OSError as exc:
     print("bind", type(exc).__name__)
 for address in ("127.0.0.1", {_own_address()!r}):
     try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.sendto(b"x", (address, {host.udp_port}))
+        t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        t.sendto(b"x", (address, {host.udp_port}))
         print("sent", address)
     except OSError as exc:
         print("send", address, type(exc).__name__)
 """
     before = list(host.reached)
-    out = _python(server, code)
-    if out is not None and not server.settings.allow_network:
-        assert "bound inside" not in out["stdout"] and "sent" not in out["stdout"], out
-    # Whatever was bound was bound inside the worker's namespace: the host's port is free.
+    answer: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: answer.update(out=_python(server, code)))
+    thread.start()
+    time.sleep(1.5)  # the command has bound its port, and waits
+    # While it holds it: the host's port is free, and what is sent to it reaches the host.
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as mine:
         mine.bind(("0.0.0.0", port))
+    for address in ("127.0.0.1", _own_address()):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"from the host", (address, port))
+    thread.join(30)
+    out = answer.get("out")
+    if out is not None:
+        assert "RECEIVED" not in out["stdout"], out
+        if not server.settings.allow_network:
+            assert "bound inside" not in out["stdout"] and "sent" not in out["stdout"], out
     time.sleep(0.3)
     assert "udp" not in host.reached[len(before):], "a datagram reached the host"
     _still_serving(server)
