@@ -175,8 +175,8 @@ CONFIGS = [
 @pytest.fixture(scope="module", params=CONFIGS)
 def server(request: pytest.FixtureRequest) -> Iterator[AgentServer]:
     process, network, parent = request.param
-    if network and slirp.find()[0] is None:
-        pytest.skip(f"no user-mode network stack: {slirp.find()[1]}")
+    if network and slirp.unavailable() is not None:
+        pytest.skip(f"no user-mode network stack: {slirp.unavailable()}")
     if not os.path.isdir(parent):
         pytest.skip(f"no {parent} here")
     base = _base(parent)
@@ -466,8 +466,8 @@ def test_the_network_still_goes_out_where_allowed(tmp_path: Path) -> None:
     """With allow_network the stack carries traffic out: the package index this machine
     reaches (through an address that network_allow must then list, as the language's
     policy requires too)."""
-    if slirp.find()[0] is None:
-        pytest.skip(f"no user-mode network stack: {slirp.find()[1]}")
+    if slirp.unavailable() is not None:
+        pytest.skip(f"no user-mode network stack: {slirp.unavailable()}")
     try:
         infos = socket.getaddrinfo("pypi.org", 443, socket.AF_INET, socket.SOCK_STREAM)
         socket.create_connection(infos[0][4][:2], timeout=5).close()
@@ -571,6 +571,73 @@ def test_strict_refuses_a_readable_database(tmp_path: Path) -> None:
             asyncio.run(start())
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+# Without the namespaces ------------------------------------------------------------------
+
+_WITHOUT_NAMESPACES = """
+import asyncio, json, socket, subprocess, sys, time
+from pathlib import Path
+from conch.config import Settings
+from conch.sandbox.pool import Job, SandboxPool
+
+base, mark, sock = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+settings = Settings(data_dir=base / "data", workspace=base / "ws", workers=1, allow_process=True)
+pool = SandboxPool(settings, language_checks=False)
+probe = ("import socket; s = socket.socket(socket.AF_UNIX); "
+         f"s.connect({sock!r}); print('CONNECTED')")
+
+async def main():
+    await pool.start()
+    try:
+        out = {name: layer.active for name, layer in pool.layers.items()}
+        detached = f"exec sleep {mark} </dev/null >/dev/null 2>&1"
+        await pool.run(Job("program", source=f'run_process("setsid", ["-f", "sh", "-c", "{detached}"])'))
+        time.sleep(0.3)
+        out["left"] = subprocess.run(["pgrep", "-f", f"^sleep {mark}$"], capture_output=True,
+                                     text=True).stdout.split()
+        unix = await pool.run(Job("program", source=f'run_process("python3", ["-c", {json.dumps(probe)}])'))
+        out["unix"] = json.loads(unix.result)
+        out["next"] = (await pool.run(Job("program", source="1 + 1"))).result
+        return out
+    finally:
+        await pool.close()
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def _drop_sys_admin() -> None:
+    # PR_CAPBSET_DROP, CAP_SYS_ADMIN: root without it, as in a default Docker container.
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(24, 21, 0, 0, 0) != 0:
+        os._exit(3)
+
+
+def test_without_namespaces_the_fallbacks_hold(host: Host) -> None:
+    """Root without ``CAP_SYS_ADMIN``: no namespaces, so seccomp refuses UNIX sockets and a
+    worker with a uid of its own ends every process of that uid after each run."""
+    base = _base(None)
+    source = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    try:
+        done = subprocess.run([sys.executable, "-c", _WITHOUT_NAMESPACES, str(base), f"{MARK}3",
+                               host.unix_paths[0]], preexec_fn=_drop_sys_admin, env=env,
+                              capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+    if done.returncode == 3:
+        pytest.skip("CAP_SETPCAP is needed to drop CAP_SYS_ADMIN from the bounding set")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["user"] and report["uid_range"], report
+    assert not report["pid_namespace"] and not report["network_namespace"], report
+    assert report["left"] == [], "a command outlived its run"
+    assert "CONNECTED" not in report["unix"]["stdout"], report["unix"]
+    assert "PermissionError" in report["unix"]["stderr"], report["unix"]
+    assert report["next"] == "2"
 
 
 # 9 -----------------------------------------------------------------------------------------

@@ -148,6 +148,21 @@ def reap_orphans() -> None:
             time.sleep(0.001)
 
 
+def end_own_processes() -> None:
+    """Between jobs, in a worker with a uid of its own but no PID namespace: kill every
+    other process of that uid (what the last job left running, which left the worker's
+    process group with ``setsid`` or was orphaned), and collect the worker's own children.
+    Never as root, nor as a uid other processes share (the caller's to ensure: the pool
+    gives it only to a worker running as a uid leased for it alone)."""
+    if os.geteuid() == 0 or os.getuid() == 0:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)  # every process this uid may signal, but this one
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] != 0:
+            pass
+
+
 # -- asking the kernel first ---------------------------------------------------------------
 
 

@@ -648,7 +648,7 @@ class SandboxPool:
             lease = await asyncio.to_thread(self.ids.lease)
             if lease is None:
                 raise WorkerError(f"no id of sandbox_uids {self.settings.sandbox_uids} is free")
-            config = dataclasses.replace(config, user=[lease.id, self.group.id])
+            config = dataclasses.replace(config, user=[lease.id, self.group.id], own_uid=True)
         parent_sock, child_sock = socket.socketpair()
         try:
             process = await asyncio.to_thread(self._popen, child_sock.fileno())

@@ -237,11 +237,12 @@ def _network(settings: Settings) -> tuple[str, Layer, Layer]:
                "network namespace reaches: workers share it, and commands reach every "
                "address of the host and of private networks")
         return "", Layer(False, why), Layer(False, why)
-    path, version = slirp.find()
-    if path is None:
-        why = (f"{version}: workers share the host's network namespace, and commands reach "
+    missing = slirp.unavailable()
+    if missing is not None:
+        why = (f"{missing}: workers share the host's network namespace, and commands reach "
                "the host's loopback and private networks")
-        return "", Layer(False, why), Layer(False, version)
+        return "", Layer(False, why), Layer(False, missing)
+    version = slirp.find()[1]
     return ("stack",
             Layer(True, "a network namespace of each worker's own: private, loopback, "
                         "link-local, shared and reserved ranges and the host's own addresses "

@@ -53,6 +53,17 @@ def find() -> tuple[str | None, str]:
     return path, f"slirp4netns {version}"
 
 
+def unavailable() -> str | None:
+    """Why no worker can have a stack here (no slirp4netns, no TUN device); ``None`` where
+    it can."""
+    path, version = find()
+    if path is None:
+        return version
+    if not os.path.exists("/dev/net/tun"):
+        return f"{version} needs /dev/net/tun, which this machine lacks"
+    return None
+
+
 @dataclass
 class Stack:
     """One worker's slirp4netns: the process, and the descriptor whose closing ends it."""

@@ -90,6 +90,8 @@ class WorkerConfig:
     rlimits: dict[str, int] | None = None
     # The file mode creation mask (workers of one server share a group and a workspace)
     umask: int | None = None
+    # ``user`` is a uid leased for this worker alone (conch.sandbox.uids)
+    own_uid: bool = False
     # Whether the server keeps what a run sends to be recorded (Context.records)
     records: bool = False
 
@@ -119,12 +121,16 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
         from conch.sandbox.namespaces import enter
 
         enter(plan, config.workspace)
-        # Only a worker allowed to start commands has anything to collect between jobs
-        # (without the process effect Landlock refuses every exec).
-        if plan.get("pid") and (config.confinement or {}).get("process"):
-            from conch.sandbox.namespaces import reap_orphans
+    # What a job leaves running is ended after it, where the worker may start commands
+    # (without the process effect Landlock refuses every exec): by PID 1 of its namespace,
+    # or else by the uid it alone runs as.
+    if (config.confinement or {}).get("process"):
+        from conch.sandbox.namespaces import end_own_processes, reap_orphans
 
+        if plan is not None and plan.get("pid"):
             _State.reap = reap_orphans
+        elif config.own_uid and config.user is not None:
+            _State.reap = end_own_processes
     if prepared is not None:
         applied = {name: layer.to_dict() for name, layer in confine(prepared).items()}
     _hard_limits(config)
