@@ -33,6 +33,7 @@ setup: venv
 	$(BIN)/conch models setup
 
 run: setup
+	@bash scripts/ensure_slirp4netns.sh
 	$(BIN)/conch up
 
 test: venv
@@ -40,6 +41,7 @@ test: venv
 	$(BIN)/mypy
 	@bash scripts/ensure_chromium.sh
 	@bash scripts/ensure_axe.sh
+	@bash scripts/ensure_slirp4netns.sh
 	$(BIN)/pytest
 
 # The peers the benchmarks compare with: the `bench` extra, and Nushell from npm into

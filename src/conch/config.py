@@ -68,6 +68,19 @@ class ModelOverrides(BaseModel):
     draft_model: str | None = None
 
 
+def parse_id_range(text: str) -> range:
+    """``"FIRST-LAST"`` (``sandbox_uids``) as a range of ids; ``ValueError`` naming what is
+    wrong. Root (0) and the ids the kernel reserves (``-1``, ``-2`` as unsigned) are never in it."""
+    first, sep, last = text.strip().partition("-")
+    try:
+        low, high = int(first), int(last if sep else first)
+    except ValueError:
+        raise ValueError(f"sandbox_uids {text!r} is not FIRST-LAST (e.g. 60000-60999)") from None
+    if not 0 < low <= high < 2**32 - 2:
+        raise ValueError(f"sandbox_uids {text!r}: ids must be 1 to {2**32 - 3}, first <= last")
+    return range(low, high + 1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CONCH_",
@@ -105,8 +118,15 @@ class Settings(BaseSettings):
     # "best-effort" applies every layer the machine offers and reports the missing ones,
     # "strict" refuses to start without Landlock, seccomp and an unprivileged worker user.
     sandbox: Literal["strict", "best-effort", "off"] = "best-effort"
-    sandbox_user: str = "nobody"  # who workers run as when the server runs as root
+    # Who workers run as when the server runs as root: a uid of its own per worker from
+    # sandbox_uids ("FIRST-LAST", leased machine-wide with a lock file per id, so that two
+    # servers never share one), the server's workers sharing a group from the same range;
+    # sandbox_user where the range is empty ("") or has no free id.
+    sandbox_uids: str = "60000-60999"
+    sandbox_user: str = "nobody"
     worker_pids_max: int = 64  # processes per worker (cgroup pids.max, or RLIMIT_NPROC)
+    worker_files_max: int = 1024  # open files per process of a worker (RLIMIT_NOFILE)
+    worker_file_mb: int = 4096  # the largest file a worker or its commands may write (RLIMIT_FSIZE)
     default_model: str = "local:smollm2-135m-instruct"
     marketplace_url: str | None = None
     executor: str = "local"
@@ -211,6 +231,14 @@ class Settings(BaseSettings):
             return value
         return Path(info.data.get("data_dir") or _default_data_dir()) / "sessions"
 
+    @field_validator("sandbox_uids")
+    @classmethod
+    def _uid_range(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            parse_id_range(value)
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -246,8 +274,9 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.data_dir / 'conch.db'}"
 
     def ensure_dirs(self) -> None:
-        for d in (self.data_dir, self.models_dir, self.cache_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        make_data_dir(self.data_dir)
+        for d in (self.models_dir, self.cache_dir, self.tmp_dir, self.data_dir / "kv-cache"):
+            make_private_dir(d)
 
     def public_dict(self) -> dict[str, Any]:
         """The effective configuration with secrets masked (``conch config show``)."""
@@ -263,6 +292,65 @@ class Settings(BaseSettings):
 
 
 _config_file_for_load: Path = default_config_path()
+
+
+def config_file() -> Path:
+    """The ``conch.toml`` these settings were (or would be) read from."""
+    return _config_file_for_load
+
+
+# What the server creates beneath its data directory is its owner's alone: the database
+# (with its WAL and journal, which SQLite creates with the database's own mode), a
+# ``conch.toml`` conch writes, prompt caches, models. Nothing there is for a sandbox worker,
+# which runs as another user; a hard link planted in the workspace must read as
+# ``PermissionError``. The data directory itself is 0711: searchable, so that workers reach a
+# workspace beneath it, but not listable.
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+DATA_DIR_MODE = 0o711
+
+
+def make_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> None:
+    """Create ``path`` with ``mode`` (whatever the umask) where it does not exist; missing
+    parents get the default mode. An existing directory is left as it is."""
+    if path.is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode)
+    except FileExistsError:
+        return
+    os.chmod(path, mode)
+
+
+def make_data_dir(path: Path) -> None:
+    make_private_dir(path, DATA_DIR_MODE)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (``conch.toml``, keys), created so from the start
+    rather than narrowed after: there is no moment at which another user could open it."""
+    make_private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fh.fileno(), PRIVATE_FILE_MODE)  # an existing file keeps its mode otherwise
+        fh.write(text)
+
+
+def readable_by_others(path: Path) -> str | None:
+    """Why ``path`` (an existing config or database) can be read by users other than its
+    owner; ``None`` where it cannot or does not exist."""
+    import stat
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o044 == 0:
+        return None
+    who = " and ".join(w for w, bit in (("its group", 0o040), ("every user", 0o004)) if mode & bit)
+    return f"{path} is mode {mode:04o}: readable by {who} (chmod 600 {path})"
 
 
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

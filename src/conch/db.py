@@ -9,6 +9,8 @@ database made by an earlier release upgrades in place on start.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from pathlib import Path
 
@@ -51,11 +53,25 @@ _lock = threading.Lock()
 def create_engine(url: str) -> Engine:
     """A new engine for ``url`` (SQLite gets WAL and a busy timeout), schema not touched."""
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        _private_database(Path(url.removeprefix("sqlite:///").split("?", 1)[0]))
         eng = sa.create_engine(url, connect_args={"check_same_thread": False})
         sa.event.listen(eng, "connect", _sqlite_pragmas)
         return eng
     return sa.create_engine(url, pool_pre_ping=True)
+
+
+def _private_database(path: Path) -> None:
+    """Create a new SQLite database file readable by its owner alone. SQLite gives its WAL,
+    shared-memory and journal files the database file's mode, so they are private too; an
+    existing database keeps its mode (the agent server warns about a readable one)."""
+    if str(path) in ("", ":memory:") or path.exists():
+        return
+    from conch.config import make_data_dir
+
+    if not path.parent.exists():
+        make_data_dir(path.parent)  # normally the data dir; made searchable, not listable
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 def engine_for(url: str) -> Engine:

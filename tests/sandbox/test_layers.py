@@ -230,8 +230,10 @@ def test_server_secrets_are_not_in_the_worker_environment(
 
 @pytest.mark.skipif(not ROOT, reason="dropping to the sandbox user needs root")
 def test_strict_refuses_to_start_without_a_layer(base: Path) -> None:
+    # One user for every worker (no uid range), and that one missing.
     settings = Settings(data_dir=base / "data-strict", workspace=base / "ws-strict",
-                        sandbox="strict", sandbox_user="conch-no-such-user", workers=1)
+                        sandbox="strict", sandbox_user="conch-no-such-user", sandbox_uids="",
+                        workers=1)
 
     async def start() -> None:
         pool = SandboxPool(settings)
@@ -244,7 +246,7 @@ def test_strict_refuses_to_start_without_a_layer(base: Path) -> None:
         asyncio.run(start())
     config = base / "strict.toml"
     config.write_text(f'sandbox = "strict"\nsandbox_user = "conch-no-such-user"\n'
-                      f'data_dir = "{base / "data-strict"}"\n')
+                      f'sandbox_uids = ""\ndata_dir = "{base / "data-strict"}"\n')
     cli = subprocess.run([sys.executable, "-c", "from conch.cli.main import main; main()",
                           "serve", "--config", str(config)],
                          capture_output=True, text=True, timeout=60, check=False)

@@ -106,7 +106,8 @@ def test_a_workspace_beneath_a_private_directory(namespaces: None, where: str) -
     for secret in (data / "conch.db", private / "conch.toml"):
         secret.chmod(0o644)
     try:
-        settings = Settings(data_dir=data, workers=1, wall_time_s=10.0)
+        # One sandbox user for every worker (no uid range): the one these tests follow.
+        settings = Settings(data_dir=data, workers=1, wall_time_s=10.0, sandbox_uids="")
         pool = SandboxPool(settings, language_checks=False)
         answers = _programs(
             pool,
@@ -194,7 +195,7 @@ def _drop_sys_admin() -> None:
 def test_without_a_mount_namespace_workers_stay_root_and_say_why() -> None:
     base, private = _private(None)
     source = str(Path(conch.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, "CONCH_SANDBOX_UIDS": "", "PYTHONPATH": os.pathsep.join(
         [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
     try:
         done = subprocess.run([sys.executable, "-c", _WITHOUT_SYS_ADMIN, str(private / "data")],

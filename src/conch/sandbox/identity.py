@@ -23,6 +23,7 @@ import os
 import pwd
 import stat
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +40,12 @@ class Drop:
     """How the workers of a server running as root stop being root: as ``user``, and where
     ``cover`` is set, in a mount namespace of their own in which that directory (the
     outermost above the workspace that ``user`` cannot search) holds only the way down to
-    the workspace."""
+    the workspace. With ``ids``, each worker runs as an id of its own from that range."""
 
     user: SandboxUser
     cover: str | None = None
+    # A uid of its own per worker from this range (``user`` then stands for all of them)
+    ids: range | None = None
 
 
 def resolve(name: str) -> SandboxUser:
@@ -108,19 +111,32 @@ def first_blocked(workspace: str | Path, user: SandboxUser) -> tuple[str, str] |
     return None
 
 
-def hand_over(workspace: Path, user: SandboxUser) -> None:
-    """Make ``user`` the owner of the workspace and what is in it.
+# A workspace shared by the workers of one server, each with a uid of its own: owned by the
+# server's group, group-writable, and new entries keep that group (setgid directories).
+SHARED_DIR_BITS = stat.S_ISGID | 0o070
+SHARED_FILE_BITS = 0o060
+SHARED_TOP_MODE = stat.S_ISGID | 0o770
+
+
+def hand_over(workspace: Path, user: SandboxUser, *, shared: bool = False) -> None:
+    """Make ``user`` the owner of the workspace and what is in it; with ``shared`` (the
+    workers of a server, each with a uid of its own, sharing ``user.gid``) also make it
+    writable by that group, and the workspace itself reachable by nobody else.
 
     Each entry is opened without following links and changed through its descriptor, and a
     regular file with more than one link is left alone: a hard link planted in the
     workspace must not make the server give away the file it points to.
     """
-    if os.lstat(workspace).st_uid == user.uid:
+    st = os.lstat(workspace)
+    if st.st_uid == user.uid and st.st_gid == user.gid and (
+            not shared or stat.S_IMODE(st.st_mode) == SHARED_TOP_MODE):
         return  # handed over before; what the workers wrote since is theirs already
     top = os.path.realpath(workspace)
     for root, _dirs, files, root_fd in os.fwalk(top, follow_symlinks=False):
         if root != top:
             os.fchown(root_fd, user.uid, user.gid)
+            if shared:
+                os.fchmod(root_fd, stat.S_IMODE(os.fstat(root_fd).st_mode) | SHARED_DIR_BITS)
         for name in files:
             with contextlib.suppress(OSError):
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -129,29 +145,37 @@ def hand_over(workspace: Path, user: SandboxUser) -> None:
                     st = os.fstat(fd)
                     if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                         os.fchown(fd, user.uid, user.gid)
+                        if shared:
+                            os.fchmod(fd, stat.S_IMODE(st.st_mode) | SHARED_FILE_BITS)
                 finally:
                     os.close(fd)
-    # The top last: its owner is what says that the hand-over is complete.
+    # The top last: its owner (and mode) is what says that the hand-over is complete.
     os.chown(top, user.uid, user.gid, follow_symlinks=False)
+    if shared:
+        os.chmod(top, SHARED_TOP_MODE)
 
 
-def reroot_imports(user: SandboxUser | tuple[int, int]) -> dict[str, str]:
+def reroot_imports(user: SandboxUser | tuple[int, int],
+                   hidden: Iterable[str] = ()) -> dict[str, str]:
     """Keep the import path readable by ``user`` after the process becomes it.
 
     An interpreter installed beneath a directory the user cannot search (pyenv in root's
-    0700 home, say) would make every later ``import`` fail. Each such import directory is
-    opened now, while the process is root, and named from then on through its descriptor
-    (``/proc/self/fd/N``): the kernel follows that link straight to the directory without
-    searching the ones above it, and the files inside keep their own permissions. The
-    import path and the search paths of the packages already imported are rewritten;
-    returns the mapping."""
+    0700 home, say), or beneath one the worker's mount namespace is about to cover
+    (``hidden``: a virtual environment in /tmp), would make every later ``import`` fail.
+    Each such import directory is opened now, while the process is root, and named from
+    then on through its descriptor (``/proc/self/fd/N``): the kernel follows that link
+    straight to the directory without searching the ones above it, and the files inside
+    keep their own permissions. The import path and the search paths of the packages
+    already imported are rewritten; returns the mapping."""
     if not isinstance(user, SandboxUser):
         user = SandboxUser("", *user)
+    covered = tuple(h.rstrip("/") + "/" for h in hidden)
     mapping: dict[str, str] = {}
     for entry in sys.path:
         if not entry or entry in mapping or not os.path.isdir(entry):
             continue
-        if unreachable(entry, user) is not None:
+        beneath = os.path.realpath(entry).startswith(covered) if covered else False
+        if beneath or unreachable(entry, user) is not None:
             fd = os.open(entry, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             mapping[entry] = f"/proc/self/fd/{fd}"
     if not mapping:

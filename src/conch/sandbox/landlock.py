@@ -138,6 +138,8 @@ class Ruleset:
     scopes: int = 0
     ports: list[int] = field(default_factory=list)
     paths: list[tuple[str, int]] = field(default_factory=list)
+    # Opened only when the rules are applied (:meth:`allow_late`)
+    late: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     # (descriptor, rights) of each path, from :meth:`open`
     opened: list[tuple[int, int]] | None = None
@@ -145,6 +147,13 @@ class Ruleset:
     def allow(self, paths: Iterable[str], rights: int) -> None:
         for path in paths:
             self.paths.append((path, rights))
+
+    def allow_late(self, paths: Iterable[str], rights: int) -> None:
+        """Rules on what ``paths`` name when :meth:`restrict_self` runs rather than when
+        :meth:`open` does: ``/proc/self`` of the process that applies them, a file the
+        worker's mount namespace put in place since."""
+        for path in paths:
+            self.late.append((path, rights))
 
     @property
     def handled_fs(self) -> int:
@@ -188,6 +197,14 @@ class Ruleset:
         single-threaded process, the process. Paths are opened now unless :meth:`open`
         was called before."""
         self.open()
+        assert self.opened is not None
+        for path, rights in self.late:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                self.skipped.append(path)
+                continue
+            self.opened.append((fd, rights))
         handled = self.handled_fs
         attr = _RulesetAttr(handled, self.handled_net, self.handled_scopes)
         try:

@@ -9,14 +9,20 @@ is not an escape:
   inference server's port when only the ``model`` effect is); no signals or abstract UNIX
   sockets outside the worker's own domain.
 - **seccomp**: the deny list of :mod:`conch.sandbox.seccomp`.
-- **user**: a worker of a server running as root runs as ``sandbox_user`` (the pool starts
-  it so; :mod:`conch.sandbox.identity`).
+- **user**: a worker of a server running as root is not root (the pool starts it so;
+  :mod:`conch.sandbox.identity`); **uid_range**: it runs as a uid of its own, leased from
+  ``sandbox_uids`` (:mod:`conch.sandbox.uids`), not as a ``sandbox_user`` shared with every
+  other server on the machine.
+- **pid_namespace**, **network_namespace** (and **network_stack** with ``allow_network``):
+  the worker is PID 1 of a PID namespace of its own, in a network namespace of its own
+  (:mod:`conch.sandbox.namespaces`).
 - **limits**: memory, processes and CPU per worker, by cgroup v2 where one is delegated to
-  the server, else by rlimits (:mod:`conch.sandbox.cgroups`).
+  the server, else by hard rlimits (:mod:`conch.sandbox.cgroups`).
+- **files**: the database and ``conch.toml`` are not readable by other users.
 
 ``sandbox = "best-effort"`` (the default) applies every layer the machine offers and reports
-the rest as missing; ``"strict"`` refuses to start a worker without landlock, seccomp and
-an unprivileged user; ``"off"`` applies none (the language's checks remain).
+the rest as missing; ``"strict"`` refuses to start without the layers of
+:data:`REQUIRED_IN_STRICT`; ``"off"`` applies none (the language's checks remain).
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from conch.sandbox import landlock, seccomp
 
 SandboxMode = Literal["strict", "best-effort", "off"]
 MODES: tuple[str, ...] = ("strict", "best-effort", "off")
-LAYERS = ("landlock", "seccomp", "user", "limits")
+LAYERS = ("landlock", "seccomp", "user", "uid_range", "pid_namespace", "network_namespace",
+          "network_stack", "limits", "files")
 
-# Without these, strict refuses to run a program.
-REQUIRED_IN_STRICT = ("landlock", "seccomp", "user")
+# Without these, strict refuses to run a program (network_stack where the network is on).
+REQUIRED_IN_STRICT = ("landlock", "seccomp", "user", "uid_range", "pid_namespace",
+                      "network_namespace", "network_stack", "files")
 
 
 @dataclass
@@ -56,13 +64,16 @@ class SandboxUnavailable(Exception):
 class Confinement:
     """What a worker applies (plain data: it crosses the process boundary in the worker's
     config). ``tcp_ports`` is ``None`` for any TCP connect (the network is allowed), else the
-    only ports a worker may connect to (the inference server's, for the ``model`` effect)."""
+    only ports a worker may connect to (the inference server's, for the ``model`` effect).
+    ``unix_sockets`` is false where the worker's mount namespace does not hide the host's
+    socket files: seccomp then refuses AF_UNIX sockets."""
 
     mode: str = "best-effort"
     workspace: str = ""
     network: bool = False
     process: bool = False
     tcp_ports: list[int] | None = None
+    unix_sockets: bool = True
 
 
 def _interpreter_paths() -> list[str]:
@@ -104,12 +115,14 @@ def ruleset(plan: Confinement, abi: int) -> landlock.Ruleset:
     rules.allow(_SHARED_LIBRARIES, landlock.READ_EXECUTE)
     rules.allow(_ALWAYS_READ, landlock.READ)
     rules.allow(["/dev/null"], landlock.READ_FILE | landlock.WRITE_FILE)
-    # The worker's own /proc entries (resolved now: /proc/self names another directory in
-    # each process, and a child gets none of its parent's).
-    rules.allow([os.path.realpath("/proc/self")], landlock.READ)
+    # The worker's own /proc entries: opened when the rules are applied, in the process that
+    # serves (a worker in a PID namespace of its own forks first), since /proc/self names
+    # another directory in each process and a child gets none of its parent's.
+    rules.allow_late(["/proc/self"], landlock.READ)
     if plan.network or plan.tcp_ports:
-        rules.allow(_NAME_RESOLUTION, landlock.READ)
-        rules.allow([os.path.realpath("/etc/resolv.conf")], landlock.READ)
+        # Late too: the worker's mount namespace may put its own resolver files in place.
+        rules.allow_late(_NAME_RESOLUTION, landlock.READ)
+        rules.allow_late(["/etc/resolv.conf"], landlock.READ)
     if plan.process:
         rules.allow(_PROCESS, landlock.READ_EXECUTE)
     return rules
@@ -186,10 +199,13 @@ def _seccomp(plan: Confinement) -> Layer:
         return Layer(False, reason)
     inet = plan.network or bool(plan.tcp_ports)
     try:
-        seccomp.install(network=inet, stream_only=not plan.network)
+        seccomp.install(network=inet, stream_only=not plan.network, unix=plan.unix_sockets)
     except OSError as exc:
         return Layer(False, f"seccomp_load failed: {exc}")
-    families = "unix, inet (stream only)" if inet and not plan.network else (
-        "unix, inet, netlink" if inet else "unix")
+    families = "inet (stream only)" if inet and not plan.network else (
+        "inet, netlink" if inet else "")
+    unix = "unix" if plan.unix_sockets else "socketpair only (no unix sockets: the host's " \
+        "socket files are not hidden from this worker)"
+    families = ", ".join(f for f in (unix, families) if f)
     return Layer(True, f"{len(seccomp.DENIED)} calls denied; sockets: {families}")
 

@@ -84,40 +84,105 @@ def cover(workspace: str, hidden: str) -> None:
     if below.startswith("..") or hidden == "/":
         raise CoverError(hidden, f"{workspace} is not beneath it")
     try:
-        _cover(workspace, hidden, below)
+        try:
+            _call("unshare", ctypes.c_int(_CLONE_NEWNS))
+        except OSError as exc:
+            raise OSError(exc.errno, f"unshare(CLONE_NEWNS): {exc.strerror}") from None
+        setup(workspace, [hidden])
     except OSError as exc:
         step = exc.strerror if exc.filename is None else f"{exc.filename}: {exc.strerror}"
         raise CoverError(hidden, str(step)) from None
 
 
-def _cover(workspace: str, hidden: str, below: str) -> None:
-    try:
-        _call("unshare", ctypes.c_int(_CLONE_NEWNS))
-    except OSError as exc:
-        raise OSError(exc.errno, f"unshare(CLONE_NEWNS): {exc.strerror}") from None
+# Where the host keeps its sockets (and other processes' temporary files): a connect() to a
+# socket file there is not a file access Landlock (ABI 7) can refuse, so a worker's own
+# mount namespace covers each with an empty tmpfs. A directory that holds the workspace is
+# left as it is (covering it would hide the workspace's neighbours behind the namespace
+# rather than Landlock); the worker's seccomp filter then refuses AF_UNIX sockets instead.
+SOCKET_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
+
+
+def socket_covers(workspace: str) -> tuple[list[str], list[str]]:
+    """The directories of :data:`SOCKET_DIRS` that exist here (real paths, each once), split
+    into those a worker can cover and those it cannot (they hold the workspace)."""
+    real_ws = os.path.realpath(workspace)
+    covered: list[str] = []
+    kept: list[str] = []
+    for path in SOCKET_DIRS:
+        if not os.path.isdir(path):
+            continue
+        real = os.path.realpath(path)
+        if real in covered or real in kept or real == "/":
+            continue
+        inside = real_ws == real or real_ws.startswith(real.rstrip("/") + "/")
+        (kept if inside else covered).append(real)
+    return covered, kept
+
+
+def setup(workspace: str, covers: list[str], files: dict[str, str] | None = None) -> None:
+    """In a mount namespace this process has just entered (as root): make ``/`` private,
+    cover each directory of ``covers`` with a small read-only tmpfs that holds, where the
+    workspace is beneath it, only the path down to the real workspace (bind-mounted), and
+    put each of ``files`` (path: text; a name resolver's file) in place, read-only. Raises
+    ``OSError`` naming the step that failed.
+
+    ``covers`` must not nest; ``workspace`` is a real path. A file whose real path lies
+    beneath a covered directory is made in that tmpfs; any other is bind-mounted over
+    its path from the first tmpfs."""
     # The copy of a shared mount would pass what is mounted here back to the host.
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    if below == ".":
-        _mount("tmpfs", hidden, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, _TMPFS_OPTIONS)
-        return
+    files = dict(files or {})
     # Opened in the new namespace (a bind mount's source must be one of its mounts) and
-    # before the tmpfs hides it.
-    source = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    # before a tmpfs hides it. A workspace not made yet (check) is not bound.
+    source = None
+    if os.path.isdir(workspace):
+        source = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    binds: list[tuple[str, str]] = []
     try:
-        _mount("tmpfs", hidden, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, _TMPFS_OPTIONS)
-        target = hidden
-        for part in below.split(os.sep):
-            target = os.path.join(target, part)
-            os.mkdir(target)
-            os.chmod(target, 0o755)  # whatever the umask: the sandbox user must search it
-        _mount(f"/proc/self/fd/{source}", target, None, _MS_BIND | _MS_REC)
-        # Nothing may be planted beside the workspace; the bind mount keeps its own flags.
-        _mount(None, hidden, None,
-               _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        for index, hidden in enumerate(covers):
+            _mount("tmpfs", hidden, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                   _TMPFS_OPTIONS)
+            below = os.path.relpath(workspace, hidden)
+            if not below.startswith("..") and source is not None:
+                target = hidden
+                if below != ".":
+                    for part in below.split(os.sep):
+                        target = os.path.join(target, part)
+                        os.mkdir(target)
+                        os.chmod(target, 0o755)  # whatever the umask: the user must search it
+                _mount(f"/proc/self/fd/{source}", target, None, _MS_BIND | _MS_REC)
+            for path in list(files):
+                real = os.path.realpath(path)
+                if real.startswith(hidden.rstrip("/") + "/"):
+                    _write(real, files.pop(path))
+                elif index == 0:
+                    holder = os.path.join(hidden, f".conch-{len(binds)}")
+                    _write(holder, files[path])
+                    binds.append((holder, real))
+            # Nothing may be planted beside the workspace; the bind mount keeps its own flags.
+            _mount(None, hidden, None,
+                   _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        for holder, target in binds:
+            if not os.path.exists(target):
+                continue  # nothing to stand in for (no /etc/hosts): the resolver goes on
+            _mount(holder, target, None, _MS_BIND)
+            _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID
+                   | _MS_NODEV | _MS_NOEXEC)
     finally:
-        os.close(source)
-    # The old working directory is the real one, on the mount now hidden.
-    os.chdir(workspace)
+        if source is not None:
+            os.close(source)
+    # The old working directory may be on a mount now hidden.
+    if source is not None:
+        os.chdir(workspace)
+
+
+def _write(path: str, text: str) -> None:
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o644)
+        fh.write(text)
 
 
 def check(workspace: str, hidden: str, uid: int, gid: int) -> str | None:

@@ -1,9 +1,9 @@
 """The sandbox: a pool of worker processes that run conch programs for the server.
 
 The server process never runs untrusted code. Each run is sent to a pre-started worker
-(:mod:`conch.sandbox.worker`) which applies OS limits (``RLIMIT_AS`` for memory,
-``RLIMIT_CPU`` per job) and runs the program with a workspace-confined :class:`Context`
-and per-request :class:`Limits`. Results, ``print`` lines, statement progress and the
+(:mod:`conch.sandbox.worker`) which applies OS limits (hard rlimits for memory, files and
+processes, ``RLIMIT_CPU`` per job) and its kernel layers, and runs the program with a
+workspace-confined :class:`Context` and per-request :class:`Limits`. Results, ``print`` lines, statement progress and the
 elements of a lazily produced Array come back incrementally, so callers can stream them.
 
 A worker that breaks a limit, crashes, overruns its wall time or whose run is abandoned
@@ -38,10 +38,10 @@ from typing import Any, NamedTuple
 
 from conch.config import Settings
 from conch.lang.context import Limits
-from conch.sandbox import cgroups, identity, probe
+from conch.sandbox import cgroups, identity, netns, probe, relay, slirp, uids
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.sandbox.frames import MAX_FRAME, decode, encode, encode_exact, encode_raw, split_header
-from conch.sandbox.layers import Confinement, Layer, SandboxUnavailable
+from conch.sandbox.layers import REQUIRED_IN_STRICT, Confinement, Layer, SandboxUnavailable
 from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
 
@@ -63,6 +63,11 @@ QUEUE_TIMEOUT_S = 120.0
 # leaves behind in its heap (fragmentation, caches) is bounded. Starting a worker costs a
 # few hundred ms of CPU, so this must be rare at thousands of runs per second.
 RECYCLE_AFTER_JOBS = 100_000
+
+# A worker's hard RLIMIT_CPU (which a command it starts cannot raise) bounds its whole life:
+# this much CPU time and twice the longest job's budget. Past half of it the worker is
+# replaced (conch.sandbox.worker._CpuBudget), so that a job never meets the hard limit.
+CPU_LIFETIME_S = 3600
 
 
 def effective_limits(configured: Limits, requested: dict[str, Any] | None) -> Limits:
@@ -103,6 +108,19 @@ def confinement(settings: Settings, workspace: Path) -> Confinement:
         process=settings.allow_process,
         tcp_ports=ports,
     )
+
+
+def worker_rlimits(settings: Settings) -> dict[str, int]:
+    """The hard rlimits a worker sets before it drops root (``RLIMIT_AS`` is
+    ``worker_memory_mb``, ``RLIMIT_NPROC`` decided with the worker's user)."""
+    longest = max(settings.wall_time_s, settings.stream_wall_time_s) + _GRACE_S
+    return {
+        "NOFILE": settings.worker_files_max,
+        "FSIZE": settings.worker_file_mb * 1024 * 1024,
+        "CORE": 0,
+        # The worker's whole life; a job needs at most ``longest`` (+ slack) of it.
+        "CPU": int(CPU_LIFETIME_S + 2 * (longest + 30)),
+    }
 
 
 def allowed_effects(settings: Settings) -> frozenset[str]:
@@ -242,6 +260,11 @@ class Worker:
         self.jobs = 0
         self.closed = False
         self.cgroup: cgroups.WorkerGroup | None = None
+        # Its uid (given back once it and all it started are gone), network stack and the
+        # relay of the inference server's port into its namespace
+        self.lease: uids.Lease | None = None
+        self.stack: slirp.Stack | None = None
+        self.relays: list[relay.Relay] = []
         # Why the channel is unusable when the worker broke the protocol (not when it died).
         self.fault: str | None = None
         self.run: _Run | None = None
@@ -398,11 +421,19 @@ class Worker:
             run.unsent = memoryview(frame)[sent:]
 
     def kill(self) -> None:
-        # The worker leads its own process group: whatever it started goes with it.
+        # The worker leads its own process group: whatever it started goes with it (and in
+        # a PID namespace of its own, what left the group too).
         with contextlib.suppress(ProcessLookupError, OSError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, OSError):
-            os.kill(self.pid, signal.SIGKILL)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in {self.pid, self.process.pid}:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                os.kill(pid, signal.SIGKILL)
+        for served in self.relays:
+            served.close()
+        self.relays = []
+        if self.stack is not None:
+            self.stack.stop()
+            self.stack = None
         if not self.closed:
             self.closed = True
             with contextlib.suppress(Exception):
@@ -437,6 +468,7 @@ class SandboxPool:
             settings_json=public.model_dump_json(),
             confinement=dataclasses.asdict(confinement(settings, self.workspace)),
             language_checks=language_checks,
+            rlimits=worker_rlimits(settings),
         )
         # Who workers run as (None: as the server) and their cgroups (None: rlimits); both
         # decided in start(), with the layers in force that workers report back.
@@ -444,6 +476,15 @@ class SandboxPool:
         self.recorder: Callable[[int, str, Any], None] | None = None
         self.user: identity.SandboxUser | None = None
         self.delegation: cgroups.Delegation | None = None
+        # A uid of its own per worker from sandbox_uids, and the server's group (held while
+        # the pool lives); None: every worker runs as ``user``
+        self.ids: uids.Ids | None = None
+        self.group: uids.Lease | None = None
+        # The user-mode network stack and the relay of the inference server's port, where
+        # workers have network namespaces of their own
+        self.stack = False
+        self.relay: probe.Relay | None = None
+        self.pid_namespaces = False
         self.layers: dict[str, Layer] = {}
         self.limits = configured_limits(settings)
         self.stream_limits = configured_limits(settings, stream=True)
@@ -456,6 +497,8 @@ class SandboxPool:
         self._workers: set[Worker] = set()
         self._busy: set[Worker] = set()
         self._spawning: set[asyncio.Task[None]] = set()
+        # Killed, not yet reaped: what they hold (a uid, a cgroup) is given back once gone
+        self._dying: set[Worker] = set()
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -470,38 +513,86 @@ class SandboxPool:
         log.info("sandbox (%s): %s", self.settings.sandbox, self.describe_layers())
 
     def _prepare_layers(self) -> dict[str, Layer]:
-        """Decide the worker user and cgroups (the server's side of the layers); the worker
-        reports landlock and seccomp when it starts."""
+        """Decide the worker user, namespaces and cgroups (the server's side of the layers);
+        the worker reports landlock and seccomp when it starts."""
         mode = self.settings.sandbox
         if mode == "off":
             return {"user": Layer(False, "off"), "limits": Layer(False, "off: rlimits only")}
-        user_layer = self._prepare_user()
-        if mode == "strict" and not user_layer.active:
-            raise SandboxUnavailable(f'sandbox = "strict" but user ({user_layer.detail})')
+        decision = probe.decide(self.settings)
+        layers = dict(decision.layers)
+        if mode == "strict":
+            missing = [f"{name} ({layers[name].detail})" for name in REQUIRED_IN_STRICT
+                       if name in layers and not layers[name].active]
+            if missing:
+                raise SandboxUnavailable('sandbox = "strict" but ' + ", ".join(missing))
+        # What a server that could have it lacks (a server that is not root runs its
+        # workers as itself, by design).
+        for name in ("files", "uid_range") if os.geteuid() == 0 else ("files",):
+            if not layers[name].active:
+                log.warning("sandbox: %s: %s", name, layers[name].detail)
+        self._prepare_user(decision)
+        self._prepare_namespaces(decision)
         self.delegation, why = cgroups.delegate()
+        own_uid = self.ids is not None
         if self.delegation is None:
             log.info("sandbox: per-worker limits by rlimits: %s", why)
-            if self.user is not None:  # RLIMIT_NPROC counts the user's processes: only its own
+            if own_uid:  # RLIMIT_NPROC counts the uid's processes: the worker's alone
+                self.config.nproc = self.settings.worker_pids_max
+            elif self.user is not None:  # a user shared by the pool's workers
                 self.config.nproc = self.settings.worker_pids_max * self.size
-            limits = Layer(False, f"rlimits (memory, cpu{', processes' if self.user else ''}); "
-                                  f"no cgroup: {why}")
+            limits = Layer(False, f"hard rlimits (memory, cpu, files"
+                                  f"{', processes' if self.user else ''}); no cgroup: {why}")
         else:
-            limits = Layer(True, f"{why}: memory.max, pids.max, cpu.max per worker")
-        return {"user": user_layer, "limits": limits}
+            if own_uid:
+                self.config.nproc = self.settings.worker_pids_max
+            limits = Layer(True, f"{why}: memory.max, pids.max, cpu.max per worker; hard "
+                                 "rlimits")
+        layers["limits"] = limits
+        return layers
 
-    def _prepare_user(self) -> Layer:
-        layer, drop = probe.user(self.settings)
+    def _prepare_user(self, decision: probe.Decision) -> None:
+        drop = decision.drop
         if drop is None:
-            return layer
-        identity.hand_over(self.workspace, drop.user)
+            return
         self.user = drop.user
+        if decision.ids is not None:
+            self.ids = uids.Ids(decision.ids)
+            # The workspace's group from an earlier start, where it is free: nothing in it
+            # needs handing over again.
+            prefer = 0
+            with contextlib.suppress(OSError):
+                prefer = os.lstat(self.workspace).st_gid
+            self.group = self.ids.lease(prefer if prefer else None, group=True)
+            if self.group is None:
+                raise SandboxUnavailable(f"no id of sandbox_uids {self.settings.sandbox_uids} "
+                                         "is free")
+            group = identity.SandboxUser(f"group {self.group.id}", self.group.id, self.group.id)
+            identity.hand_over(self.workspace, group, shared=True)
+            self.user = group
+            # Files a worker makes are its group's too: the next worker, another uid, may
+            # change them.
+            self.config.umask = 0o007
+        else:
+            identity.hand_over(self.workspace, drop.user)
         # Workers start as root and drop once started (conch.sandbox.identity.become).
-        self.config.user = [drop.user.uid, drop.user.gid]
-        if drop.cover is not None:
-            self.config.cover = drop.cover
-            # The worker's namespace holds the workspace's real path only.
-            self.config.workspace = os.path.realpath(self.workspace)
-        return layer
+        self.config.user = [self.user.uid, self.user.gid]
+
+    def _prepare_namespaces(self, decision: probe.Decision) -> None:
+        if self.config.confinement is not None:
+            self.config.confinement["unix_sockets"] = decision.unix_sockets
+        plan = decision.plan
+        if plan is None:
+            return
+        self.config.namespaces = dataclasses.asdict(plan)
+        # The worker's namespace holds the workspace's real path only.
+        self.config.workspace = os.path.realpath(self.workspace)
+        self.pid_namespaces = plan.pid
+        self.stack = plan.net == "stack"
+        self.relay = decision.relay
+        if decision.models_url is not None and self.config.settings_json is not None:
+            public = Settings.model_validate_json(self.config.settings_json)
+            self.config.settings_json = public.model_copy(
+                update={"models_url": decision.models_url}).model_dump_json()
 
     def describe_layers(self) -> str:
         return "; ".join(
@@ -515,12 +606,29 @@ class SandboxPool:
             task.cancel()
         for w in list(self._workers):
             w.kill()
-        await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in self._workers))
-        for w in self._workers:
-            if w.cgroup is not None:
-                w.cgroup.remove()
+        ending = self._workers | self._dying
+        await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in ending))
+        for w in ending:
+            await asyncio.to_thread(self._gone, w)
         self._workers.clear()
         self._idle.clear()
+        if self.group is not None:
+            self.group.release()
+            self.group = None
+
+    def _gone(self, worker: Worker) -> None:
+        """What a reaped worker held: its cgroup (and whatever is left in it), its uid."""
+        self._dying.discard(worker)
+        if worker.cgroup is not None:
+            worker.cgroup.remove()
+            worker.cgroup = None
+        lease, worker.lease = worker.lease, None
+        if lease is not None:
+            if not self.pid_namespaces:
+                # Without a PID namespace a command may have left the worker's group
+                # (setsid): nothing of this uid may run when another worker gets it.
+                uids.sweep(lease.id)
+            lease.release()
 
     def worker_pids(self) -> list[int]:
         return sorted(w.pid for w in self._workers)
@@ -534,37 +642,76 @@ class SandboxPool:
         return len(self._idle)
 
     async def _spawn(self) -> Worker:
+        config = self.config
+        lease = None
+        if self.ids is not None and self.group is not None:
+            lease = await asyncio.to_thread(self.ids.lease)
+            if lease is None:
+                raise WorkerError(f"no id of sandbox_uids {self.settings.sandbox_uids} is free")
+            config = dataclasses.replace(config, user=[lease.id, self.group.id], own_uid=True)
         parent_sock, child_sock = socket.socketpair()
         try:
             process = await asyncio.to_thread(self._popen, child_sock.fileno())
+        except BaseException:
+            parent_sock.close()
+            if lease is not None:
+                lease.release()
+            raise
         finally:
             child_sock.close()
         worker = Worker(process, parent_sock, asyncio.get_running_loop(), self)
+        worker.lease = lease
         greeting = worker.greeting
         assert greeting is not None
         try:
-            if self.delegation is not None:
-                # Before the config: the worker runs nothing until it has it.
-                worker.cgroup = self.delegation.worker_group(
-                    f"worker-{worker.pid}", memory_mb=self.settings.worker_memory_mb,
-                    pids_max=self.settings.worker_pids_max)
-                worker.cgroup.add(worker.pid)
-            config = encode_exact(["config", dataclasses.asdict(self.config)])
-            await asyncio.get_running_loop().sock_sendall(parent_sock, config)
-            ready = await asyncio.wait_for(greeting, timeout=60)
-        except (TimeoutError, WorkerError, OSError) as exc:
+            try:
+                if self.delegation is not None:
+                    # Before the config: the worker runs nothing until it has it.
+                    worker.cgroup = self.delegation.worker_group(
+                        f"worker-{worker.pid}", memory_mb=self.settings.worker_memory_mb,
+                        pids_max=self.settings.worker_pids_max)
+                    worker.cgroup.add(worker.pid)
+                frame = encode_exact(["config", dataclasses.asdict(config)])
+                await asyncio.get_running_loop().sock_sendall(parent_sock, frame)
+                ready = await asyncio.wait_for(greeting, timeout=60)
+            except (TimeoutError, WorkerError, OSError) as exc:
+                raise WorkerError(f"a sandbox worker failed to start: {exc}") from exc
+            if isinstance(ready, list) and ready and ready[0] == "refused":
+                raise SandboxUnavailable(str(ready[1]))
+            if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
+                raise WorkerError("a sandbox worker sent an unexpected greeting")
+            worker.pid = _serving_pid(process, ready[1])
+            await self._connect(worker)
+        except BaseException:
             worker.kill()
-            raise WorkerError(f"a sandbox worker failed to start: {exc}") from exc
-        if isinstance(ready, list) and ready and ready[0] == "refused":
-            worker.kill()
-            raise SandboxUnavailable(str(ready[1]))
-        if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
-            worker.kill()
-            raise WorkerError("a sandbox worker sent an unexpected greeting")
+            self._dying.add(worker)
+            _reap_later(asyncio.get_running_loop(), worker)
+            raise
         for name, layer in ready[2].items():
             self.layers[name] = Layer(**layer)
         self._workers.add(worker)
         return worker
+
+    async def _connect(self, worker: Worker) -> None:
+        """Give a worker in a network namespace of its own what reaches out of it: the
+        user-mode stack (``allow_network``) and the relay of the inference server's port
+        (``allow_model``). ``WorkerError`` where either cannot be had."""
+        try:
+            if self.stack:
+                worker.stack = await asyncio.to_thread(slirp.attach, worker.pid)
+            if self.relay is not None:
+                target = self.relay
+                for host in target.listen:
+                    try:
+                        listener = await asyncio.to_thread(netns.listen_inside, worker.pid,
+                                                           host, target.port)
+                    except OSError:
+                        if host != target.listen[0]:
+                            continue  # ::1 where the namespace has no IPv6
+                        raise
+                    worker.relays.append(await relay.serve(listener, *target.upstream))
+        except OSError as exc:
+            raise WorkerError(f"a sandbox worker's network could not be set up: {exc}") from exc
 
     def _popen(self, fd: int) -> subprocess.Popen[bytes]:
         env = worker_environment(self.settings)
@@ -597,7 +744,8 @@ class SandboxPool:
             return
         self._workers.discard(worker)
         self.restarts[reason] += 1
-        _reap_later(asyncio.get_running_loop(), worker.process, worker.cgroup)
+        self._dying.add(worker)
+        _reap_later(asyncio.get_running_loop(), worker)
         if self._closed:
             return
 
@@ -855,16 +1003,33 @@ class SandboxPool:
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
 
 
-def _reap_later(
-    loop: asyncio.AbstractEventLoop, process: subprocess.Popen[bytes],
-    group: cgroups.WorkerGroup | None = None, delay: float = 0.01,
-) -> None:
+def _serving_pid(process: subprocess.Popen[bytes], reported: Any) -> int:
+    """The pid of the process that serves jobs: the one started, or (a worker that is PID 1
+    of a namespace of its own) its child, which its greeting names. Read before the worker
+    ran anything of a client's, and checked against the kernel's view all the same."""
+    if type(reported) is int and reported != process.pid:
+        try:
+            with open(f"/proc/{reported}/stat", "rb") as stat:
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return process.pid
+        if parent == process.pid:
+            return reported
+    return process.pid
+
+
+def _reap_later(loop: asyncio.AbstractEventLoop, worker: Worker, delay: float = 0.01) -> None:
     """Collect a killed worker's exit status without a thread: SIGKILL takes effect within
-    milliseconds, so a few polls from the loop suffice. Its cgroup goes with it."""
-    if process.poll() is None and delay < 5.0:
-        loop.call_later(delay, _reap_later, loop, process, group, delay * 2)
-    elif group is not None:
-        group.remove()
+    milliseconds, so a few polls from the loop suffice. Its cgroup and uid go with it."""
+    if worker.process.poll() is None:
+        if delay < 5.0:
+            loop.call_later(delay, _reap_later, loop, worker, delay * 2)
+        return  # not gone after 5 s: its uid is not given to another (close() waits for it)
+    if worker.lease is not None and not worker.pool.pid_namespaces:
+        # The sweep of its uid reads /proc: not on the loop.
+        loop.run_in_executor(None, worker.pool._gone, worker)
+    else:
+        worker.pool._gone(worker)
 
 
 def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

@@ -5,7 +5,8 @@ does stays allowed; what is denied is the kernel surface that escapes or sandbox
 from: tracing other processes, namespaces and mounts, loading code into the kernel (BPF,
 modules, kexec), the key store, perf events, ``io_uring`` (whose operations bypass seccomp
 argument checks), opening files by handle (a classic container escape), and personality
-changes. Sockets other than AF_UNIX are refused unless the server allows the network.
+changes. Sockets other than AF_UNIX are refused unless the server allows the network
+(AF_UNIX too where the worker's mount namespace does not hide the host's socket files).
 
 Denied calls fail with ``EPERM`` (``ENOSYS`` for ``clone3``, whose flags a filter cannot
 read, so that the C library falls back to ``clone``, whose flags it can); the filter is
@@ -70,18 +71,24 @@ def available() -> str | None:
     return None
 
 
-def allowed_socket_families(network: bool) -> tuple[int, ...]:
+def allowed_socket_families(network: bool, unix: bool = True) -> tuple[int, ...]:
     # Name resolution asks the kernel about interfaces over netlink (AI_ADDRCONFIG).
-    return (_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK) if network else (_AF_UNIX,)
+    families = (_AF_INET, _AF_INET6, _AF_NETLINK) if network else ()
+    return ((_AF_UNIX,) if unix else ()) + families
 
 
-def install(*, network: bool, stream_only: bool = False) -> None:
+def install(*, network: bool, stream_only: bool = False, unix: bool = True) -> None:
     """Load the filter into this process (and its future children). libseccomp sets
     ``PR_SET_NO_NEW_PRIVS`` before loading. Every refusal is ``EPERM`` (Python's
     ``PermissionError``, the kind the language reports) except ``clone3``'s.
 
     ``stream_only`` keeps internet sockets to TCP: Landlock's port rules see only TCP, so a
-    worker allowed one port (the inference server's) must not have UDP or raw sockets."""
+    worker allowed one port (the inference server's) must not have UDP or raw sockets.
+
+    ``unix=False`` refuses ``socket(AF_UNIX, …)``, for a worker whose mount namespace cannot
+    hide the host's socket files (Landlock does not judge a connect() to one): no UNIX
+    socket can then be connected to anything, while ``socketpair`` (a pair already joined to
+    each other, which the worker's channel and pipes-like uses need) stays allowed."""
     sc = _library()
     deny = sc.ERRNO(errno.EPERM)
     flt = sc.SyscallFilter(defaction=sc.ALLOW)
@@ -104,7 +111,7 @@ def install(*, network: bool, stream_only: bool = False) -> None:
     for flag in _CLONE_NAMESPACES:
         flt.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     flt.add_rule(deny, "personality", sc.Arg(0, sc.NE, _PERSONALITY_QUERY))
-    allowed = allowed_socket_families(network)
+    allowed = allowed_socket_families(network, unix)
     for family in range(_AF_MAX):
         if family not in allowed:
             flt.add_rule(deny, "socket", sc.Arg(0, sc.EQ, family))

@@ -1,8 +1,9 @@
 """The child side of the sandbox: one worker process that runs conch programs for the server.
 
 The server (:mod:`conch.sandbox.pool`) starts these processes and never runs untrusted
-code itself. A worker applies its OS limits once at start (``RLIMIT_AS``) and before each
-job (``RLIMIT_CPU``), scrubs secrets from its environment, then serves jobs one at a time
+code itself. A worker applies its OS limits and kernel layers once at start (hard rlimits,
+namespaces, Landlock, seccomp, the drop to its own uid) and keeps ``RLIMIT_CPU`` ahead of
+each job, scrubs secrets from its environment, then serves jobs one at a time
 over a socket: it receives a job, runs it under a sandboxed :class:`Context`, and sends
 progress, output lines and array elements back as they happen, then a final ``done`` frame.
 
@@ -81,9 +82,16 @@ class WorkerConfig:
     language_checks: bool = True
     # [uid, gid] to run as once started (a server running as root)
     user: list[int] | None = None
-    # The directory above the workspace that ``user`` cannot search, covered in the
-    # worker's own mount namespace (conch.sandbox.mountns); ``workspace`` is then real
-    cover: str | None = None
+    # conch.sandbox.namespaces.Plan as a dict: the namespaces the worker enters as root
+    # (``workspace`` is then a real path); None: the server's own
+    namespaces: dict[str, Any] | None = None
+    # Hard (and soft) rlimits set before the drop, by name (NOFILE, FSIZE, CORE; CPU: the
+    # hard limit of the worker's whole life, the soft one following each job)
+    rlimits: dict[str, int] | None = None
+    # The file mode creation mask (workers of one server share a group and a workspace)
+    umask: int | None = None
+    # ``user`` is a uid leased for this worker alone (conch.sandbox.uids)
+    own_uid: bool = False
     # Whether the server keeps what a run sends to be recorded (an agent call's task)
     records: bool = False
 
@@ -94,31 +102,65 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
 
     The order matters. The import path is opened first (reroot_imports), and so are the
     paths of the Landlock rules (prepare), while every directory is where it was: the mount
-    namespace that follows may cover them. The namespace is set up while the worker is
-    root and before Landlock and seccomp, which forbid mounts. Landlock and seccomp go on
-    while the worker is still root; then it drops to the sandbox user, reaching the
-    interpreter's directories through the descriptors opened before."""
+    namespace that follows may cover them. The namespaces are entered while the worker is
+    root and before Landlock and seccomp, which forbid them; with a PID namespace the
+    worker goes on from here as PID 1 of it (conch.sandbox.namespaces). Landlock and
+    seccomp go on while the worker is still root, then the hard rlimits (which the sandbox
+    user cannot raise); then it drops to the sandbox user, reaching the interpreter's
+    directories through the descriptors opened before."""
     from conch.sandbox.layers import Confinement, confine, prepare
 
     applied: dict[str, Any] = {}
+    plan = config.namespaces
     if config.user is not None:
         from conch.sandbox.identity import reroot_imports
 
-        reroot_imports((config.user[0], config.user[1]))
+        reroot_imports((config.user[0], config.user[1]), hidden=(plan or {}).get("covers", ()))
     prepared = None if config.confinement is None else prepare(Confinement(**config.confinement))
-    if config.cover is not None:
-        from conch.sandbox.mountns import cover
+    if plan is not None:
+        from conch.sandbox.namespaces import enter
 
-        cover(config.workspace, config.cover)
+        enter(plan, config.workspace)
+    # What a job leaves running is ended after it, where the worker may start commands
+    # (without the process effect Landlock refuses every exec): by PID 1 of its namespace,
+    # or else by the uid it alone runs as.
+    if (config.confinement or {}).get("process"):
+        from conch.sandbox.namespaces import end_own_processes, reap_orphans
+
+        if plan is not None and plan.get("pid"):
+            _State.reap = reap_orphans
+        elif config.own_uid and config.user is not None:
+            _State.reap = end_own_processes
     if prepared is not None:
         applied = {name: layer.to_dict() for name, layer in confine(prepared).items()}
+    _hard_limits(config)
+    if config.umask is not None:
+        os.umask(config.umask)
     if config.user is not None:
         from conch.sandbox.identity import become
 
         become(*config.user)
-    if config.nproc:  # counted per user: only a worker of its own user may set it
-        resource.setrlimit(resource.RLIMIT_NPROC, (config.nproc, config.nproc))
     return applied
+
+
+_RLIMITS = {"NOFILE": resource.RLIMIT_NOFILE, "FSIZE": resource.RLIMIT_FSIZE,
+            "CORE": resource.RLIMIT_CORE, "NPROC": resource.RLIMIT_NPROC}
+
+
+def _hard_limits(config: WorkerConfig) -> None:
+    """Soft and hard rlimits, so that neither the worker nor a command it starts can raise
+    them (only root may raise a hard limit, and the worker is about to stop being root)."""
+    limits = dict(config.rlimits or {})
+    if config.nproc:  # counted per user: only a worker of its own user may set it
+        limits["NPROC"] = config.nproc
+    cpu_hard = limits.pop("CPU", None)
+    for name, value in limits.items():
+        resource.setrlimit(_RLIMITS[name], (value, value))
+    if cpu_hard is not None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if soft == resource.RLIM_INFINITY or soft > cpu_hard:
+            soft = cpu_hard
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
 
 
 def _scrub_environment() -> None:
@@ -129,13 +171,14 @@ def _scrub_environment() -> None:
 
 
 def _apply_memory_limit(memory_mb: int) -> None:
+    # Hard as well as soft: a command started by run_process must not raise it.
     if memory_mb <= 0:
         return
     limit = memory_mb * 1024 * 1024
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _cpu_used() -> float:
@@ -165,8 +208,14 @@ class _CpuBudget:
         if self.remaining >= budget:
             return
         _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        soft = math.ceil(_cpu_used() + budget + self.SLACK_S)
+        used = _cpu_used()
+        soft = math.ceil(used + budget + self.SLACK_S)
         if hard != resource.RLIM_INFINITY:
+            # The hard limit bounds the worker's whole life (the pool makes it twice the
+            # longest job's budget and more): past half of it, the worker is replaced after
+            # this job, so that no job meets the hard limit's SIGKILL.
+            if used > hard / 2:
+                _State.retire = True
             soft = min(soft, hard)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
         self.remaining = budget + self.SLACK_S
@@ -201,7 +250,7 @@ def worker_main(sock: socket.socket) -> None:
     except Exception as exc:  # strict and a layer is missing, or the drop failed
         chan.send(["refused", str(exc)])
         return
-    chan.send(["ready", os.getpid(), layers])
+    chan.send(["ready", _host_pid(), layers])
     cpu = _CpuBudget()
     while True:
         job = chan.recv()
@@ -213,13 +262,29 @@ def worker_main(sock: socket.socket) -> None:
         started = time.perf_counter()
         runner.run(job, chan)
         cpu.spent(time.perf_counter() - started)
-        if _State.cpu_exceeded:
+        if _State.cpu_exceeded or _State.retire:
             return
+        if _State.reap is not None:
+            _State.reap()  # nothing a run started outlives it
+
+
+def _host_pid() -> int:
+    """This process's pid as the server sees it (in a PID namespace of its own the worker is
+    1; /proc is still the host's)."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
 
 
 class _State:
     in_job = False
     cpu_exceeded = False
+    # The worker's CPU time is nearly spent (its hard RLIMIT_CPU): replaced after its job
+    retire = False
+    # PID 1 of a PID namespace of its own (conch.sandbox.namespaces) that may start
+    # commands: what a job left running is killed after it, by this
+    reap: Callable[[], None] | None = None
 
 
 def _on_cpu_limit(signum: int, frame: Any) -> None:
@@ -380,7 +445,7 @@ class Runner:
             _State.in_job = False
         if isinstance(envelope, PipelineEnvelope):
             envelope.steps = steps
-        recycle = recycle or _State.cpu_exceeded
+        recycle = recycle or _State.cpu_exceeded or _State.retire
         try:
             chan.send(["done", envelope.to_wire(), recycle])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)

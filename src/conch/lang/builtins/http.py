@@ -99,7 +99,8 @@ def _request(name: str, method: str, url: str, body: Any = None, headers: Any = 
             raise ConchError(
                 "PermissionError",
                 f"{name}: the sandbox refused the connection to {url}",
-                hint="the server must enable the network (allow_network)",
+                hint="the server's allow_network and network_allow settings say what its "
+                     "sandbox lets through",
             ) from None
         raise ConchError("IOError", f"{name}: request to {url} failed: {exc or type(exc).__name__}") from None
     parsed: Any = text

@@ -337,7 +337,9 @@ def run_process(command: String, args: Array | None = None, stdin: String | None
                 out, err = proc.communicate(data, timeout=wait)
                 break
             except subprocess.TimeoutExpired:
-                pass  # communicate() keeps what it has sent and read so far
+                # communicate() keeps what it has sent and read so far, and goes on sending
+                # the rest of the input it was first given: it refuses to be given it again.
+                data = None
             ctx.check_cancelled()
             if deadline is not None and time.monotonic() >= deadline:
                 raise ConchError(

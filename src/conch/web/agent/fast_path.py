@@ -124,7 +124,10 @@ def _pipeline_job(body: bytes) -> Job:
         if parts.steps is not msgspec.UNSET:
             fields["steps"] = parts.steps
         job = pipeline_job(PipelineRequest.model_validate(fields))
-    except (msgspec.DecodeError, ValidationError):
+    except (msgspec.DecodeError, ValidationError, RecursionError):
+        # RecursionError: msgspec skips ``input`` recursively and gives up on JSON nested
+        # deeper than Python's own limit; the model's parser has a limit of its own and
+        # refuses such a body with the documented route's 400.
         return pipeline_job(PipelineRequest.model_validate_json(body))
     job.input_json = bytes(parts.input)
     return job
