@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from conch.agents.registry import default_tools
 from conch.inference.engines.llama.grammar import schema_grammar
+from conch.orchestration.agents import default_tools
 from conch.orchestration.loop import action_schema, parse_action
 
 llama_cpp = pytest.importorskip("llama_cpp")

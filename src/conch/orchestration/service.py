@@ -30,15 +30,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from conch.agents.registry import (
+from conch.config import Settings
+from conch.lang.builtins.registry import lookup
+from conch.orchestration.agents import (
     DEFAULT_AGENT,
     DEFAULT_PROMPT,
     AgentRegistry,
     AgentSpec,
     qualified_model,
 )
-from conch.config import Settings
-from conch.lang.builtins.registry import lookup
 from conch.orchestration.approvals import (
     REPEATABLE,
     check_call_args,
