@@ -1,1 +1,1 @@
-"""conch.agents"""
+"""The agents' old home, kept only for the ``agent`` builtin (see ``registry``)."""
