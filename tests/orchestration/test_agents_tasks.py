@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from conch.orchestration.loop import action_schema
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, finished, wait_for
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server, finished, wait_for
 
 API = "/api/v1/orchestration"
 

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from conch.db import create_engine, migrate
 from conch.orchestration.store import CheckpointSeq, Store
-from tests.orchestration.scripted_model import ScriptedModel, call, native
-from tests.orchestration.servers import finished, wait_for
 from tests.orchestration.test_checkpoints import checkpoint
+from testsupport.scripted_model import ScriptedModel, call, native
+from testsupport.servers import finished, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -108,7 +108,7 @@ def test_concurrent_native_calls_on_postgres(tmp_path: Path, scripted: ScriptedM
     """Three calls of one native turn end at different times, each result written as it
     ends (on PostgreSQL from worker threads): every entry once, numbered 1..n."""
     from tests.orchestration.pg import postgres_cluster
-    from tests.orchestration.servers import start_thread_server
+    from testsupport.servers import start_thread_server
 
     model = "native-tools"
     scripted.tool_models.add(model)

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server
 
 API = "/api/v1/orchestration"
 FINISHED = ("succeeded", "failed", "cancelled")
