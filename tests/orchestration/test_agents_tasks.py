@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 
-from conch.orchestration.loop import action_schema
+from conch.orchestration.protocols import action_schema
 from testsupport.scripted_model import ScriptedModel, final, tool
 from testsupport.servers import Server, finished, wait_for
 

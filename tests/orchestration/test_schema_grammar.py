@@ -8,7 +8,7 @@ import pytest
 
 from conch.inference.engines.llama.grammar import schema_grammar
 from conch.orchestration.agents import default_tools
-from conch.orchestration.loop import action_schema, parse_action
+from conch.orchestration.protocols import action_schema, parse_action
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

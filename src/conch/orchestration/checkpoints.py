@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.orchestration.errors import Invalid
-from conch.orchestration.loop import Reply, call_id, parse_action
+from conch.orchestration.protocols import parse_action
+from conch.orchestration.turns import Reply, call_id
 
 __all__ = ["KINDS", "CheckpointError", "Journal", "call_id"]
 

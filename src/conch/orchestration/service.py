@@ -49,20 +49,9 @@ from conch.orchestration.approvals import (
 from conch.orchestration.checkpoints import CheckpointError, Journal, fork
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
-from conch.orchestration.loop import (
-    Interrupt,
-    ModelError,
-    Outcome,
-    Reply,
-    ToolResult,
-    ToolsUnsupported,
-    observation_of,
-    run_agent_loop,
-    run_native_loop,
-    transcript,
-    unknown_tools,
-)
+from conch.orchestration.loop import Outcome, run_agent_loop, run_native_loop, transcript
 from conch.orchestration.models import ModelClient
+from conch.orchestration.protocols import unknown_tools
 from conch.orchestration.spec import (
     Plan,
     WorkflowRequest,
@@ -71,6 +60,14 @@ from conch.orchestration.spec import (
     plan,
 )
 from conch.orchestration.store import INTERRUPTED, TASK_DONE, CheckpointSeq, StepOutcome, Store
+from conch.orchestration.turns import (
+    Interrupt,
+    ModelError,
+    Reply,
+    ToolResult,
+    ToolsUnsupported,
+    observation_of,
+)
 from conch.sandbox.pool import Job
 
 log = logging.getLogger("conch.orchestration")
