@@ -3,7 +3,7 @@
 Workflow steps are claimed by whichever server's scheduler gets them first, so several
 servers on one PostgreSQL database share a workflow and no step runs twice. Each round
 records every step outcome that came in since the last one and claims as many runnable steps
-as there is room for (:meth:`~.store.workflows.WorkflowStore.step_round`). A ``run`` step
+as there is room for (:meth:`~.store.steps.StepStore.step_round`). A ``run`` step
 goes to the executor (sandbox pool or Dask); a ``task`` step is an agent task
 (:mod:`.runner`) that the step waits on.
 """
@@ -42,6 +42,7 @@ class WorkflowScheduler:
         self.executor = executor
         self.runner = runner
         self.workflows = rt.stores.workflows
+        self.steps = rt.stores.steps
         self.capacity = rt.settings.orchestration_max_concurrent_steps
         self.running: dict[tuple[str, str], asyncio.Task[Any]] = {}  # (workflow, step) -> run
         self.plans: dict[str, Plan] = {}
@@ -147,7 +148,7 @@ class WorkflowScheduler:
         free = self.capacity - len(self.running) + finishing
         try:
             succeeded, ended, claimed = await self.rt.db(
-                self.workflows.step_round,
+                self.steps.step_round,
                 [o for o, _f in batch],
                 self.rt.instance,
                 self.rt.lease(),
@@ -239,7 +240,7 @@ class WorkflowScheduler:
         except Exception as exc:
             log.exception("step %s/%s crashed", wf_id, sid)
             await self.rt.db(
-                self.workflows.finish_step, p, wf_id, sid, self.rt.instance,
+                self.steps.finish_step, p, wf_id, sid, self.rt.instance,
                 ok=False, error={"kind": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
             )  # fmt: skip
             self.rt.notify(f"workflow:{wf_id}")

@@ -6,12 +6,14 @@ One store per job, all over one :class:`~.base.Database` (the transaction helper
 - :mod:`.tasks`        agent tasks and the steps their runs record (:class:`TaskStore`);
 - :mod:`.checkpoints`  a task's checkpoint, and the waits for a person's approval
   (:class:`CheckpointStore`);
-- :mod:`.workflows`    workflows, their steps, the scheduling rounds (:class:`WorkflowStore`);
+- :mod:`.workflows`    workflows and their steps as submitted (:class:`WorkflowStore`);
+- :mod:`.steps`        the scheduling rounds: steps claimed, their outcomes recorded
+  (:class:`StepStore`);
 - :mod:`.leases`       which server holds what; taking over a dead server's work
   (:class:`LeaseStore`);
 - :mod:`.records`      rows as the API shows them.
 
-:class:`Stores` builds the four over one engine.
+:class:`Stores` builds them over one engine.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from conch.orchestration import tables as t
 from conch.orchestration.store.base import Database
 from conch.orchestration.store.checkpoints import CheckpointSeq, CheckpointStore
 from conch.orchestration.store.leases import LeaseStore
+from conch.orchestration.store.steps import StepOutcome, StepStore
 from conch.orchestration.store.tasks import (
     INTERRUPTED,
     TASK_ACTIVE,
@@ -30,7 +33,7 @@ from conch.orchestration.store.tasks import (
     TASK_HELD,
     TaskStore,
 )
-from conch.orchestration.store.workflows import StepOutcome, WorkflowStore
+from conch.orchestration.store.workflows import WorkflowStore
 
 __all__ = [
     "INTERRUPTED",
@@ -42,6 +45,7 @@ __all__ = [
     "Database",
     "LeaseStore",
     "StepOutcome",
+    "StepStore",
     "Store",
     "Stores",
     "TaskStore",
@@ -57,7 +61,8 @@ class Stores:
         self.tasks = TaskStore(self.db)
         self.checkpoints = CheckpointStore(self.db)
         self.workflows = WorkflowStore(self.db)
-        self.leases = LeaseStore(self.db, self.tasks, self.workflows)
+        self.steps = StepStore(self.db)
+        self.leases = LeaseStore(self.db, self.tasks, self.steps)
 
     def metrics(self) -> dict[str, int]:
         """Counts of agents, tasks and workflows by status, and the mean task duration."""

@@ -18,17 +18,17 @@ import sqlalchemy as sa
 from conch.orchestration import tables as t
 from conch.orchestration.spec import Plan
 from conch.orchestration.store.base import Database
+from conch.orchestration.store.steps import StepStore
 from conch.orchestration.store.tasks import INTERRUPTED, TASK_HELD, TaskStore
-from conch.orchestration.store.workflows import WorkflowStore
 
 
 class LeaseStore:
     """Leases of tasks and steps: renewed, given back, taken over."""
 
-    def __init__(self, db: Database, tasks: TaskStore, workflows: WorkflowStore) -> None:
+    def __init__(self, db: Database, tasks: TaskStore, steps: StepStore) -> None:
         self.db = db
         self.tasks = tasks
-        self.workflows = workflows
+        self.steps = steps
 
     def renew(self, owner: str, lease_until: float) -> None:
         with self.db.tx() as conn:
@@ -100,7 +100,7 @@ class LeaseStore:
             plan = plans.get(st.workflow_id) or load_plan(st.workflow_id)
             if plan is None:
                 continue
-            self.workflows.finish_step(
+            self.steps.finish_step(
                 plan, st.workflow_id, st.id, st.owner, ok=False, error=dict(INTERRUPTED),
                 backoff_s=0.0,
             )  # fmt: skip
