@@ -17,6 +17,8 @@ from conch.orchestration.store import TASK_DONE, TaskStore
 
 
 class BuiltinTasks:
+    """The tasks sandbox workers' ``agent`` calls run, by the worker that started each."""
+
     def __init__(self, settings: Settings, tasks: TaskStore) -> None:
         self.settings = settings
         self.tasks = tasks

@@ -16,6 +16,8 @@ log = logging.getLogger("conch.orchestration")
 
 
 class LeaseKeeper:
+    """Every third of a lease: renew, stop what was ended elsewhere, take over the expired."""
+
     def __init__(self, rt: Runtime, runner: TaskRunner, scheduler: WorkflowScheduler) -> None:
         self.rt = rt
         self.runner = runner

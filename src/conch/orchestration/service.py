@@ -66,7 +66,8 @@ class Orchestrator:
         await self.executor.start()
         # A SQLite database has a single server: whatever it was running when it stopped was
         # interrupted, whatever the leases say. PostgreSQL waits for leases to run out.
-        await self.keeper.reclaim(everything=not self.stores.db.postgres)
+        single = self.stores.db.engine.dialect.name == "sqlite"
+        await self.keeper.reclaim(everything=single)
         loop = asyncio.get_running_loop()
         self._background = [
             loop.create_task(self.workflows.run(), name="orchestration-scheduler"),

@@ -54,6 +54,9 @@ class TaskDeps:
 
 
 class TaskRun:
+    """One run of task ``task_id`` (``spec``: its agent when known; ``row``: its columns when
+    the caller has them), on this server, which holds the task's lease."""
+
     def __init__(
         self,
         rt: Runtime,

@@ -90,7 +90,7 @@ def added_messages(conn: Connection, id: str) -> dict[int, list[str]]:
 
 
 # Why edited arguments do not fit a call: ``(where, message)``, or None when they do.
-ArgsCheck = Callable[[dict[str, Any], Any], "tuple[str, str] | None"]
+ArgsCheck = Callable[[dict[str, Any], Any], tuple[str, str] | None]
 
 
 class CheckpointStore:
