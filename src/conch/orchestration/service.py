@@ -54,9 +54,9 @@ class Orchestrator:
             policy = parse_policy(settings.approvals, where="approvals")
         except Invalid as exc:
             raise ValueError(f"configuration: {exc.message}") from None
-        self.tasks = TaskRunner(self.rt, self.agents, self.models, executor, policy)
-        self.workflows = WorkflowScheduler(self.rt, self.agents, executor, self.tasks)
-        self.keeper = LeaseKeeper(self.rt, self.tasks, self.workflows)
+        self.runner = TaskRunner(self.rt, self.agents, self.models, executor, policy)
+        self.scheduler = WorkflowScheduler(self.rt, self.agents, executor, self.runner)
+        self.keeper = LeaseKeeper(self.rt, self.runner, self.scheduler)
         self.builtin = BuiltinTasks(settings, self.stores.tasks)
         self._background: list[asyncio.Task[Any]] = []
 
@@ -70,9 +70,9 @@ class Orchestrator:
         await self.keeper.reclaim(everything=single)
         loop = asyncio.get_running_loop()
         self._background = [
-            loop.create_task(self.workflows.run(), name="orchestration-scheduler"),
+            loop.create_task(self.scheduler.run(), name="orchestration-scheduler"),
             loop.create_task(self.keeper.run(), name="orchestration-leases"),
-            loop.create_task(self.tasks.approval_timer(), name="orchestration-approval-timeouts"),
+            loop.create_task(self.runner.approval_timer(), name="orchestration-approval-timeouts"),
         ]
 
     async def close(self) -> None:
@@ -83,7 +83,7 @@ class Orchestrator:
         self.rt.closing = True
         for bg in self._background:
             bg.cancel()
-        running = [*self.tasks.running.values(), *self.workflows.running.values()]
+        running = [*self.runner.running.values(), *self.scheduler.running.values()]
         for job in running:
             job.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
@@ -164,42 +164,42 @@ class Orchestrator:
 
     async def create_task(self, **kw: Any) -> dict[str, Any]:
         """:meth:`.runner.TaskRunner.create_task`."""
-        return await self.tasks.create_task(**kw)
+        return await self.runner.create_task(**kw)
 
     async def fork_task(self, task_id: str, **kw: Any) -> dict[str, Any]:
-        return await self.tasks.fork_task(task_id, **kw)
+        return await self.runner.fork_task(task_id, **kw)
 
     async def get_task(self, task_id: str) -> dict[str, Any]:
-        return await self.tasks.get_task(task_id)
+        return await self.runner.get_task(task_id)
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
-        return await self.tasks.cancel_task(task_id)
+        return await self.runner.cancel_task(task_id)
 
     async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
-        return await self.tasks.wait_task(task_id, timeout)
+        return await self.runner.wait_task(task_id, timeout)
 
     async def get_thread(self, thread_id: str) -> dict[str, Any]:
-        return await self.tasks.get_thread(thread_id)
+        return await self.runner.get_thread(thread_id)
 
     async def task_checkpoint(self, task_id: str) -> list[dict[str, Any]]:
-        return await self.tasks.task_checkpoint(task_id)
+        return await self.runner.task_checkpoint(task_id)
 
     async def approve_task(self, task_id: str, **kw: Any) -> dict[str, Any]:
-        return await self.tasks.approve_task(task_id, **kw)
+        return await self.runner.approve_task(task_id, **kw)
 
     async def reject_task(self, task_id: str, **kw: Any) -> dict[str, Any]:
-        return await self.tasks.reject_task(task_id, **kw)
+        return await self.runner.reject_task(task_id, **kw)
 
     # -- workflows (the scheduler's) ------------------------------------------------------
 
     async def create_workflow(self, body: Any) -> dict[str, Any]:
-        return await self.workflows.create_workflow(body)
+        return await self.scheduler.create_workflow(body)
 
     async def get_workflow(self, wf_id: str) -> dict[str, Any]:
-        return await self.workflows.get_workflow(wf_id)
+        return await self.scheduler.get_workflow(wf_id)
 
     async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
-        return await self.workflows.cancel_workflow(wf_id)
+        return await self.scheduler.cancel_workflow(wf_id)
 
     # -- metrics --------------------------------------------------------------------------
 
