@@ -37,7 +37,7 @@ run: setup
 	$(BIN)/conch up
 
 test: venv
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks testsupport
 	$(BIN)/mypy
 	@bash scripts/ensure_chromium.sh
 	@bash scripts/ensure_axe.sh
@@ -56,7 +56,7 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 lint: venv
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks testsupport
 	$(BIN)/mypy
 
 clean:

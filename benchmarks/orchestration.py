@@ -71,8 +71,9 @@ def chain_workflow() -> dict[str, Any]:
 def conch_runs() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     import httpx
-    from tests.orchestration.scripted_model import ScriptedModel, final, tool
-    from tests.orchestration.servers import start_process_server
+
+    from testsupport.scripted_model import ScriptedModel, final, tool
+    from testsupport.servers import start_process_server
 
     model = ScriptedModel().start()
     goal = model.script(
@@ -137,7 +138,7 @@ def _serve(src: Path, data_dir: Path, log: Path, **conch: str) -> tuple[subproce
     import httpx
 
     sys.path.insert(0, str(ROOT))
-    from tests.orchestration.servers import free_port
+    from testsupport.servers import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
@@ -277,7 +278,7 @@ def _batch(url: str, goal: str, n: int, pid: int | None = None) -> tuple[float, 
 
 
 def checkpoint_overhead(model: Any, tmp: Path) -> dict[str, Any]:
-    from tests.orchestration.scripted_model import final, tool
+    from testsupport.scripted_model import final, tool
 
     goal = model.script_by_position(
         "bench checkpoints", *[tool("len", value=[1, 2, 3]) for _ in range(9)], final("done")
@@ -309,7 +310,8 @@ def checkpoint_overhead(model: Any, tmp: Path) -> dict[str, Any]:
 
 def resume_latency(model: Any, tmp: Path) -> dict[str, Any]:
     import httpx
-    from tests.orchestration.scripted_model import final, tool
+
+    from testsupport.scripted_model import final, tool
 
     data, log = tmp / "data-resume", tmp / "resume.log"
     latencies, startups = [], []
@@ -358,7 +360,8 @@ def resume_latency(model: Any, tmp: Path) -> dict[str, Any]:
 
 def approval_round_trip(model: Any, tmp: Path) -> dict[str, Any]:
     import httpx
-    from tests.orchestration.scripted_model import final, tool
+
+    from testsupport.scripted_model import final, tool
 
     goal = model.script_by_position(
         "bench approvals", *[tool("len", value=[1, 2, 3]) for _ in range(APPROVALS)], final("done")
@@ -393,7 +396,7 @@ def approval_round_trip(model: Any, tmp: Path) -> dict[str, Any]:
 
 def agent_runs() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from tests.orchestration.scripted_model import ScriptedModel
+    from testsupport.scripted_model import ScriptedModel
 
     model = ScriptedModel().start()
     try:

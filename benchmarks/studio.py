@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CONCH_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
     "--headless",
@@ -177,38 +178,17 @@ def _first_paints(browser: Any, base: str) -> dict[str, float]:
     return out
 
 
-_SEED_CHAT = r"""async (n) => {
-    const db = await new Promise((ok, no) => {
-        const r = indexedDB.open("conch-studio", 1);
-        r.onupgradeneeded = () => r.result.createObjectStore("chats", { keyPath: "id" });
-        r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error);
-    });
-    const now = Date.now(), messages = [];
-    for (let i = 0; i < n; i++) {
-        const user = i % 2 === 0;
-        messages.push({ id: "m" + i, role: user ? "user" : "assistant", at: now - (n - i) * 1000,
-            status: user ? undefined : "done",
-            content: user ? "Question " + i + ": how do I sort a table by size?"
-                : "Answer " + i + ": use `sort_by`.\n\n```\nls() | sort_by(\"size\")\n```\n\n"
-                  + "- first point\n- second point with **bold** text\n" });
-    }
-    const chat = { id: "bench-chat", title: "2,000 messages", created: now, updated: now,
-        settings: { model: "", system: "", temperature: 0.7, maxTokens: 256, topP: 1 }, messages };
-    await new Promise((ok, no) => {
-        const tx = db.transaction("chats", "readwrite"); tx.objectStore("chats").put(chat);
-        tx.oncomplete = ok; tx.onerror = () => no(tx.error);
-    });
-}"""
-
-
 def _long_chat(browser: Any, base: str) -> dict[str, float]:
     """A chat of 2,000 messages opened by its link and scrolled from top to bottom: the
     longest main-thread task (the browser's Long Tasks API) and the time to show it."""
+    sys.path.insert(0, str(ROOT))
+    from testsupport.studio import SEED_CHAT
+
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.goto(base + "/#/models")
     page.wait_for_load_state("networkidle")
-    page.evaluate(_SEED_CHAT, CHAT_MESSAGES)
+    page.evaluate(SEED_CHAT, CHAT_MESSAGES)
     page.goto(base + "/#/models?reload")  # a new document, so the chat is read from storage
     page.evaluate("""() => { window.__long = [];
         new PerformanceObserver(l => l.getEntries().forEach(e => window.__long.push(e.duration)))

@@ -68,7 +68,7 @@ def _answer(client: Any, kind: str, body: dict[str, Any], timeout: float) -> dic
 
 def _default_agent() -> tuple[str, Callable[[], list[str]], Callable[[str], str]]:
     """The default agent's system prompt, its tools and the ``provider:model`` rule."""
-    from conch.agents.registry import DEFAULT_PROMPT, default_tools, qualified_model
+    from conch.orchestration.agents import DEFAULT_PROMPT, default_tools, qualified_model
 
     return DEFAULT_PROMPT, default_tools, qualified_model
 
@@ -84,9 +84,9 @@ def _agent_loop() -> tuple[Any, type[Exception], Any]:
 
 def _store(settings: Settings) -> Any:
     from conch import db
-    from conch.orchestration.store import Store
+    from conch.orchestration.store import Database, TaskStore
 
-    return Store(db.engine_for(settings.effective_database_url))
+    return TaskStore(Database(db.engine_for(settings.effective_database_url)))
 
 
 # -- where an agent call's task is recorded --------------------------------------------------

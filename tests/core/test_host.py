@@ -21,7 +21,7 @@ from conch.lang.context import Context
 from conch.lang.errors import ConchError
 from conch.lang.host import ModelRequestError
 from tests.inference.providers.standins import closed_port_url
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
+from testsupport.scripted_model import ScriptedModel, final, tool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,7 +73,7 @@ def test_the_dask_workers_host_records_the_task_in_the_database(
     is written to the orchestration tables."""
     from conch import db
     from conch.orchestration.executor import run_on_dask_worker
-    from conch.orchestration.store import Store
+    from conch.orchestration.store import Stores
     from conch.sandbox.worker import WorkerConfig
 
     settings = _settings(tmp_path, scripted.v1)
@@ -89,7 +89,7 @@ def test_the_dask_workers_host_records_the_task_in_the_database(
     value = done["value"]
     assert value["status"] == "succeeded" and value["result"] == "four"
     assert [s["observation"] for s in value["steps"]][:1] == ["4"]
-    record = Store(db.engine_for(settings.effective_database_url)).get_task(value["id"])
+    record = Stores(db.engine_for(settings.effective_database_url)).tasks.get_task(value["id"])
     assert record is not None
     assert (record["status"], record["result"], record["agent"]) == ("succeeded", "four", "default")
     assert record["model"] == "local:scripted-default" and record["tools"] == ["len"]

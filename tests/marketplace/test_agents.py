@@ -12,8 +12,8 @@ import httpx
 import pytest
 from mcp import Client
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
 from tests.web.agent_fixtures import AgentServer, start_agent_server
+from testsupport.scripted_model import ScriptedModel, final, tool
 
 
 @pytest.fixture(scope="module")

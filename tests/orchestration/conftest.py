@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel
-from tests.orchestration.servers import Server, start_thread_server
+from testsupport.scripted_model import ScriptedModel
+from testsupport.servers import Server, start_thread_server
 
 
 @pytest.fixture(scope="session")

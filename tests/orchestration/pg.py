@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.servers import free_port
+from testsupport.servers import free_port
 
 BIN = Path(os.environ.get("CONCH_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 

@@ -9,9 +9,9 @@ import httpx
 import jsonschema
 import pytest
 
-from conch.orchestration.loop import action_schema
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, finished, wait_for
+from conch.orchestration.protocols import action_schema
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server, finished, wait_for
 
 API = "/api/v1/orchestration"
 

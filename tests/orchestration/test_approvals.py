@@ -13,8 +13,8 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, finished, wait_for
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server, finished, wait_for
 
 API = "/api/v1/orchestration"
 ASK_WRITE = {"effects": {"write": "ask"}}

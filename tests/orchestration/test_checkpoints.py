@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import finished, start_process_server, wait_for
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import finished, start_process_server, wait_for
 
 API = "/api/v1/orchestration"
 ASK_WRITE = {"effects": {"write": "ask"}}

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.orchestration.scripted_model import ScriptedModel, final
-from tests.orchestration.servers import SRC, Server, finished, wait_for
+from testsupport.scripted_model import ScriptedModel, final
+from testsupport.servers import SRC, Server, finished, wait_for
 
 
 def conch(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import SRC, finished, start_thread_server, wait_for
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import SRC, finished, start_thread_server, wait_for
 
 distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.timeout(240)

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.orchestration.pg import postgres_cluster
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, finished, start_process_server, wait_for
 from tests.orchestration.test_cli import conch
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server, finished, start_process_server, wait_for
 
 API = "/api/v1/orchestration"
 

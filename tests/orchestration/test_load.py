@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import start_process_server
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import start_process_server
 
 pytestmark = pytest.mark.timeout(300)
 

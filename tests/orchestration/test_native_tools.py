@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel, call, final, native, tool
-from tests.orchestration.servers import Server, finished, start_process_server, wait_for
 from tests.orchestration.test_checkpoints import checkpoint, positions, started, until
+from testsupport.scripted_model import ScriptedModel, call, final, native, tool
+from testsupport.servers import Server, finished, start_process_server, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,7 +28,7 @@ REFUSING = "refuses-tools"  # no capabilities listed; a request with tools gets 
 
 @pytest.fixture(scope="module")
 def net_server(tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel) -> Any:
-    from tests.orchestration.servers import start_thread_server
+    from testsupport.servers import start_thread_server
 
     scripted.tool_models.add(MODEL)
     scripted.no_tools.add(REFUSING)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.orchestration.pg import postgres_cluster
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import finished, start_process_server, wait_for
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import finished, start_process_server, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from conch.agents.registry import default_tools
 from conch.inference.engines.llama.grammar import schema_grammar
-from conch.orchestration.loop import action_schema, parse_action
+from conch.orchestration.agents import default_tools
+from conch.orchestration.protocols import action_schema, parse_action
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

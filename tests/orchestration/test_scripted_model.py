@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.orchestration.scripted_model import ScriptedModel, call, final, native
+from testsupport.scripted_model import ScriptedModel, call, final, native
 
 
 def test_official_openai_client_reads_scripted_replies(scripted: ScriptedModel) -> None:

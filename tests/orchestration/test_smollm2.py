@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 
 from conch import db
-from conch.orchestration.loop import action_schema
-from tests.orchestration.servers import Server, finished, start_thread_server, wait_for
+from conch.orchestration.protocols import action_schema
 from tests.web.conftest import start_server
+from testsupport.servers import Server, finished, start_thread_server, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 
-from tests.orchestration.scripted_model import ScriptedModel, final
-from tests.orchestration.servers import Server, finished, wait_for
 from tests.orchestration.test_agents_tasks import read_sse
+from testsupport.scripted_model import ScriptedModel, final
+from testsupport.servers import Server, finished, wait_for
 
 API = "/api/v1/orchestration"
 

@@ -3,9 +3,9 @@ registry (``source = "marketplace"``, the installed version kept with it)."""
 
 from __future__ import annotations
 
-from conch.agents.registry import AgentRegistry, AgentSpec
 from conch.marketplace.errors import conflict
 from conch.marketplace.service import InstalledAgent
+from conch.orchestration.agents import AgentRegistry, AgentSpec
 
 
 class RegistrySink:

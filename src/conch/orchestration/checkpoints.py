@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch.orchestration.errors import Invalid
-from conch.orchestration.loop import Reply, call_id, parse_action
+from conch.orchestration.protocols import parse_action
+from conch.orchestration.turns import Reply, call_id
 
 __all__ = ["KINDS", "CheckpointError", "Journal", "call_id"]
 
@@ -140,6 +141,39 @@ def fork(
     the field) when the checkpoint is out of range or does not hold the kept steps.
     ``native``: the task used the native tool-call protocol (one model turn per step, calls
     ``call_{index}_{k}`` when a turn made several; the last of them is the one edited)."""
+    turns = _kept_turns(steps, entries, checkpoint, native)
+    last_call = call_id(checkpoint - 1)
+    if native and checkpoint > 0:
+        calls = steps[checkpoint - 1].get("calls") or []
+        if calls:
+            last_call = str(calls[-1]["call_id"])
+    out, edited = _copied(entries, turns, checkpoint, last_call, tool_result)
+    kept = [dict(s) for s in steps[:checkpoint]]
+    if tool_result is not None:
+        if not edited:
+            why = (
+                "a fork at checkpoint 0 keeps no step"
+                if checkpoint == 0
+                else f"step {checkpoint - 1} made no tool call whose result could be replaced"
+            )
+            raise Invalid(f"tool_result: {why}", where="tool_result")
+        last = kept[-1]
+        calls = [dict(c) for c in last.get("calls") or []]
+        if calls:
+            calls[-1].update(observation=tool_result, error=None)
+            last["calls"] = calls
+        if len(calls) <= 1:
+            last.update(observation=tool_result, error=None)
+    if message is not None:
+        out.append(("message", {"before": checkpoint, "content": message}))
+    return kept, out
+
+
+def _kept_turns(
+    steps: list[dict[str, Any]], entries: list[tuple[str, Any]], checkpoint: int, native: bool
+) -> int:
+    """How many model turns the steps a fork keeps took; :class:`Invalid` when the
+    checkpoint is out of range or its entries do not hold them."""
     final = bool(steps) and steps[-1].get("action") == "final"
     most = len(steps) - 1 if final else len(steps)
     if not 0 <= checkpoint <= most:
@@ -169,11 +203,18 @@ def fork(
             f"0..{checkpoint - 1} (it has {len(journal.replies)}): it cannot be forked there",
             where="checkpoint",
         )
-    last_call = call_id(checkpoint - 1)
-    if native and checkpoint > 0:
-        calls = steps[checkpoint - 1].get("calls") or []
-        if calls:
-            last_call = str(calls[-1]["call_id"])
+    return turns
+
+
+def _copied(
+    entries: list[tuple[str, Any]],
+    turns: int,
+    checkpoint: int,
+    last_call: str,
+    tool_result: str | None,
+) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+    """The entries of the kept steps (the result of ``last_call`` replaced by
+    ``tool_result``), and whether that result was there to replace."""
     out: list[tuple[str, dict[str, Any]]] = []
     edited = False
     for kind, data in entries:
@@ -192,22 +233,4 @@ def fork(
             data.update(observation=tool_result, error=None, edited=True)
             edited = True
         out.append((kind, data))
-    kept = [dict(s) for s in steps[:checkpoint]]
-    if tool_result is not None:
-        if not edited:
-            why = (
-                "a fork at checkpoint 0 keeps no step"
-                if checkpoint == 0
-                else f"step {checkpoint - 1} made no tool call whose result could be replaced"
-            )
-            raise Invalid(f"tool_result: {why}", where="tool_result")
-        last = kept[-1]
-        calls = [dict(c) for c in last.get("calls") or []]
-        if calls:
-            calls[-1].update(observation=tool_result, error=None)
-            last["calls"] = calls
-        if len(calls) <= 1:
-            last.update(observation=tool_result, error=None)
-    if message is not None:
-        out.append(("message", {"before": checkpoint, "content": message}))
-    return kept, out
+    return out, edited

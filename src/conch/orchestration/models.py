@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from conch.orchestration.loop import ModelError, Reply, ToolsUnsupported
+from conch.orchestration.turns import ModelError, Reply, ToolsUnsupported
 
 Protocol = Literal["native", "json"]
 

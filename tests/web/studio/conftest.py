@@ -20,9 +20,9 @@ import pytest
 
 from conch import db
 from conch.config import Settings
-from tests.orchestration.scripted_model import ScriptedModel
-from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import _free_port
+from testsupport.scripted_model import ScriptedModel
+from testsupport.servers import Server, start_thread_server
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout
 

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server
 from tests.web.studio.conftest import Servers
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server
 
 AXE = Path(__file__).resolve().parents[3] / "ui" / "node_modules" / "axe-core" / "axe.min.js"
 API = "/api/v1/orchestration"

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, call, final, native, tool
-from tests.orchestration.servers import Server
+from testsupport.scripted_model import ScriptedModel, call, final, native, tool
+from testsupport.servers import Server
 
 API = "/api/v1/orchestration"
 ASK_LS = {"tools": {"ls": "ask"}}

@@ -380,11 +380,11 @@ def test_a_long_chat_renders_a_window_of_its_messages_and_keeps_its_place(server
     """A chat of 300 messages opens at its end with only the messages near the view in the
     DOM; scrolled up (messages above measured for the first time as they come), the view
     does not jump; its first message is reached, and its end again."""
-    import benchmarks.studio as bench
+    from testsupport.studio import SEED_CHAT
 
     # Answers of 1 to 11 paragraphs, so that heights differ from the window's guess.
-    seed = bench._SEED_CHAT.replace('+ "- first point', '+ "A paragraph.\\n\\n".repeat(i * 37 % 11) + "- first point')
-    assert seed != bench._SEED_CHAT
+    seed = SEED_CHAT.replace('+ "- first point', '+ "A paragraph.\\n\\n".repeat(i * 37 % 11) + "- first point')
+    assert seed != SEED_CHAT
     page.goto(servers.agent + "/#/models")
     page.evaluate(seed, 300)
     page.goto(servers.agent + "/#/chat/bench-chat")

@@ -1,5 +1,5 @@
 """Runs you can inspect (issue 21, item 3), in a real browser against an agent server whose
-model is scripted (tests/orchestration/scripted_model.py): the workflow graph drawn from the
+model is scripted (testsupport/scripted_model.py): the workflow graph drawn from the
 definitions in the record (also after a reload), nodes that open their step's detail
 (duration, attempts, output, the error with a caret under the code, the link to a task step's
 task), skipped steps in their own colour, task steps as a timeline with durations and tokens,
@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server
 
 API = "/api/v1/orchestration"
 FINISHED = ("succeeded", "failed", "cancelled")

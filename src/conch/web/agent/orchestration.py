@@ -493,7 +493,7 @@ class OrchestrationCollector(Collector):
         self.orch = orch
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        figures = self.orch.store.metrics()
+        figures = self.orch.stores.metrics()
         figures["total_agents"] = figures.pop("registered_agents") + 1
         for key, value in figures.items():
             name = f"conch_orchestration_{key}"

@@ -1,7 +1,7 @@
 """A scripted model server on loopback that speaks the OpenAI chat completions API.
 
 It stands in for a model (replies are scripted, so agent-loop behaviour is deterministic)
-and is proven with the official ``openai`` client in ``test_scripted_model.py``. The reply
+and is proven with the official ``openai`` client in ``tests/orchestration/test_scripted_model.py``. The reply
 to a conversation is chosen by its goal (its last user message that has a script, else its
 first user message: a task of a thread or a fork carries earlier goals before its own) and the number of
 requests made for it so far, so concurrent tasks each follow their own script; or, for a

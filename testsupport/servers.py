@@ -19,7 +19,7 @@ import httpx
 
 from conch.config import Settings
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def free_port() -> int:

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from conch.orchestration import tables as t
+from conch.orchestration.store.base import Database
 
 DEFAULT_AGENT = "default"
 DEFAULT_PROMPT = (
@@ -51,6 +51,21 @@ def qualified_model(model: str) -> str:
     return model if ":" in model else f"local:{model}"
 
 
+def agent_record(spec: AgentSpec, busy: set[str]) -> dict[str, Any]:
+    """An agent as the API shows it (``busy``: the agents with a pending or running task)."""
+    return {
+        "id": spec.id,
+        "status": "busy" if spec.id in busy else "idle",
+        "capabilities": list(spec.tools),
+        "model": qualified_model(spec.model),
+        "description": spec.description,
+        "system_prompt": spec.system_prompt,
+        "source": spec.source,
+        "version": spec.version,
+        "approvals": spec.approvals or {},
+    }
+
+
 def default_tools() -> list[str]:
     """The builtins the ``default`` agent may call: every pure or read builtin."""
     from conch.lang.builtins.registry import all_builtins
@@ -61,8 +76,8 @@ def default_tools() -> list[str]:
 class AgentRegistry:
     """Agents by id; the database is the source of truth (several servers may share it)."""
 
-    def __init__(self, engine: Engine, default_model: str) -> None:
-        self.engine = engine
+    def __init__(self, db: Database, default_model: str) -> None:
+        self.db = db
         self.default_model = qualified_model(default_model)
 
     def _default(self) -> AgentSpec:
@@ -84,14 +99,14 @@ class AgentRegistry:
         return AgentSpec(**fields)
 
     def list(self) -> list[AgentSpec]:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sa.select(t.agents).order_by(t.agents.c.id)).all()
         return [self._default(), *(self._spec(r) for r in rows if r.id != DEFAULT_AGENT)]
 
     def get(self, id: str) -> AgentSpec | None:
         if id == DEFAULT_AGENT:
             return self._default()
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(sa.select(t.agents).where(t.agents.c.id == id)).first()
         return self._spec(row) if row is not None else None
 
@@ -106,18 +121,18 @@ class AgentRegistry:
         if spec.source not in SOURCES:
             raise ValueError(f"invalid agent source {spec.source!r}")
         row = {**spec.to_dict(), "model": qualified_model(spec.model), "created_at": time.time()}
-        with self.engine.begin() as conn:
+        with self.db.tx() as conn:
             conn.execute(sa.delete(t.agents).where(t.agents.c.id == spec.id))
             conn.execute(sa.insert(t.agents).values(**row))
 
     def remove(self, id: str) -> bool:
         if id == DEFAULT_AGENT:
             raise ValueError("the built-in agent 'default' cannot be removed")
-        with self.engine.begin() as conn:
+        with self.db.tx() as conn:
             return conn.execute(sa.delete(t.agents).where(t.agents.c.id == id)).rowcount > 0
 
     def busy_ids(self) -> set[str]:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 sa.select(t.tasks.c.agent)
                 .where(t.tasks.c.status.in_(("pending", "running")))
@@ -127,7 +142,7 @@ class AgentRegistry:
 
     def is_busy(self, id: str) -> bool:
         """A task of this agent is pending or running."""
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 sa.select(t.tasks.c.id)
                 .where(t.tasks.c.agent == id, t.tasks.c.status.in_(("pending", "running")))

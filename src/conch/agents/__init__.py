@@ -1,1 +1,0 @@
-"""conch.agents"""
