@@ -72,9 +72,9 @@ def test_the_dask_workers_host_records_the_task_in_the_database(
     the agent reaches the model server, its tool calls run in the program's run, and the task
     is written to the orchestration tables."""
     from conch import db
-    from conch.orchestration.executor import run_on_dask_worker
     from conch.orchestration.store import Stores
     from conch.sandbox.worker import WorkerConfig
+    from conch.worker_process import run_on_dask_worker
 
     settings = _settings(tmp_path, scripted.v1)
     settings.ensure_dirs()

@@ -70,7 +70,7 @@ def test_steps_and_tool_calls_run_on_dask(
         try:
             counts = client.run(
                 lambda: __import__(
-                    "conch.orchestration.executor", fromlist=["_RUNNERS"]
+                    "conch.worker_process", fromlist=["_RUNNERS"]
                 )._RUNNERS.__len__()
             )
         finally:

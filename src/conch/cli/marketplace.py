@@ -162,13 +162,14 @@ async def _serve_stdio(settings: Any) -> None:
     from conch.orchestration.executor import make_executor
     from conch.orchestration.service import Orchestrator
     from conch.sandbox.pool import SandboxPool
+    from conch.worker_process import run_on_dask_worker
 
     load_all()
     settings.ensure_dirs()
     service = MarketplaceService.from_settings(settings)
     service.seed(CATALOGUE)
     pool = SandboxPool(settings)
-    orchestrator = Orchestrator(settings, make_executor(settings, pool))
+    orchestrator = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker))
     pool.recorder = orchestrator.record_builtin
     service.attach_sink(RegistrySink(orchestrator.agents))
     await pool.start()

@@ -18,12 +18,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from conch.errors import Forbidden, Invalid
 
-if TYPE_CHECKING:
-    from conch.keys.records import Principal
+
+class Principal(Protocol):
+    """What a scope check reads of a caller (``conch.keys.records.Principal`` is one); a
+    protocol so that this module, the lowest of the room, imports nothing of it."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def scopes(self) -> frozenset[str]: ...
+    @property
+    def is_admin(self) -> bool: ...
 
 INFERENCE = "inference"
 MODELS_WRITE = "models:write"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from conch.config import Settings
 from conch.sandbox.envelope import RunEnvelope
 from conch.sandbox.pool import Job, SandboxPool, configured_limits, effective_limits
-from conch.sandbox.worker import Collect, WorkerConfig
+from conch.sandbox.worker import WorkerConfig
 
 _GRACE_S = 2.0
 
@@ -126,43 +127,26 @@ def _failure(kind: str, message: str) -> dict[str, Any]:
     }
 
 
-_RUNNERS: dict[str, Any] = {}
-
-
-def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """Run one sandbox job inside a Dask worker (module-level so that Dask can ship it by
-    reference); one Runner per configuration keeps its compile caches warm."""
-    import json
-
-    from conch.host import server_host
-    from conch.lang.builtins.registry import load_all
-    from conch.sandbox.worker import Runner
-
-    key = json.dumps(config, sort_keys=True)
-    runner = _RUNNERS.get(key)
-    if runner is None:
-        load_all()
-        runner = _RUNNERS[key] = Runner(WorkerConfig(**config), host=server_host)
-    chan = Collect()
-    runner.run(payload, chan)
-    return chan.done or _failure("LimitError", "the job produced no result")
-
-
 class DaskExecutor:
     """Jobs run on a Dask distributed cluster."""
 
     name = "dask"
 
-    def __init__(self, settings: Settings, pool: SandboxPool | None = None) -> None:
+    def __init__(self, settings: Settings, pool: SandboxPool | None = None, *,
+                 run_job: DaskJob) -> None:
         if not settings.dask_scheduler:
             raise ValueError('executor = "dask" needs dask_scheduler = "tcp://host:8786"')
         self.address = settings.dask_scheduler
         self.limits = configured_limits(settings)
+        # What a Dask worker calls with each job: given by the composition root
+        # (conch.worker_process.run_on_dask_worker), which picks the host programs reach.
+        self.run_job = run_job
         base = pool.config if pool is not None else None
         if base is None:
             from conch.sandbox.pool import allowed_effects
+            from conch.sandbox.worker_env import worker_settings
 
-            public = settings.model_copy(update={"api_key": None})
+            public = worker_settings(settings)
             base = WorkerConfig(
                 workspace=str(settings.workspace_dir),
                 allowed_effects=sorted(allowed_effects(settings)),
@@ -192,7 +176,7 @@ class DaskExecutor:
             return _failure("ValueError", "the Dask executor is not started")
         limits = effective_limits(self.limits, job.limits) if job.limits else self.limits
         future = self.client.submit(
-            run_on_dask_worker, self.config, job.payload(limits), pure=False
+            self.run_job, self.config, job.payload(limits), pure=False
         )
         wall = limits.wall_time_s
         try:
@@ -209,9 +193,18 @@ class DaskExecutor:
             return _failure("LimitError", f"the Dask worker failed the job: {exc}")
 
 
-def make_executor(settings: Settings, pool: SandboxPool) -> Executor:
+# A Dask worker's job: (worker config, job payload) -> the run's envelope as JSON data.
+DaskJob = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def make_executor(settings: Settings, pool: SandboxPool, *, dask_job: DaskJob | None = None
+                  ) -> Executor:
+    """``dask_job``: what Dask workers run (``conch.worker_process.run_on_dask_worker``);
+    needed only with ``executor = "dask"``."""
     if settings.executor == "local":
         return LocalExecutor(pool)
     if settings.executor == "dask":
-        return DaskExecutor(settings, pool)
+        if dask_job is None:
+            raise ValueError('executor = "dask" needs the Dask job function')
+        return DaskExecutor(settings, pool, run_job=dask_job)
     raise ValueError(f"unknown executor {settings.executor!r}: use 'local' or 'dask'")

@@ -10,7 +10,7 @@ A worker that breaks a limit, crashes, overruns its wall time or whose run is ab
 (client disconnect) is killed and replaced; the run ends with ``TimeoutError``,
 ``LimitError`` or ``CancelledError``.
 
-Workers are separate interpreters (``python -P -m conch.sandbox.worker``), not forks
+Workers are separate interpreters (``python -P -m conch.worker_process``), not forks
 of the server: they inherit none of its state, sockets or secrets, and the directory they
 run in (the workspace, which programs write to) is never on their import path.
 """
@@ -718,7 +718,7 @@ class SandboxPool:
         if self.user is not None:
             env["HOME"] = str(self.workspace)  # not root's home, which it cannot read
         return subprocess.Popen(
-            [sys.executable, "-P", "-m", "conch.sandbox.worker", str(fd)],
+            [sys.executable, "-P", "-m", "conch.worker_process", str(fd)],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -14,7 +14,6 @@ able to make the server execute anything by what it sends back.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import resource
@@ -224,9 +223,10 @@ class _CpuBudget:
         self.remaining -= seconds
 
 
-def worker_main(sock: socket.socket) -> None:
+def worker_main(sock: socket.socket, host: HostFactory | None = None) -> None:
     """Serve jobs on ``sock`` until the server closes it. The first frame is the
-    :class:`WorkerConfig`."""
+    :class:`WorkerConfig`. ``host`` gives each run the host its programs reach models and
+    agents through (``conch.worker_process`` passes conch's; None: programs have none)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
     _scrub_environment()
     process_role.sandbox_worker = True  # never maps llama.cpp's libraries (conch.process_role)
@@ -236,10 +236,7 @@ def worker_main(sock: socket.socket) -> None:
         return
     config = WorkerConfig(**first[1])
     _preload()
-    # The host of every run (models, agents): this process's composition root chooses it.
-    from conch.host import server_host
-
-    runner = Runner(config, host=server_host)
+    runner = Runner(config, host=host)
     os.chdir(config.workspace)  # the pool created it; a worker must not run elsewhere
     # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
     sys.setrecursionlimit(max(10_000, config.max_recursion * 8))
@@ -302,13 +299,6 @@ def _preload() -> None:
     from conch.lang.builtins.registry import load_all
 
     load_all()
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    sock = socket.socket(fileno=int(args[0]))
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
-        worker_main(sock)
 
 
 # -- running a job ------------------------------------------------------------------------
@@ -665,6 +655,3 @@ def _envelope(
 def _run_error(exc: ConchError) -> RunError:
     return RunError(**exc.to_dict())
 
-
-if __name__ == "__main__":
-    main()

@@ -30,6 +30,7 @@ from conch.web.agent.protocol import parse_body
 from conch.web.common.errors import WebError
 from conch.web.common.responses import json_response
 from conch.web.common.sse import EventStreamResponse, encode_event
+from conch.worker_process import run_on_dask_worker
 
 PREFIX = "/api/v1/orchestration"
 router = APIRouter(prefix=PREFIX, tags=["orchestration"])
@@ -510,6 +511,6 @@ class OrchestrationCollector(Collector):
 def build(settings: Settings, pool: SandboxPool, metrics: AgentMetrics) -> Orchestrator:
     """The orchestrator of the app (started and closed by the app's lifespan); its figures
     join the app's Prometheus registry."""
-    orch = Orchestrator(settings, make_executor(settings, pool))
+    orch = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker))
     metrics.registry.register(OrchestrationCollector(orch))
     return orch
