@@ -226,10 +226,8 @@ class Compiler:
         self.fuse = fuse
         self.fusing = False  # compiling the parts of a chain being fused
         self.int_names: set[str] = set()  # Python names of bindings known to hold Ints (fusion.py)
-        # The program's text, given by a session: each function it makes then carries its own
-        # source as its docstring (a constant of its code, nothing done per call), so that a
-        # session's state can be saved as data and the function compiled again elsewhere
-        # (conch.lang.snapshot). None elsewhere: a plain program's functions need not be saved.
+        # A session's program text: each function then carries its source as its docstring (a
+        # constant, nothing done per call) to be saved as data (conch.lang.snapshot).
         self.source = source
         self._line_starts: list[int] | None = None
         if self.session:
@@ -261,7 +259,6 @@ class Compiler:
         return pynode
 
     def text_of(self, node: A.Node) -> str:
-        """The source text of ``node`` (a compiler given its program's ``source``)."""
         src = self.source or ""
         starts = self._line_starts
         if starts is None:
@@ -396,42 +393,6 @@ class Compiler:
         code = _compile_quietly(module, -1 if self.source is None else 0)
         top = {name: b for name, b in self.scope.names.items() if b.is_global}
         return Compiled(code, self.builtins, self.unresolved, top)
-
-    def compile_closure(self, lam: A.Lambda, named: bool, by_ref: list[str],
-                        by_value: list[str]) -> tuple[Any, dict[str, Any]]:
-        """The code object of the function ``lam`` compiled as if made inside a function
-        that binds ``by_ref`` (names it captures by reference: its cells) and ``by_value``
-        (names it captures by value: its keyword-only defaults), with the builtins it needs.
-        Every other name resolves as in this compiler: its session globals, the builtins.
-        ``named``: a ``fn name(...)`` (which counts recursion depth in a checked run), whose
-        own name resolves as any other. For restoring a saved function (conch.lang.snapshot):
-        the caller makes the function object with its own cells and values."""
-        env = Func(self.main_func)
-        self.func = env
-        self.scope = Scope(env, self.scope)
-        label = "$restored"
-        body: list[py.stmt] = []
-        with self.into(body):
-            for name in by_ref:
-                self.emit(E.assign(self.declare(name, mutable=True).pyname, E.const(None)))
-            for name in by_value:
-                self.emit(E.assign(self.declare(name).pyname, E.const(None)))
-            self.function(lam, label if named else None, label)
-        fdef = py.FunctionDef(
-            name="$env",
-            args=py.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-            body=body,
-            decorator_list=[],
-            returns=None,
-            type_comment=None,
-        )
-        fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
-        module = py.Module(body=[fdef], type_ignores=[])
-        _fix_missing_locations(module)
-        code = _compile_quietly(module, 0)
-        (env_code,) = (c for c in code.co_consts if type(c) is type(code))
-        (fn_code,) = (c for c in env_code.co_consts if type(c) is type(code) and c.co_name == label)
-        return fn_code, self.builtins
 
     def predeclare_fns(self, stmts: list[A.Node]) -> None:
         for s in stmts:
@@ -586,8 +547,7 @@ class Compiler:
     # -- functions -----------------------------------------------------------------------
 
     def function(self, lam: A.Lambda, def_name: str | None, label: str | None = None) -> py.expr:
-        """Compile a lambda (``def_name`` None) or a named function. ``label``: the Python
-        name of a lambda's ``def`` (``lambda`` when None), for finding its code object."""
+        # label: the Python name of a lambda's def (conch.lang.snapshot finds it by it)
         defaults = [self.expr(p.default) for p in lam.params if p.default is not None]
         outer_func, outer_scope, outer_loop = self.func, self.scope, self.loop_depth
         func = Func(outer_func)

@@ -17,7 +17,6 @@ from conch.lang import context as ctxmod
 from conch.lang import runtime
 from conch.lang.compiler import FILENAME, MAIN, Compiled, Compiler
 from conch.lang.context import Context
-from conch.lang.emit import Binding
 from conch.lang.errors import ConchError, did_you_mean, from_python
 from conch.lang.parser import parse, parse_expression
 from conch.lang.values import LazyList
@@ -29,10 +28,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     StatementHook = Callable[[int, int, str], None]
-
-    from collections.abc import Iterable
-
-    from conch.lang.snapshot import Changes, Mark, Tracker
 
 # Conch functions are Python functions: allow conch recursion well beyond 1000 levels.
 if sys.getrecursionlimit() < 8000:
@@ -437,86 +432,11 @@ def compile_stage(text: str) -> Stage:
     return Stage(text)
 
 
-# -- sessions ----------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    # Session moved to conch.lang.session (a ``conch -c`` does not load it)
+    if name == "Session":
+        from conch.lang.session import Session
 
+        return Session
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-class Session:
-    """REPL state: bindings and functions persist from one ``run`` to the next."""
-
-    def __init__(self, context: Context | None = None) -> None:
-        self.context = context
-        self.namespace: dict[str, Any] = dict(runtime.HELPERS)
-        self.bindings: dict[str, Binding] = {}
-        self._tracker: Tracker | None = None
-
-    # -- its state as data (conch.lang.snapshot) -------------------------------------------
-
-    @property
-    def tracker(self) -> Tracker:
-        if self._tracker is None:
-            from conch.lang.snapshot import Tracker
-
-            self._tracker = Tracker()
-        return self._tracker
-
-    def mark(self) -> Mark:
-        """What the bindings hold now, for :meth:`changed_since` after a run."""
-        return self.tracker.mark(self.namespace, self.bindings)
-
-    def changed_since(self, mark: Mark) -> Changes:
-        """The bindings created or given a new value since ``mark`` (new ``let``s and ``fn``s,
-        reassigned ``let mut``s, whoever assigned them, and values whose closures' captured
-        ``let mut``s changed), and those removed: what a save after a run must write."""
-        return self.tracker.changed_since(mark, self.namespace, self.bindings)
-
-    def export(self, names: Iterable[str] | None = None, *, max_bytes: int | None = None,
-               raw: bool = False) -> tuple[list[Any], list[dict[str, str]]]:
-        """The documents ``{name, type, mutable, kind, value}`` of the bindings ``names`` (all
-        when None), and ``[{name, reason}]`` for those that cannot be saved (a lazy Array not
-        yet computed, a host object, one over ``max_bytes``): an earlier saved value of one
-        of those is stale and should be removed from the saved state. ``raw``: each document
-        as its JSON bytes (what :meth:`restore` and a store take as they are)."""
-        return self.tracker.export(self.namespace, self.bindings, None if names is None else list(names),
-                                   max_bytes, raw)
-
-    def restore(self, docs: Iterable[Any]) -> list[dict[str, str]]:
-        """Bring back bindings from their documents (dicts, or JSON bytes as :meth:`export`
-        with ``raw`` makes them), replacing any of the same name; ``[{name, reason}]`` for
-        each that could not be (damaged, or from an unknown encoding), the others restored."""
-        ctx = self.context or ctxmod.current()
-        return self.tracker.restore(self.namespace, self.bindings, list(docs), _has_limits(ctx))
-
-    def bindings_summary(self) -> list[dict[str, str]]:
-        """``[{name, type}]`` of the bindings, in the order they were made."""
-        tracker = self.tracker
-        ns = self.namespace
-        return [{"name": name, "type": tracker.type_of(name, ns[b.pyname])}
-                for name, b in self.bindings.items() if b.pyname in ns]
-
-    @property
-    def variables(self) -> dict[str, Any]:
-        """The session's variables by conch name (for completion)."""
-        return {name: self.namespace[b.pyname] for name, b in self.bindings.items() if b.pyname in self.namespace}
-
-    def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
-        with _compiling():
-            tree = parse(source)
-        ctx = self.context or ctxmod.current()
-        # Compile against copies so a failed compilation leaves the session as it was.
-        snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in self.bindings.items()}
-        compiler = Compiler(checked=_has_limits(ctx), session_globals=snapshot, source=source)
-        with _compiling():
-            compiled = compiler.compile_program(tree)
-        self.namespace.update(compiled.builtins)
-        prog_texts: Callable[[], list[str]] | None = None
-        if on_statement is not None:
-            prog = Program.__new__(Program)
-            prog.source, prog.tree, prog._texts = source, tree, None
-            prog_texts = prog.statement_texts
-        try:
-            return _execute(compiled, self.namespace, ctx, on_statement, prog_texts, session=True)
-        finally:
-            # Bindings made before a failure stay, as in any REPL.
-            for name, b in compiled.top_bindings.items():
-                if b.pyname in self.namespace:
-                    self.bindings[name] = b

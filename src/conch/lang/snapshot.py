@@ -52,6 +52,8 @@ Only a value that fails is walked in Python, and even then its plain parts are s
 
 from __future__ import annotations
 
+import _ast as py
+import contextlib
 import itertools
 import math
 import operator
@@ -61,8 +63,9 @@ from typing import Any
 import orjson
 
 from conch.lang import ast as A
-from conch.lang.compiler import FILENAME, Compiler
-from conch.lang.emit import Binding, Func
+from conch.lang import emit as E
+from conch.lang.compiler import FILENAME, Compiler, _compile_quietly, _fix_missing_locations
+from conch.lang.emit import Binding, Func, Scope
 from conch.lang.errors import ConchError
 from conch.lang.parser import parse, parse_expression
 from conch.lang.record import record
@@ -476,10 +479,8 @@ def cells_in(value: Any) -> tuple[CellType, ...]:
     if plain_json(value) is not None:
         return ()
     enc = _Encoder("value", Cells())
-    try:
+    with contextlib.suppress(Unsaved, RecursionError):  # the cells met before it failed
         enc.encode(value)
-    except (Unsaved, RecursionError):
-        pass
     return tuple(enc.reached)
 
 
@@ -574,7 +575,7 @@ class Restorer:
             # by name, as when it was made: mutable so that one it assigns may be assigned
             scope[name] = Binding(b.pyname if b is not None else name, True, True, Func(None), True)
         compiler = Compiler(checked=self.checked, session_globals=scope, source=src)
-        code, builtins = compiler.compile_closure(lam, named, list(by_ref), by_val)
+        code, builtins = compile_closure(compiler, lam, named, list(by_ref), by_val)
         for key, fn in builtins.items():
             self.namespace.setdefault(key, fn)
         closure = []
@@ -609,6 +610,42 @@ def decode(enc: Any, namespace: dict[str, Any] | None = None, checked: bool = Fa
     if type(enc) is dict and enc.get("tags"):
         enc = orjson.loads(orjson.dumps(enc))  # decoding replaces tags in place
     return Restorer(namespace, {}, checked).value(enc)[0]
+
+
+def compile_closure(compiler: Compiler, lam: A.Lambda, named: bool, by_ref: list[str],
+                    by_value: list[str]) -> tuple[CodeType, dict[str, Any]]:
+    """The code object of the function ``lam`` compiled as if made inside a function that
+    binds ``by_ref`` (the names it captures by reference: its cells) and ``by_value`` (those
+    it captures by value: its keyword-only defaults), and the builtins it needs. Every other
+    name resolves as in ``compiler``: its session globals, the builtins. ``named``: a
+    ``fn name(...)`` (which counts recursion depth in a checked run); its own name resolves
+    as any other. The caller makes the function object, with its own cells and values."""
+    env = Func(compiler.main_func)
+    compiler.func = env
+    compiler.scope = Scope(env, compiler.scope)
+    label = "$restored"
+    body: list[py.stmt] = []
+    with compiler.into(body):
+        for name in by_ref:
+            compiler.emit(E.assign(compiler.declare(name, mutable=True).pyname, E.const(None)))
+        for name in by_value:
+            compiler.emit(E.assign(compiler.declare(name).pyname, E.const(None)))
+        compiler.function(lam, label if named else None, label)
+    fdef = py.FunctionDef(
+        name="$env",
+        args=py.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body,
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
+    fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
+    module = py.Module(body=[fdef], type_ignores=[])
+    _fix_missing_locations(module)
+    code = _compile_quietly(module, 0)  # docstrings kept even under python -OO
+    (env_code,) = (c for c in code.co_consts if type(c) is CodeType)
+    (fn_code,) = (c for c in env_code.co_consts if type(c) is CodeType and c.co_name == label)
+    return fn_code, compiler.builtins
 
 
 def _parse_function(src: Any) -> tuple[A.Lambda, bool]:
