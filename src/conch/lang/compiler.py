@@ -588,6 +588,10 @@ class Compiler:
         ret = self.at(py.Return(value), lam.body)
         if self.source is not None:
             decls.insert(0, py.Expr(E.const(self.text_of(lam))))
+            if def_name is None and label is None:
+                # a def named once in its scope: used in place, no temporary
+                self.counter += 1
+                label = f"lambda$fn{self.counter}"
         if self.checked and def_name is not None:
             enter = py.Expr(E.call("$enter", []))
             guarded: list[py.stmt] = [enter, py.Try([*body, ret], [], [], [py.Expr(E.call("$leave", []))])]

@@ -31,6 +31,7 @@ class Session:
         self.namespace: dict[str, Any] = dict(runtime.HELPERS)
         self.bindings: dict[str, Binding] = {}
         self._tracker: Tracker | None = None
+        self.runs = 0  # runs begun (marks taken after changed_since, with no run between, reuse its look)
 
     # -- its state as data (conch.lang.snapshot) -------------------------------------------
 
@@ -44,13 +45,13 @@ class Session:
 
     def mark(self) -> Mark:
         """What the bindings hold now, for :meth:`changed_since` after a run."""
-        return self.tracker.mark(self.namespace, self.bindings)
+        return self.tracker.mark(self.namespace, self.bindings, self.runs)
 
     def changed_since(self, mark: Mark) -> Changes:
         """The bindings created or given a new value since ``mark`` (new ``let``s and ``fn``s,
         reassigned ``let mut``s, whoever assigned them, and values whose closures' captured
         ``let mut``s changed), and those removed: what a save after a run must write."""
-        return self.tracker.changed_since(mark, self.namespace, self.bindings)
+        return self.tracker.changed_since(mark, self.namespace, self.bindings, self.runs)
 
     def export(self, names: Iterable[str] | None = None, *, max_bytes: int | None = None,
                raw: bool = False) -> tuple[list[Any], list[dict[str, str]]]:
@@ -67,6 +68,7 @@ class Session:
         with ``raw`` makes them), replacing any of the same name; ``[{name, reason}]`` for
         each that could not be (damaged, or from an unknown encoding), the others restored."""
         ctx = self.context or ctxmod.current()
+        self.runs += 1
         return self.tracker.restore(self.namespace, self.bindings, list(docs), _has_limits(ctx))
 
     def bindings_summary(self) -> list[dict[str, str]]:
@@ -82,6 +84,7 @@ class Session:
         return {name: self.namespace[b.pyname] for name, b in self.bindings.items() if b.pyname in self.namespace}
 
     def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
+        self.runs += 1
         with _compiling():
             tree = parse(source)
         ctx = self.context or ctxmod.current()

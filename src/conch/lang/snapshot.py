@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import _ast as py
 import contextlib
+import gc
 import itertools
 import math
 import operator
@@ -108,7 +109,9 @@ _is = operator.is_
 
 def _finite(value: Any) -> bool:
     """Whether no Float in ``value`` (plain data: lists, tuples, dicts, scalars) is NaN or
-    infinite: each level's values are gathered, sorted out by type and checked in C."""
+    infinite. Each level's values are gathered, sorted out by type and checked, all in C; a
+    Table's values column by column (every n-th value of its rows', n its first row's width:
+    any records are checked so, but a Table's columns each hold one type)."""
     todo = [value]
     isfinite = math.isfinite
     while todo:
@@ -124,17 +127,26 @@ def _finite(value: Any) -> bool:
             continue
         kinds = set(map(type, v))
         if float in kinds:
-            floats = v if len(kinds) == 1 else itertools.compress(v, map(_is, map(type, v), itertools.repeat(float)))
-            if not all(map(isfinite, floats)):
+            # isfinite takes Ints and Bools too
+            numbers = v if kinds <= _NUMBERS else _of_type(v, float)
+            if not all(map(isfinite, numbers)):
                 return False
         if dict in kinds:
-            dicts = v if len(kinds) == 1 else itertools.compress(v, map(_is, map(type, v), itertools.repeat(dict)))
-            todo.append(list(itertools.chain.from_iterable(map(dict.values, dicts))))
+            dicts = v if len(kinds) == 1 else list(_of_type(v, dict))
+            flat = list(itertools.chain.from_iterable(map(dict.values, dicts)))
+            width = len(dicts[0]) or 1
+            todo += [flat[i::width] for i in range(width)] if width > 1 else [flat]
         for seq in (list, tuple):
             if seq in kinds:
-                todo.append(list(itertools.chain.from_iterable(
-                    itertools.compress(v, map(_is, map(type, v), itertools.repeat(seq))))))
+                todo.append(list(itertools.chain.from_iterable(_of_type(v, seq))))
     return True
+
+
+_NUMBERS = {float, int, bool}
+
+
+def _of_type(items: list[Any] | tuple[Any, ...], kind: type) -> Any:
+    return itertools.compress(items, map(_is, map(type, items), itertools.repeat(kind)))
 
 
 def plain_json(value: Any) -> bytes | None:
@@ -710,7 +722,9 @@ class Tracker:
         # pyname: the value whose cells are known (``with_cells``); every binding's, between
         # runs that are saved
         self.scanned: dict[str, Any] = {}
-        self.verified: tuple[Any, ...] = ()  # the bindings' values when all were last scanned
+        self.verified: tuple[Any, ...] = (_MISSING, _MISSING)  # the values when all were last scanned
+        self.last: tuple[int, tuple[Any, ...]] = (-1, ())  # the session's runs, and values then
+        self.pending: set[str] = set()  # found changed by changed_since, not looked at since
         self.with_cells: dict[str, tuple[CellType, ...]] = {}  # name: the cells its value reaches
         self.types: dict[str, tuple[Any, str]] = {}
         self.lazy: dict[str, tuple[Any, list[LazyList]]] = {}
@@ -731,11 +745,12 @@ class Tracker:
 
     @staticmethod
     def values(getter: Any, pynames: list[str], namespace: dict[str, Any]) -> tuple[Any, ...]:
+        """The bindings' values in order (and two helpers after them: compare as equal)."""
         try:
             vals: tuple[Any, ...] = getter(namespace)
         except KeyError:  # a binding whose value is gone (never, from a run)
-            return tuple(namespace.get(p, _MISSING) for p in pynames)
-        return vals[:-2]
+            return (*(namespace.get(p, _MISSING) for p in pynames), _MISSING, _MISSING)
+        return vals
 
     def type_of(self, name: str, value: Any) -> str:
         known = self.types.get(name)
@@ -747,49 +762,69 @@ class Tracker:
 
     def note(self, name: str, pyname: str, value: Any, cells: tuple[CellType, ...]) -> None:
         self.scanned[pyname] = value
+        if self.pending:
+            self.pending.discard(name)
         if cells:
             self.with_cells[name] = cells
-        else:
+        elif self.with_cells:
             self.with_cells.pop(name, None)
 
-    def mark(self, namespace: dict[str, Any], bindings: dict[str, Binding]) -> Mark:
+    def mark(self, namespace: dict[str, Any], bindings: dict[str, Binding], runs: int) -> Mark:
         names, pynames, getter = self.order(bindings)
-        now = self.values(getter, pynames, namespace)
+        last = self.last
+        if last[0] == runs and len(last[1]) == len(names) + 2:
+            # no run since changed_since looked: its values, and when every binding it found
+            # changed has been saved (or found unsaveable) since, every binding's cells known
+            now = last[1]
+            if not self.pending:
+                self.verified = now
+                return Mark(names, now, self.watched())
+        else:
+            now = self.values(getter, pynames, namespace)
         # every binding's cells known: those whose value is not the one last verified are
         # looked at (found in C), and scanned if not yet
         verified = self.verified
         if len(verified) != len(now):
-            verified = verified + (_MISSING,) * (len(now) - len(verified))
+            verified = verified[:-2] + (_MISSING,) * (len(now) - len(verified)) + verified[-2:]
         scanned = self.scanned
-        for i in itertools.compress(range(len(now)), map(operator.is_not, now, verified)):
+        for i in itertools.compress(range(len(names)), map(operator.is_not, now, verified)):
             value = now[i]
             if scanned.get(pynames[i], _MISSING) is not value:
                 self.note(names[i], pynames[i], value, cells_in(value))
         self.verified = now
-        cells = [(name, cell, _contents(cell)) for name, reached in self.with_cells.items() for cell in reached]
-        return Mark(names, now, cells)
+        return Mark(names, now, self.watched())
 
-    def changed_since(self, mark: Mark, namespace: dict[str, Any], bindings: dict[str, Binding]) -> Changes:
+    def watched(self) -> list[tuple[str, CellType, Any]]:
+        """Each cell a binding's closures share, and its contents now."""
+        return [(name, cell, _contents(cell)) for name, reached in self.with_cells.items() for cell in reached]
+
+    def changed_since(self, mark: Mark, namespace: dict[str, Any], bindings: dict[str, Binding],
+                      runs: int) -> Changes:
         names, pynames, getter = self.order(bindings)
         now = self.values(getter, pynames, namespace)
+        self.last = (runs, now)
         n = len(mark.names)
-        if names[:n] == mark.names:  # bindings only ever added, at the end
+        removed: list[str] = []
+        if names is mark.names or names[:n] == mark.names:  # bindings are only added, at the end
             changed = list(itertools.compress(names, map(operator.is_not, now, mark.values)))
-            changed += names[n:]
-            removed: list[str] = []
+            if len(names) > n:
+                changed += [name for name in names[n:] if name not in changed]
         else:
-            before = dict(zip(mark.names, mark.values, strict=True))
-            changed = [name for name, v in zip(names, now, strict=True) if before.get(name, _MISSING) is not v]
+            before = dict(zip(mark.names, mark.values, strict=False))
+            changed = [name for name, v in zip(names, now, strict=False) if before.get(name, _MISSING) is not v]
             removed = [name for name in mark.names if name not in bindings]
         extra = [name for name, cell, contents in mark.cells if _contents(cell) is not contents]
-        for name, (value, lazies) in self.lazy.items():
-            b = bindings.get(name)
-            if b is not None and namespace.get(b.pyname) is value and all(x._cache is not None for x in lazies):
-                extra.append(name)
-        extra += self.dirty
+        if self.lazy:
+            for name, (value, lazies) in self.lazy.items():
+                b = bindings.get(name)
+                if b is not None and namespace.get(b.pyname) is value and all(x._cache is not None for x in lazies):
+                    extra.append(name)
+        if self.dirty:
+            extra += self.dirty
         if extra:
             wanted = set(changed).union(extra)
             changed = [name for name in names if name in wanted]
+        self.pending = set(changed)
         return Changes(changed, removed)
 
     def export(self, namespace: dict[str, Any], bindings: dict[str, Binding], names: list[str] | None,
@@ -802,28 +837,35 @@ class Tracker:
             if b is None or value is _MISSING:
                 unsaved.append({"name": name, "reason": "the session has no such binding"})
                 continue
-            try:
-                enc = encode(value, name, self.cells, max_bytes)
-            except Unsaved as exc:
-                unsaved.append({"name": name, "reason": exc.reason})
-                self.note(name, b.pyname, value, cells_in(value))
-                if exc.lazy:
-                    self.lazy[name] = (value, exc.lazy)
-                continue
-            self.note(name, b.pyname, value, enc.cells)
+            data = plain_json(value)
+            if data is not None and (max_bytes is None or len(data) + 20 <= max_bytes):
+                enc: dict[str, Any] = {"conch": VERSION, "data": value}  # plain data: itself
+                self.note(name, b.pyname, value, ())
+            else:
+                try:
+                    encoded = encode(value, name, self.cells, max_bytes)
+                except Unsaved as exc:
+                    unsaved.append({"name": name, "reason": exc.reason})
+                    self.note(name, b.pyname, value, cells_in(value))
+                    if exc.lazy:
+                        self.lazy[name] = (value, exc.lazy)
+                    continue
+                enc = encoded.value
+                self.note(name, b.pyname, value, encoded.cells)
             if self.lazy:
                 self.lazy.pop(name, None)
-            self.dirty.discard(name)
-            kind = "fn" if b.is_fn else ("let mut" if b.mutable else "let")
-            head = {"name": name, "type": self.type_of(name, value), "mutable": b.mutable, "kind": kind}
+            if self.dirty:
+                self.dirty.discard(name)
+            head = {"name": name, "type": self.type_of(name, value), "mutable": b.mutable,
+                    "kind": "fn" if b.is_fn else ("let mut" if b.mutable else "let")}
             if not raw:
-                head["value"] = enc.value
+                head["value"] = enc
                 docs.append(head)
-            elif enc.data is not None:
-                head["value"] = orjson.Fragment(b'{"conch":%d,"data":%s}' % (VERSION, enc.data))
+            elif data is not None:
+                head["value"] = orjson.Fragment(b'{"conch":%d,"data":%s}' % (VERSION, data))
                 docs.append(orjson.dumps(head))
             else:
-                head["value"] = enc.value
+                head["value"] = enc
                 docs.append(orjson.dumps(head))
         if self.cells.by_obj:
             self.cells.keep_only({id(c) for name, cells in self.with_cells.items() if name in bindings for c in cells})
@@ -831,6 +873,18 @@ class Tracker:
 
     def restore(self, namespace: dict[str, Any], bindings: dict[str, Binding], docs: list[Any],
                 checked: bool) -> list[dict[str, str]]:
+        # Parsing makes no reference cycles for the collector to find, and its passes over
+        # the many new objects of a resume would cost it a sixth of its time.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._restore(namespace, bindings, docs, checked)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _restore(self, namespace: dict[str, Any], bindings: dict[str, Binding], docs: list[Any],
+                 checked: bool) -> list[dict[str, str]]:
         damaged: list[tuple[int, dict[str, str]]] = []  # in the order of the documents
         parsed: list[tuple[int, str, dict[str, Any], Binding, Binding | None]] = []
         used = {b.pyname for b in bindings.values()}
