@@ -150,6 +150,33 @@ def test_closures_keep_what_they_captured() -> None:
     assert t.run("[0, -1, 5] | map(kind)") == ["zero", "negative", "other"]
 
 
+def test_functions_in_data_defaults_that_are_functions_and_renamed_bindings() -> None:
+    s = Session()
+    s.run("let ops = [{name: \"double\", f: fn(x) => x * 2}, {name: \"neg\", f: fn(x) => -x}]")
+    s.run("let apply = fn(x, g = fn(v) => v + 100) => g(x)")
+    # `y` is first a local of a lambda, so the session's `y` gets another Python name
+    s.run("let k = fn(x) => { let y = x * 2; y }\nlet y = 5\nfn use_y() => y + k(1)")
+    s.run("fn safe(x) => try { 10 // x } catch e { e.kind }")
+    s.run("fn layered() { let mut hits = 0; let bump = fn() => { hits += 1; hits }; fn() => [bump(), bump()] }\n"
+          "let twice = layered()")
+    t = moved(s)
+    assert t.run("ops | map(fn(op) => op.f(21))") == [42, -21]
+    assert t.run("[apply(1), apply(1, fn(v) => v)]") == [101, 1]
+    assert t.run("use_y()") == 7
+    assert t.run("[safe(2), safe(0)]") == [5, "ZeroDivisionError"]
+    assert t.run("twice()") == [1, 2]
+    u = moved(t)  # the cell a closure reaches through another closure, changed on the way
+    assert u.run("twice()") == [3, 4]
+    assert str(u.run("ops[0].f")).startswith("<function")
+
+
+def test_functions_made_under_limits_restore_without_them() -> None:
+    s = Session(context=Context(limits=Limits(steps=100_000, recursion=100)))
+    s.run("fn fact(n) => if n <= 1 { 1 } else { n * fact(n - 1) }\nlet f = fn(x) => fact(x) + 1")
+    t = moved(s)  # a REPL: no limits, no step counting in the restored functions
+    assert t.run("f(200)") == math.factorial(200) + 1
+
+
 def test_recursion_and_mutual_recursion_and_later_functions() -> None:
     s = Session()
     s.run("fn fact(n) => if n <= 1 { 1 } else { n * fact(n - 1) }")

@@ -354,11 +354,11 @@ class _Encoder:
             return self.function(v)
         # subclasses, from Python code: conch sees them as their base type (values.type_of)
         if isinstance(v, str):
-            return self.tree(str(v))
+            return self.tree(str.__str__(v))  # the text (str() of a str enum is its member's name)
         if isinstance(v, int):
-            return self.tree(int(v))
+            return self.tree(int.__index__(v))
         if isinstance(v, float):
-            return self.tree(float(v))
+            return self.tree(float.__float__(v))
         if isinstance(v, dict):
             return self.fields(v)
         raise self.fail(f"a host object of type {t.__name__}, not a conch value")
