@@ -297,14 +297,18 @@ def test_a_run_changing_one_of_a_hundred_bindings_reports_that_one() -> None:
         ("setv(1)", ["v42"]),  # changed by a function
         ("let fresh = 1", ["fresh"]),
         ("v1 | len", []),
-        ("let v3 = v3", []),  # the same value
+        ("let v3 = v3", ["v3"]),  # the same value, but no longer a let mut
+        ("let mut v3 = v3", ["v3"]),
+        ("let mut v3 = v3", []),  # the same value, the same kind
         ("let mut other = 0\nv99 = null", ["v99", "other"]),
     ]:
         mark = s.mark()
         s.run(program)
         changes = s.changed_since(mark)
         assert (sorted(changes.changed), changes.removed) == (sorted(expected), []), program
-        s.export(changes.changed)
+        docs, _ = s.export(changes.changed)
+        assert [d["name"] for d in docs] == changes.changed
+    assert s.export(["v3"])[0][0]["kind"] == "let mut"
 
 
 def test_a_closure_changing_its_captured_let_mut_changes_the_binding() -> None:

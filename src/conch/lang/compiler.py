@@ -231,6 +231,7 @@ class Compiler:
         self.source = source
         self._line_starts: list[int] | None = None
         if self.session:
+            self.rekinded: list[str] = []  # session bindings declared again as another kind
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
                 self.scope.names[name] = b
@@ -294,6 +295,8 @@ class Compiler:
         if scope.top and self.session:
             prev = scope.names.get(name)
             if prev is not None and prev.is_global:
+                if prev.mutable != mutable or prev.is_fn != is_fn:
+                    self.rekinded.append(name)  # the same value may now be a let mut, or not
                 prev.mutable = mutable
                 prev.is_fn = is_fn
                 prev.num = num and not mutable

@@ -106,3 +106,6 @@ class Session:
             for name, b in compiled.top_bindings.items():
                 if b.pyname in self.namespace:
                     self.bindings[name] = b
+            if compiler.rekinded and self._tracker is not None:
+                # its kind is saved with it: a binding of the same value is still a change
+                self._tracker.dirty.update(n for n in compiler.rekinded if n in self.bindings)
