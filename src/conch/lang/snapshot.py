@@ -83,6 +83,7 @@ _KINDS = ("let", "let mut", "fn")
 _MISSING: Any = object()
 # Below this length a list or record is walked directly rather than first tried whole.
 _TRY_WHOLE = 16
+_CHUNK = 256  # a long Array that is not plain data is looked at in chunks of this many
 
 
 class Unsaved(Exception):
@@ -368,11 +369,19 @@ class _Encoder:
             raise self.fail("nested more than 200 levels deep")
         path = self.path
         path.append(0)
-        out = []
+        out: list[Any] = []
         try:
-            for i, x in enumerate(v):
-                path[-1] = i
-                out.append(self.tree(x))
+            # a long Array in chunks: those that are plain data taken whole (one bad element
+            # in a big Table costs a walk of its chunk, not of the Table)
+            step = _CHUNK if len(v) > _CHUNK else len(v) or 1
+            for start in range(0, len(v), step):
+                chunk = v[start : start + step]
+                if step == _CHUNK and plain_json(chunk) is not None:
+                    out += chunk
+                    continue
+                for i, x in enumerate(chunk, start):
+                    path[-1] = i
+                    out.append(self.tree(x))
         finally:
             path.pop()
         return out
@@ -541,7 +550,7 @@ class Restorer:
             raise
         except ConchError as exc:
             raise Damaged(f"a function in it does not compile: {exc.kind}: {exc.message}") from None
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except Exception as exc:  # whatever a damaged document makes fail: reported, not fatal
             raise Damaged(f"its value's encoding is inconsistent ({type(exc).__name__}: {exc})") from None
         return enc["data"], [*cells, *unset]
 
