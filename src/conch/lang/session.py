@@ -24,14 +24,20 @@ if TYPE_CHECKING:
 
 
 class Session:
-    """REPL state: bindings and functions persist from one ``run`` to the next."""
+    """REPL state: bindings and functions persist from one ``run`` to the next. Its state is
+    data (docs/language.md, "Saving a session's state"): :meth:`mark` before a run and
+    :meth:`changed_since` after it name the bindings the run changed, :meth:`export` encodes
+    them as JSON documents and :meth:`restore` brings them back, here or in another process.
+    Restore under the context the session's runs will have: its functions are compiled
+    checked (steps, recursion) when that context has limits."""
 
     def __init__(self, context: Context | None = None) -> None:
         self.context = context
         self.namespace: dict[str, Any] = dict(runtime.HELPERS)
         self.bindings: dict[str, Binding] = {}
         self._tracker: Tracker | None = None
-        self.runs = 0  # runs begun (marks taken after changed_since, with no run between, reuse its look)
+        # runs begun: a mark taken after changed_since, with no run between, reuses its look
+        self.runs = 0
 
     # -- its state as data (conch.lang.snapshot) -------------------------------------------
 
