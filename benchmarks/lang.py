@@ -5,7 +5,9 @@ Each pipeline is timed inside its own runtime (conch and Python in this process,
 is generated once and handed to each runtime the same way (Nushell reads it from a JSON file).
 
 Run with ``make bench`` or ``python benchmarks/lang.py`` (``--help`` for the options: a subset
-of the rows, more repeats, no Nushell).
+of the rows, more repeats, no Nushell). ``--state`` runs instead the benchmark of a session's
+state as data (:func:`session_state`: pausing and resuming 10 MB of bindings, and the cost of
+saving after a small run).
 """
 
 from __future__ import annotations
@@ -136,7 +138,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--only", default="abcde", help="the rows to run, e.g. 'ad' (default: abcde)")
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timings per row, best kept (default: {REPEATS})")
     parser.add_argument("--no-nu", action="store_true", help="do not run (or install) Nushell")
+    parser.add_argument("--state", action="store_true",
+                        help="run the session state benchmark instead (encode/decode 10 MB of bindings)")
     args = parser.parse_args(argv)
+    if args.state:
+        print_state(session_state())
+        return []
     repeats: int = args.repeats
     sys.setrecursionlimit(10_000)
     from conch.lang import compile_program
@@ -215,6 +222,84 @@ def print_table(results: list[dict[str, Any]], repeats: int = REPEATS) -> None:
             f"{r['bench']:46} {r['conch'] * 1000:8.1f}ms {r['python'] * 1000:8.1f}ms "
             f"{nu_col} {r['conch'] / r['python']:8.2f}x {ratio}"
         )
+
+
+# -- a session's state as data (conch.lang.snapshot) --------------------------------------------
+
+STATE_SETUP = """
+let rows = range(0, 60000) | map(fn(i) => {id: i, name: "item ${i} of the catalogue", price: i * 1.25,
+    qty: i % 97, ok: i % 3 == 0, note: if i % 5 == 0 { "checked" } else { null }}) | sort_by(fn(r) => r.id)
+let readings = range(0, 200000) | map(fn(i) => i / 7) | sort
+let text = range(0, 30000) | map(fn(i) => "line ${i}: the quick brown fox") | join("\\n")
+let mut total = 0
+let scale = 3
+fn add(n) { total = total + n; total }
+fn fib(n) => if n < 2 { n } else { fib(n - 1) + fib(n - 2) }
+let scaled = fn(x) => fib(x) * scale
+fn counter() { let mut n = 0; {inc: fn() => { n = n + 1; n }, get: fn() => n} }
+let c = counter()
+"""
+
+
+def _median_ms(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    times = []
+    result = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000, result
+
+
+def session_state(runs: int = 15) -> dict[str, Any]:
+    """Pause and resume of a session holding about 10 MB of bindings (a 60k-row Table, 200k
+    Floats, a long String, functions and closures): the encoding of every binding to its JSON
+    document (``export(raw=True)``), and the decoding of those documents into a fresh session
+    (``restore``), medians in ms; the disk is the sessions' store's (not timed here). Then the
+    cost of a save after a run that changes one small binding of 100: mark, run, the changed
+    bindings, their encoding, in µs at the median."""
+    from conch.lang import Session
+
+    session = Session()
+    session.run(STATE_SETUP)
+    session.run("c.inc()")
+    encode_ms, (docs, unsaved) = _median_ms(lambda: session.export(raw=True), runs)
+    assert not unsaved, unsaved
+    size = sum(len(d) for d in docs)
+
+    def resume() -> Session:
+        fresh = Session()
+        damaged = fresh.restore(docs)
+        assert not damaged, damaged
+        return fresh
+
+    decode_ms, fresh = _median_ms(resume, runs)
+    assert fresh.run("[len(rows), rows[59999].price, c.get(), scaled(10), add(5)]") == [60000, 74998.75, 1, 165, 5]
+
+    small = Session()
+    small.run("\n".join(f"let mut v{i} = {i}" for i in range(100)))
+    small.export()
+    save_us, run_us = [], []
+    for i in range(2000):
+        t0 = time.perf_counter()
+        mark = small.mark()
+        t1 = time.perf_counter()
+        small.run(f"v5 = {i}")
+        t2 = time.perf_counter()
+        small.export(small.changed_since(mark).changed)
+        t3 = time.perf_counter()
+        save_us.append((t1 - t0 + t3 - t2) * 1e6)
+        run_us.append((t2 - t1) * 1e6)
+    return {"bytes": size, "bindings": len(docs), "encode_ms": encode_ms, "decode_ms": decode_ms,
+            "save_us": statistics.median(save_us), "run_us": statistics.median(run_us)}
+
+
+def print_state(r: dict[str, Any]) -> None:
+    print(f"\nsession state as data: {r['bindings']} bindings, {r['bytes'] / 1e6:.1f} MB of JSON")
+    print(f"  pause  (encode every binding)      {r['encode_ms']:8.1f} ms  (median)")
+    print(f"  resume (decode into a new session) {r['decode_ms']:8.1f} ms  (median)")
+    print(f"  save after a small run             {r['save_us']:8.1f} µs  against the run's {r['run_us']:.1f} µs "
+          f"({100 * r['save_us'] / r['run_us']:.1f} %)")
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ _QUIET = ("ignore", None, SyntaxWarning, None, 0)
 _filters_mutated = getattr(_warnings, "_filters_mutated", None)
 
 
-def _compile_quietly(module: py.Module) -> Any:
+def _compile_quietly(module: py.Module, optimize: int = -1) -> Any:
     """``compile`` with Python's SyntaxWarnings ignored: it warns about calls of constants
     (``null()``), which conch reports at run time. The ignore rule goes straight into the
     warning filters the interpreter consults (the warnings module's, once it is imported)
@@ -104,14 +104,14 @@ def _compile_quietly(module: py.Module) -> Any:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
-            return compile(module, FILENAME, "exec")
+            return compile(module, FILENAME, "exec", optimize=optimize)
     filters = getattr(sys.modules.get("warnings"), "filters", None)
     if filters is None:
         filters = _warnings.filters
     filters.insert(0, _QUIET)
     _filters_mutated()
     try:
-        return compile(module, FILENAME, "exec")
+        return compile(module, FILENAME, "exec", optimize=optimize)
     finally:
         if _QUIET in filters:
             filters.remove(_QUIET)
@@ -201,6 +201,7 @@ class Compiler:
         session_globals: dict[str, Binding] | None = None,
         known_globals: frozenset[str] = frozenset(),
         fuse: bool = True,
+        source: str | None = None,
     ) -> None:
         # REGISTRY imports the builtin modules on its first read: a program that names no
         # builtin starts without them.
@@ -225,7 +226,12 @@ class Compiler:
         self.fuse = fuse
         self.fusing = False  # compiling the parts of a chain being fused
         self.int_names: set[str] = set()  # Python names of bindings known to hold Ints (fusion.py)
+        # A session's program text: each function then carries its source as its docstring (a
+        # constant, nothing done per call) to be saved as data (conch.lang.snapshot).
+        self.source = source
+        self._line_starts: list[int] | None = None
         if self.session:
+            self.rekinded: list[str] = []  # session bindings declared again as another kind
             for name, b in self.prev_globals.items():
                 b.func = self.main_func
                 self.scope.names[name] = b
@@ -253,6 +259,20 @@ class Compiler:
         pynode.end_col_offset = end_col - 1
         return pynode
 
+    def text_of(self, node: A.Node) -> str:
+        src = self.source or ""
+        starts = self._line_starts
+        if starts is None:
+            starts = [0]
+            for line in src.splitlines(keepends=True):
+                starts.append(starts[-1] + len(line))
+            self._line_starts = starts
+
+        def offset(line: int, col: int) -> int:
+            return starts[min(line - 1, len(starts) - 1)] + col - 1
+
+        return src[offset(node.line, node.col) : offset(node.end_line, node.end_col)]
+
     # -- names ---------------------------------------------------------------------------
 
     def fresh(self, base: str = "t") -> str:
@@ -275,6 +295,8 @@ class Compiler:
         if scope.top and self.session:
             prev = scope.names.get(name)
             if prev is not None and prev.is_global:
+                if prev.mutable != mutable or prev.is_fn != is_fn:
+                    self.rekinded.append(name)  # the same value may now be a let mut, or not
                 prev.mutable = mutable
                 prev.is_fn = is_fn
                 prev.num = num and not mutable
@@ -370,7 +392,8 @@ class Compiler:
         fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
         module = py.Module(body=[fdef], type_ignores=[])
         _fix_missing_locations(module)
-        code = _compile_quietly(module)
+        # with source, docstrings carry the functions' texts: kept even under ``python -OO``
+        code = _compile_quietly(module, -1 if self.source is None else 0)
         top = {name: b for name, b in self.scope.names.items() if b.is_global}
         return Compiled(code, self.builtins, self.unresolved, top)
 
@@ -526,7 +549,8 @@ class Compiler:
 
     # -- functions -----------------------------------------------------------------------
 
-    def function(self, lam: A.Lambda, def_name: str | None) -> py.expr:
+    def function(self, lam: A.Lambda, def_name: str | None, label: str | None = None) -> py.expr:
+        # label: the Python name of a lambda's def (conch.lang.snapshot finds it by it)
         defaults = [self.expr(p.default) for p in lam.params if p.default is not None]
         outer_func, outer_scope, outer_loop = self.func, self.scope, self.loop_depth
         func = Func(outer_func)
@@ -562,9 +586,15 @@ class Compiler:
             decls.append(py.Nonlocal(sorted(func.nonlocals)))
         if func.globals:
             decls.append(py.Global(sorted(func.globals)))
-        if def_name is None and not body and not decls and not self.checked:
+        if def_name is None and not body and not decls and not self.checked and self.source is None:
             return self.at(py.Lambda(args, value), lam)
         ret = self.at(py.Return(value), lam.body)
+        if self.source is not None:
+            decls.insert(0, py.Expr(E.const(self.text_of(lam))))
+            if def_name is None and label is None:
+                # a def named once in its scope: used in place, no temporary
+                self.counter += 1
+                label = f"lambda$fn{self.counter}"
         if self.checked and def_name is not None:
             enter = py.Expr(E.call("$enter", []))
             guarded: list[py.stmt] = [enter, py.Try([*body, ret], [], [], [py.Expr(E.call("$leave", []))])]
@@ -572,11 +602,13 @@ class Compiler:
         else:
             tick: list[py.stmt] = [py.Expr(E.call("$tick", []))] if self.checked else []
             full = [*decls, *tick, *body, ret]
-        name = def_name or "lambda"
+        name = def_name or label or "lambda"
         fdef = py.FunctionDef(name=name, args=args, body=full, decorator_list=[], returns=None, type_comment=None)
         self.emit(self.at(fdef, lam))
         if def_name is not None:
             return E.name(def_name)
+        if label is not None:
+            return E.name(label)
         t = self.fresh("fn")
         self.emit(E.assign(t, E.name(name)))
         return E.name(t)

@@ -17,7 +17,6 @@ from conch.lang import context as ctxmod
 from conch.lang import runtime
 from conch.lang.compiler import FILENAME, MAIN, Compiled, Compiler
 from conch.lang.context import Context
-from conch.lang.emit import Binding
 from conch.lang.errors import ConchError, did_you_mean, from_python
 from conch.lang.parser import parse, parse_expression
 from conch.lang.values import LazyList
@@ -433,41 +432,11 @@ def compile_stage(text: str) -> Stage:
     return Stage(text)
 
 
-# -- sessions ----------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    # Session moved to conch.lang.session (a ``conch -c`` does not load it)
+    if name == "Session":
+        from conch.lang.session import Session
 
+        return Session
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-class Session:
-    """REPL state: bindings and functions persist from one ``run`` to the next."""
-
-    def __init__(self, context: Context | None = None) -> None:
-        self.context = context
-        self.namespace: dict[str, Any] = dict(runtime.HELPERS)
-        self.bindings: dict[str, Binding] = {}
-
-    @property
-    def variables(self) -> dict[str, Any]:
-        """The session's variables by conch name (for completion)."""
-        return {name: self.namespace[b.pyname] for name, b in self.bindings.items() if b.pyname in self.namespace}
-
-    def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
-        with _compiling():
-            tree = parse(source)
-        ctx = self.context or ctxmod.current()
-        # Compile against copies so a failed compilation leaves the session as it was.
-        snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in self.bindings.items()}
-        compiler = Compiler(checked=_has_limits(ctx), session_globals=snapshot)
-        with _compiling():
-            compiled = compiler.compile_program(tree)
-        self.namespace.update(compiled.builtins)
-        prog_texts: Callable[[], list[str]] | None = None
-        if on_statement is not None:
-            prog = Program.__new__(Program)
-            prog.source, prog.tree, prog._texts = source, tree, None
-            prog_texts = prog.statement_texts
-        try:
-            return _execute(compiled, self.namespace, ctx, on_statement, prog_texts, session=True)
-        finally:
-            # Bindings made before a failure stay, as in any REPL.
-            for name, b in compiled.top_bindings.items():
-                if b.pyname in self.namespace:
-                    self.bindings[name] = b

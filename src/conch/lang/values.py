@@ -305,7 +305,8 @@ def to_json_value(value: Any) -> Any:
 
 
 def function_name(fn: Callable[..., Any]) -> str:
-    return str(getattr(fn, "conch_name", None) or getattr(fn, "__name__", "lambda"))
+    # a compiled function's Python name is its conch name, or that and a $ suffix
+    return str(getattr(fn, "conch_name", None) or getattr(fn, "__name__", "lambda")).split("$")[0] or "lambda"
 
 
 def render(value: Any) -> str:
