@@ -67,7 +67,7 @@ class Compiled:
         self.top_bindings = top_bindings
 
 
-def _fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: int = 1, end_col: int = 0) -> None:
+def fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: int = 1, end_col: int = 0) -> None:
     """``ast.fix_missing_locations`` without importing ``ast``."""
     if "lineno" in node._attributes:
         if getattr(node, "lineno", None) is None:
@@ -81,11 +81,11 @@ def _fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: 
     for name in node._fields:
         child = getattr(node, name, None)
         if isinstance(child, py.AST):
-            _fix_missing_locations(child, line, col, end_line, end_col)
+            fix_missing_locations(child, line, col, end_line, end_col)
         elif isinstance(child, list):
             for item in child:
                 if isinstance(item, py.AST):
-                    _fix_missing_locations(item, line, col, end_line, end_col)
+                    fix_missing_locations(item, line, col, end_line, end_col)
 
 
 _QUIET = ("ignore", None, SyntaxWarning, None, 0)
@@ -93,7 +93,7 @@ _QUIET = ("ignore", None, SyntaxWarning, None, 0)
 _filters_mutated = getattr(_warnings, "_filters_mutated", None)
 
 
-def _compile_quietly(module: py.Module, optimize: int = -1) -> Any:
+def compile_quietly(module: py.Module, optimize: int = -1) -> Any:
     """``compile`` with Python's SyntaxWarnings ignored: it warns about calls of constants
     (``null()``), which conch reports at run time. The ignore rule goes straight into the
     warning filters the interpreter consults (the warnings module's, once it is imported)
@@ -391,9 +391,9 @@ class Compiler:
         )
         fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
         module = py.Module(body=[fdef], type_ignores=[])
-        _fix_missing_locations(module)
+        fix_missing_locations(module)
         # with source, docstrings carry the functions' texts: kept even under ``python -OO``
-        code = _compile_quietly(module, -1 if self.source is None else 0)
+        code = compile_quietly(module, -1 if self.source is None else 0)
         top = {name: b for name, b in self.scope.names.items() if b.is_global}
         return Compiled(code, self.builtins, self.unresolved, top)
 

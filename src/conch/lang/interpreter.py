@@ -153,7 +153,7 @@ def _catch(exc: BaseException) -> Any:
 # -- limits ------------------------------------------------------------------------------
 
 
-def _has_limits(ctx: Context) -> bool:
+def has_limits(ctx: Context) -> bool:
     lim = ctx.limits
     return (lim.steps is not None or lim.wall_time_s is not None or lim.recursion is not None
             or lim.collection_size is not None)
@@ -247,7 +247,7 @@ def _guard_lazy(value: LazyList, ctx: Context) -> LazyList:
 # -- programs ----------------------------------------------------------------------------
 
 
-class _compiling:  # a class named as a function: ``with _compiling():``
+class compiling:  # a class named as a function: ``with compiling():``
     """Report the host compiler's own limits (very deep nesting) as conch syntax errors."""
 
     def __enter__(self) -> None:
@@ -269,7 +269,7 @@ class Program:
         self.tree = tree
         self._known = variables
         self._fuse = fuse
-        with _compiling():
+        with compiling():
             self._plain: Compiled = Compiler(known_globals=variables, fuse=fuse).compile_program(tree)
         self._checked: Compiled | None = None
         self._texts: list[str] | None = None
@@ -297,7 +297,7 @@ class Program:
         if not checked:
             return self._plain
         if self._checked is None:
-            with _compiling():
+            with compiling():
                 compiler = Compiler(checked=True, known_globals=self._known, fuse=self._fuse)
                 self._checked = compiler.compile_program(self.tree)
         return self._checked
@@ -309,13 +309,13 @@ class Program:
         on_statement: StatementHook | None = None,
     ) -> Any:
         ctx = context or ctxmod.current()
-        compiled = self._compiled(_has_limits(ctx))
+        compiled = self._compiled(has_limits(ctx))
         namespace: dict[str, Any] = dict(runtime.HELPERS)
         namespace.update(compiled.builtins)
         if variables:
             namespace.update(variables)
         try:
-            return _execute(compiled, namespace, ctx, on_statement, self.statement_texts if on_statement else None)
+            return execute(compiled, namespace, ctx, on_statement, self.statement_texts if on_statement else None)
         finally:
             # ``$main`` and its namespace (its globals) refer to each other: a cycle, which
             # would keep the run's input and values alive until the garbage collector's next
@@ -324,7 +324,7 @@ class Program:
             namespace.pop(MAIN, None)
 
 
-def _execute(
+def execute(
     compiled: Compiled,
     namespace: dict[str, Any],
     ctx: Context,
@@ -340,7 +340,7 @@ def _execute(
         # a run started by a builtin of a run in progress ends no later than that run
         ctx.deadline = deadline if outer_deadline is None else min(deadline, outer_deadline)
     try:
-        if _has_limits(ctx):
+        if has_limits(ctx):
             namespace.update(_checks(ctx))
         if on_statement is not None and texts is not None:
             all_texts = texts()
@@ -389,7 +389,7 @@ def compile_program(source: str, variables: frozenset[str] | set[str] | None = N
     unknown name is looked up at run time). ``fuse=False`` compiles pipelines stage by stage
     as written (see :mod:`conch.lang.fusion`): the same results, for comparing.
     """
-    with _compiling():
+    with compiling():
         tree = parse(source)
     return Program(source, tree, frozenset(variables or ()), fuse=fuse)
 
@@ -409,7 +409,7 @@ class Stage:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        with _compiling():
+        with compiling():
             tree = A.Program([_feed(parse_expression(text))])
         tree.line, tree.col = 1, 1
         self.program = Program(text, tree, frozenset({_STAGE_INPUT}))
@@ -430,13 +430,4 @@ def _feed(node: A.Node) -> A.Node:
 
 def compile_stage(text: str) -> Stage:
     return Stage(text)
-
-
-def __getattr__(name: str) -> Any:
-    # Session moved to conch.lang.session (a ``conch -c`` does not load it)
-    if name == "Session":
-        from conch.lang.session import Session
-
-        return Session
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

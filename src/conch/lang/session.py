@@ -10,7 +10,7 @@ from conch.lang import context as ctxmod
 from conch.lang import runtime
 from conch.lang.compiler import Compiler
 from conch.lang.emit import Binding
-from conch.lang.interpreter import Program, _compiling, _execute, _has_limits
+from conch.lang.interpreter import Program, compiling, execute, has_limits
 from conch.lang.parser import parse
 
 TYPE_CHECKING = False
@@ -75,7 +75,7 @@ class Session:
         each that could not be (damaged, or from an unknown encoding), the others restored."""
         ctx = self.context or ctxmod.current()
         self.runs += 1
-        return self.tracker.restore(self.namespace, self.bindings, list(docs), _has_limits(ctx))
+        return self.tracker.restore(self.namespace, self.bindings, list(docs), has_limits(ctx))
 
     def bindings_summary(self) -> list[dict[str, str]]:
         """``[{name, type}]`` of the bindings, in the order they were made."""
@@ -91,13 +91,13 @@ class Session:
 
     def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
         self.runs += 1
-        with _compiling():
+        with compiling():
             tree = parse(source)
         ctx = self.context or ctxmod.current()
         # Compile against copies so a failed compilation leaves the session as it was.
         snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in self.bindings.items()}
-        compiler = Compiler(checked=_has_limits(ctx), session_globals=snapshot, source=source)
-        with _compiling():
+        compiler = Compiler(checked=has_limits(ctx), session_globals=snapshot, source=source)
+        with compiling():
             compiled = compiler.compile_program(tree)
         self.namespace.update(compiled.builtins)
         prog_texts: Callable[[], list[str]] | None = None
@@ -106,7 +106,7 @@ class Session:
             prog.source, prog.tree, prog._texts = source, tree, None
             prog_texts = prog.statement_texts
         try:
-            return _execute(compiled, self.namespace, ctx, on_statement, prog_texts, session=True)
+            return execute(compiled, self.namespace, ctx, on_statement, prog_texts, session=True)
         finally:
             # Bindings made before a failure stay, as in any REPL.
             for name, b in compiled.top_bindings.items():

@@ -65,7 +65,7 @@ import orjson
 
 from conch.lang import ast as A
 from conch.lang import emit as E
-from conch.lang.compiler import FILENAME, Compiler, _compile_quietly, _fix_missing_locations
+from conch.lang.compiler import FILENAME, Compiler, compile_quietly, fix_missing_locations
 from conch.lang.emit import Binding, Func, Scope
 from conch.lang.errors import ConchError
 from conch.lang.parser import parse, parse_expression
@@ -662,8 +662,8 @@ def compile_closure(compiler: Compiler, lam: A.Lambda, named: bool, by_ref: list
     )
     fdef.lineno, fdef.col_offset, fdef.end_lineno, fdef.end_col_offset = 1, 0, 1, 0
     module = py.Module(body=[fdef], type_ignores=[])
-    _fix_missing_locations(module)
-    code = _compile_quietly(module, 0)  # docstrings kept even under python -OO
+    fix_missing_locations(module)
+    code = compile_quietly(module, 0)  # docstrings kept even under python -OO
     (env_code,) = (c for c in code.co_consts if type(c) is CodeType)
     (fn_code,) = (c for c in env_code.co_consts if type(c) is CodeType and c.co_name == label)
     return fn_code, compiler.builtins
