@@ -101,9 +101,9 @@ function KeyPrompt() {
 export type Waiting = { calls: number; tasks: number };
 
 /** A link to the approvals inbox with the number of calls waiting for a decision (a task
- * waiting on 3 calls counts 3). The orchestration metrics are polled every 5 s (a route the
- * Status page's request rates leave out) and the waiting tasks read only while some wait, as
- * the metrics count tasks, not calls; the inbox, when it reloads, tells the badge at once. */
+ * waiting on 3 calls counts 3). The orchestration metrics are polled every 5 s and the
+ * waiting tasks read only while some wait, as the metrics count tasks, not calls (both marked
+ * as polling: left out of the request rates); the inbox, when it reloads, tells the badge at once. */
 function ApprovalsLink() {
   const [waiting, setWaiting] = useState<Waiting | null>(null);
   useEffect(() => {
@@ -111,10 +111,10 @@ function ApprovalsLink() {
     const poll = async () => {
       if (document.visibilityState !== "visible") return;
       try {
-        const m = await getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics");
+        const m = await getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics", undefined, true);
         const tasks = typeof m?.waiting_tasks === "number" ? m.waiting_tasks : null;
         if (!tasks) return void (!stop && setWaiting(tasks == null ? null : { calls: 0, tasks: 0 }));
-        const body = await getJSON("/api/v1/orchestration/tasks?status=waiting&limit=200");
+        const body = await getJSON("/api/v1/orchestration/tasks?status=waiting&limit=200", undefined, true);
         const list = listOf<Task>(body, "tasks").filter((t) => t.status === "waiting");
         if (!stop) setWaiting({ calls: list.reduce((n, t) => n + (t.pending?.length ?? 0), 0), tasks: list.length });
       } catch {

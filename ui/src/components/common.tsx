@@ -2,20 +2,32 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, isAbort } from "../api";
 
-/** Loads once (and again when `deps` change), with an AbortController per load. */
-export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unknown[] = []) {
+/** Loads once (and again when `deps` change), with an AbortController per load. `reload()`
+ * loads again; `poll()` too, on a timer: `load` is told (its second argument), so that the
+ * request can carry the polling header (api.ts, POLL). */
+export function useLoad<T>(load: (signal: AbortSignal, poll: boolean) => Promise<T>, deps: unknown[] = []) {
   const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: true });
   const [tick, setTick] = useState(0);
+  const polling = useRef(false);
   useEffect(() => {
     const ctl = new AbortController();
     setState((s) => ({ ...s, loading: true }));
-    load(ctl.signal).then(
+    const poll = polling.current;
+    polling.current = false;
+    load(ctl.signal, poll).then(
       (data) => setState({ data, loading: false }),
       (error) => !isAbort(error) && setState({ error, loading: false }),
     );
     return () => ctl.abort();
   }, [...deps, tick]);
-  return { ...state, reload: () => setTick((t) => t + 1) };
+  return {
+    ...state,
+    reload: () => setTick((t) => t + 1),
+    poll: () => {
+      polling.current = true;
+      setTick((t) => t + 1);
+    },
+  };
 }
 
 /** Runs `fn` every `ms` while the page is visible. */

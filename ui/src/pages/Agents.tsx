@@ -199,8 +199,8 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
 }
 
 function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => void }) {
-  const metrics = useLoad<Record<string, number>>((s) => getJSON(`${O}/metrics`, s));
-  useInterval(metrics.reload, 3000);
+  const metrics = useLoad<Record<string, number>>((s, poll) => getJSON(`${O}/metrics`, s, poll));
+  useInterval(metrics.poll, 3000);
   return (
     <div class="stack">
       <section class="pane" aria-label="Metrics">

@@ -165,7 +165,7 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
   const [error, setError] = useState<unknown>(null);
   const [, tick] = useState(0);
   const url = `${O}/workflows/${encodeURIComponent(id)}`;
-  const refresh = () => getJSON<Workflow>(url).then(setWf, setError);
+  const refresh = (poll = false) => getJSON<Workflow>(url, undefined, poll).then(setWf, setError);
   useEffect(() => {
     setWf(null);
     refresh();
@@ -183,7 +183,7 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
   });
   // Also poll while running: a server may send coarser events than one per step change (and
   // running steps' durations move).
-  useInterval(() => live && (refresh(), tick((n) => n + 1)), 2000);
+  useInterval(() => live && (refresh(true), tick((n) => n + 1)), 2000);
   const deps = useMemo(() => {
     const out: Record<string, string[]> = {};
     for (const s of wf?.steps ?? []) out[s.id] = s.definition?.depends_on ?? [];

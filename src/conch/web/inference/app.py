@@ -54,13 +54,16 @@ def create_app(settings: Settings) -> FastAPI:
     resolver = ModelResolver(manager, providers=list(registry.providers))
     serving_metrics = ServingMetrics()
     metrics = InferenceMetrics(serving_metrics, manager)
+    history = metrics.history()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.ensure_dirs()
         await asyncio.to_thread(ensure_bundled_model, store)
         await registry.start()  # background health probes of the remote providers
+        history.start()
         yield
+        await history.close()
         await registry.close()
         await manager.unload_all()
 
@@ -78,7 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     state = app.state
     state.settings, state.store, state.manager, state.acquirer = settings, store, manager, acquirer
-    state.metrics = metrics
+    state.metrics, state.history = metrics, history
     state.providers = registry
     state.chat = ChatServing(manager, resolver, serving_metrics, providers=registry)
     state.embeddings = EmbeddingServing(manager, resolver, serving_metrics, providers=registry)
