@@ -149,10 +149,28 @@ function ApprovalsLink() {
   );
 }
 
+/** The header's height as `--top-h` on the root: a page that fills the screen below it (a
+ * chat on a phone) and what is scrolled into view under it (`scroll-margin-top`) read it. The
+ * header wraps onto two lines on a phone, so it is measured, not assumed. */
+function useHeaderHeight(ref: { current: HTMLElement | null }) {
+  useEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    const set = () => document.documentElement.style.setProperty("--top-h", `${Math.ceil(el.getBoundingClientRect().height)}px`);
+    set();
+    if (typeof ResizeObserver === "undefined") return;
+    const ro = new ResizeObserver(set);
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+}
+
 function App() {
   const route = useRoute();
   const [theme, nextTheme] = useTheme();
   const [, force] = useState(0);
+  const header = useRef<HTMLElement>(null);
+  useHeaderHeight(header);
   const current = pageOf(route.page);
   const page = current?.id ?? "not-found";
   useEffect(() => {
@@ -165,7 +183,7 @@ function App() {
       <a class="skip" href="#main">
         Skip to content
       </a>
-      <header class="top">
+      <header class="top" ref={header}>
         <span class="brand">
           conch <span class="muted">studio</span>
         </span>

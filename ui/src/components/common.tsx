@@ -30,6 +30,19 @@ export function useLoad<T>(load: (signal: AbortSignal, poll: boolean) => Promise
   };
 }
 
+/** Brings `ref`'s element into view when it appears (or `key` changes) and it is not in view:
+ * an object opened from a list below it (a phone shows one column) or beside it, scrolled
+ * away. Its `scroll-margin-top` keeps it clear of the sticky header. */
+export function useIntoView(ref: { current: HTMLElement | null }, key: unknown) {
+  useEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    const top = el.getBoundingClientRect().top;
+    const header = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--top-h")) || 0;
+    if (top < header || top > innerHeight - 80) el.scrollIntoView({ block: "start" });
+  }, [key]);
+}
+
 /** Runs `fn` every `ms` while the page is visible. */
 export function useInterval(fn: () => void, ms: number) {
   const saved = useRef(fn);
