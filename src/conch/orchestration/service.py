@@ -1166,6 +1166,10 @@ class Orchestrator:
 
     # -- metrics --------------------------------------------------------------------------
 
+    async def active_counts(self) -> dict[str, int]:
+        """``{active_tasks, waiting_tasks}``, cheaply (the status history reads it every 2 s)."""
+        return await self._db(self.store.active_counts)  # type: ignore[no-any-return]
+
     async def metrics(self) -> dict[str, int]:
         figures = await self._db(self.store.metrics)
         registered = figures.pop("registered_agents")

@@ -1307,6 +1307,24 @@ class Store:
 
     # -- metrics --------------------------------------------------------------------------
 
+    def active_counts(self) -> dict[str, int]:
+        """Tasks pending or running (``active_tasks``) and waiting for a person
+        (``waiting_tasks``): read every 2 s for the status history, so a range of the status
+        index, where :meth:`metrics` scans every task."""
+        tk = t.tasks
+        with self.engine.connect() as conn:
+            by_status: dict[str, int] = dict(
+                conn.execute(
+                    sa.select(tk.c.status, sa.func.count())
+                    .where(tk.c.status.in_(("pending", "running", "waiting")))
+                    .group_by(tk.c.status)
+                ).all()
+            )
+        return {
+            "active_tasks": int(by_status.get("pending", 0) + by_status.get("running", 0)),
+            "waiting_tasks": int(by_status.get("waiting", 0)),
+        }
+
     def metrics(self) -> dict[str, int]:
         tk, wf = t.tasks, t.workflows
         with self.engine.connect() as conn:

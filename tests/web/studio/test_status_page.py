@@ -10,22 +10,40 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
 from tests.orchestration.scripted_model import ScriptedModel, final
 from tests.orchestration.servers import Server
-from tests.web.studio.conftest import VIEWPORT, InferenceProcess, Servers
+from tests.web.studio.conftest import (
+    VIEWPORT,
+    InferenceProcess,
+    Servers,
+    start_servers,
+    stop_servers,
+)
 
 MODEL = "smollm2-135m-instruct"
 
 
+@pytest.fixture()
+def idle(tmp_path: Path) -> Iterator[Servers]:
+    """Servers that have served nothing: the charts show each server's last 15 minutes (its
+    own history), so the session's servers, busy in earlier tests, would show those peaks."""
+    fresh, running = start_servers(tmp_path / "idle")
+    yield fresh
+    stop_servers(running)
+
+
 def test_an_idle_server_reads_zero_and_charts_have_axes(
-    servers: Servers, page: Any, shots: Path
+    idle: Servers, page: Any, shots: Path
 ) -> None:
+    servers = idle
     page.goto(servers.agent + "/#/status")
     requests = page.locator("figure.chart", has_text="Inference requests")
     expect(requests.locator("polyline")).to_have_attribute(
@@ -229,12 +247,12 @@ def test_charts_are_full_on_arrival_and_this_pages_polling_is_not_traffic(
 def test_agent_tasks_and_sandbox_runs_are_charted_apart(
     orch: Server, scripted: ScriptedModel, page: Any, shots: Path
 ) -> None:
-    """Two agent tasks (their model takes 8 s to answer) and one sandbox run: "Agent tasks
-    running: 2 tasks" and "Sandbox runs: 1 run" (before, one chart counted the runs only)."""
+    """Two agent tasks (their model takes 8 s to answer) and one sandbox run: "Active agent tasks:
+    2 tasks" and "Sandbox runs: 1 run" (before, one chart counted the runs only)."""
     goal = scripted.script("Take your time.", {"content": final("done"), "delay": 8})
     page.goto(orch.url + "/#/status")
     tasks, runs = page.get_by_test_id("chart-tasks"), page.get_by_test_id("chart-runs")
-    expect(tasks.locator("figcaption")).to_have_text(re.compile(r"Agent tasks running: 0 tasks$"), timeout=15_000)
+    expect(tasks.locator("figcaption")).to_have_text(re.compile(r"Active agent tasks: 0 tasks$"), timeout=15_000)
     with orch.client() as c:
         for _ in range(2):
             assert c.post("/api/v1/orchestration/tasks", json={"goal": goal, "tools": [], "max_steps": 2}).status_code == 201

@@ -228,7 +228,7 @@ export function Status() {
           <Chart points={series(inf, "queue_depth")} {...c(inf)} label="Queue depth" count="request" testid="chart-queue" />
           {gpuTotal ? <Chart points={series(inf, "gpu_memory_used_bytes")} {...c(inf)} label="GPU memory used" unit="bytes" max={gpuTotal} format={bytes} testid="chart-gpu" /> : null}
           {agentBase !== null && <Chart points={series(agent, "requests_per_s")} {...c(agent)} label="Agent server requests" unit="req/s" testid="chart-agent-requests" />}
-          {agentBase !== null && <Chart points={series(agent, "active_tasks")} {...c(agent)} label="Agent tasks running" count="task" testid="chart-tasks" />}
+          {agentBase !== null && <Chart points={series(agent, "active_tasks")} {...c(agent)} label="Active agent tasks" count="task" testid="chart-tasks" />}
           {agentBase !== null && <Chart points={series(agent, "sandbox_runs")} {...c(agent)} label="Sandbox runs" count="run" testid="chart-runs" />}
           {inf.samples.some((x) => x.resident_memory_bytes != null) && (
             <Chart points={series(inf, "resident_memory_bytes", MB)} {...c(inf)} label="Inference server memory" unit="MB" integer testid="chart-memory-inference" />

@@ -90,7 +90,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.runs = runs = Runs(pool, metrics)
     app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
     pool.recorder = orchestrator.record_builtin
-    app.state.history = metrics.history(orchestrator.metrics)
+    app.state.history = metrics.history(orchestrator.active_counts)
 
     install_error_handlers(app)
     for module in (execution, streams, analysis, discovery, health, orchestration):
