@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conch import db
-from tests.orchestration.scripted_model import ScriptedModel, final
+from tests.orchestration.scripted_model import ScriptedModel, final, tool
 from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import RunningServer, start_server
 
@@ -212,6 +212,23 @@ def test_agent_tasks_and_sandbox_runs_are_two_figures(agent: Server, scripted: S
         body = c.get("/api/v1/status/history").json()
         assert set(body["figures"]) == AGENT_FIGURES
         assert body["figures"]["sandbox_runs"]["unit"] == "runs"
+
+
+def test_a_task_waiting_for_a_person_is_counted_as_waiting(agent: Server, scripted: ScriptedModel) -> None:
+    goal = scripted.script("List the workspace (asks first)", tool("ls", path="."), final("listed"))
+    API = "/api/v1/orchestration"
+    with agent.client() as c:
+        body = {"goal": goal, "tools": ["ls"], "max_steps": 3, "approvals": {"tools": {"ls": "ask"}}}
+        task = c.post(f"{API}/tasks", json=body).json()
+        deadline = time.monotonic() + 30
+        while c.get(f"{API}/tasks/{task['id']}").json()["status"] != "waiting":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        got = samples_after(c, "/api/v1/status/history", time.time(), n=1)[-1]
+        assert got["waiting_tasks"] == 1 and got["active_tasks"] == 0, got
+        assert c.post(f"{API}/tasks/{task['id']}/cancel").status_code == 200
+        got = samples_after(c, "/api/v1/status/history", time.time(), n=1)[-1]
+        assert got["waiting_tasks"] == 0, got
 
 
 def test_the_agent_history_refuses_a_bad_since(agent: Server) -> None:
