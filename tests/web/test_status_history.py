@@ -6,6 +6,7 @@ client's polling (``X-Conch-Poll``) or made to monitoring routes left out of the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from conch import db
+from conch.web.common.history import Figure, StatusHistory
 from tests.orchestration.scripted_model import ScriptedModel, final, tool
 from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import RunningServer, start_server
@@ -78,6 +80,52 @@ def test_the_inference_history_says_what_it_holds(inference: RunningServer) -> N
     # No GPU on a CPU build: said as null, not 0.
     if not s["gpu_memory_total_bytes"]:
         assert s["gpu_memory_used_bytes"] is None and s["gpu_memory_total_bytes"] is None
+
+
+def test_the_sampler_rates_a_counter_and_holds_one_while_its_gauge_is_up() -> None:
+    """StatusHistory itself, fed a scripted sequence of readings (the figures a server would
+    read), sampled as the server samples: rates over the real time between samples."""
+    figures = (
+        Figure("tokens", "counter", "tokens/s", "t", held_by="busy"),
+        Figure("requests", "counter", "req/s", "r"),
+        Figure("busy", "gauge", "sequences", "b"),
+    )
+    readings = iter([
+        {"tokens": 0, "requests": 0, "busy": 0},      # the baseline: no sample
+        {"tokens": 10, "requests": 4, "busy": 1},     # 10 tokens, 4 requests
+        {"tokens": 10, "requests": 4, "busy": 1},     # busy, no token: held (10 since the baseline)
+        {"tokens": 16, "requests": 4, "busy": 1},     # 6 tokens
+        {"tokens": 16, "requests": 4, "busy": 0},     # idle: 0, not held
+        {"tokens": 3, "requests": 1, "busy": 0},      # counters went back (restart): from 0
+        {"tokens": 3, "requests": None, "busy": None},  # a figure not read: null
+    ])
+
+    async def read() -> dict[str, float | None]:
+        return next(readings)
+
+    async def run() -> list[dict[str, Any] | None]:
+        history = StatusHistory(figures, read, period_s=0.05, window_s=0.25)
+        out = []
+        for _ in range(7):
+            out.append(await history.sample())
+            await asyncio.sleep(0.05)
+        assert len(history.samples) == 5  # 0.25 s at 0.05 s: the oldest one dropped
+        assert history.to_dict(since=out[-1]["t"])["samples"] == []  # type: ignore[index]
+        return out
+
+    first, a, b, c, d, e, f = asyncio.run(run())
+    assert first is None
+    assert a is not None and b is not None and c is not None and d is not None and e is not None and f is not None
+    assert a["tokens"] == pytest.approx(10 / a["dt"], rel=0.01) and a["requests"] == pytest.approx(4 / a["dt"], rel=0.01)
+    assert "spans" not in a
+    # Held: the 10 tokens over the two periods since the baseline, and said so.
+    assert b["spans"]["tokens"] == pytest.approx(a["dt"] + b["dt"], abs=0.01)
+    assert b["tokens"] == pytest.approx(10 / b["spans"]["tokens"], rel=0.02)
+    assert b["requests"] == 0  # a counter held by nothing reads 0
+    assert c["tokens"] == pytest.approx(6 / c["dt"], rel=0.01) and "spans" not in c
+    assert d["tokens"] == 0 and "spans" not in d  # nothing active: a true 0
+    assert e["tokens"] == pytest.approx(3 / e["dt"], rel=0.01)
+    assert f["requests"] is None and f["busy"] is None and f["tokens"] == 0
 
 
 @pytest.mark.parametrize("query", ["since=soon", "since=-1", "since=nan", "since=inf"])

@@ -1,13 +1,12 @@
 """The last 15 minutes of a server's own figures, sampled by the server every 2 seconds.
 
 A client that charts a server (the studio's Status page) used to sample Prometheus
-``/metrics`` itself: its charts started empty on every visit, and its rates were taken
-between the moments the *browser* sent two scrapes. When the server's event loop was busy, two
-scrapes were answered back to back with the same counters, and a rate read 0 while tokens were
-being generated. Here the server samples itself: rates are counter differences over the
-server's own monotonic clock between two readings, and a small ring buffer keeps the last
-``window_s`` seconds, so a chart is full on arrival (``GET /v1/status/history`` on the
-inference server, ``GET /api/v1/status/history`` on the agent server).
+``/metrics`` itself: its charts started empty on every visit, and its rates were timed by the
+*browser*, between the moments it sent two scrapes, however late a busy event loop answered
+them. Here the server samples itself: rates are counter differences over the server's own
+monotonic clock between two readings, and a small ring buffer keeps the last ``window_s``
+seconds, so a chart is full on arrival (``GET /v1/status/history`` on the inference server,
+``GET /api/v1/status/history`` on the agent server).
 
 A server describes what it samples with :class:`Figure` s: a ``counter`` (cumulative, charted
 as its rate per second over each sample's period) or a ``gauge`` (charted as read). Each
