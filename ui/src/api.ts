@@ -108,8 +108,13 @@ export async function send(url: string, init: RequestInit = {}, retried = false)
   return res;
 }
 
-export async function getJSON<T = any>(url: string, signal?: AbortSignal): Promise<T> {
-  return (await send(url, { signal })).json();
+/** The header that marks a request as this studio's polling (a status sample, a badge, an
+ * inbox read again): the servers leave such requests out of their request rates
+ * (conch.web.common.history, docs/studio.md). Only requests made on a timer carry it. */
+export const POLL = { "X-Conch-Poll": "studio" };
+
+export async function getJSON<T = any>(url: string, signal?: AbortSignal, poll = false): Promise<T> {
+  return (await send(url, { signal, headers: poll ? POLL : undefined })).json();
 }
 
 export async function postJSON<T = any>(url: string, body?: unknown, signal?: AbortSignal): Promise<T> {

@@ -101,9 +101,9 @@ function KeyPrompt() {
 export type Waiting = { calls: number; tasks: number };
 
 /** A link to the approvals inbox with the number of calls waiting for a decision (a task
- * waiting on 3 calls counts 3). The orchestration metrics are polled every 5 s (a route the
- * Status page's request rates leave out) and the waiting tasks read only while some wait, as
- * the metrics count tasks, not calls; the inbox, when it reloads, tells the badge at once. */
+ * waiting on 3 calls counts 3). The orchestration metrics are polled every 5 s and the
+ * waiting tasks read only while some wait, as the metrics count tasks, not calls (both marked
+ * as polling: left out of the request rates); the inbox, when it reloads, tells the badge at once. */
 function ApprovalsLink() {
   const [waiting, setWaiting] = useState<Waiting | null>(null);
   useEffect(() => {
@@ -111,10 +111,10 @@ function ApprovalsLink() {
     const poll = async () => {
       if (document.visibilityState !== "visible") return;
       try {
-        const m = await getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics");
+        const m = await getJSON<{ waiting_tasks?: number }>("/api/v1/orchestration/metrics", undefined, true);
         const tasks = typeof m?.waiting_tasks === "number" ? m.waiting_tasks : null;
         if (!tasks) return void (!stop && setWaiting(tasks == null ? null : { calls: 0, tasks: 0 }));
-        const body = await getJSON("/api/v1/orchestration/tasks?status=waiting&limit=200");
+        const body = await getJSON("/api/v1/orchestration/tasks?status=waiting&limit=200", undefined, true);
         const list = listOf<Task>(body, "tasks").filter((t) => t.status === "waiting");
         if (!stop) setWaiting({ calls: list.reduce((n, t) => n + (t.pending?.length ?? 0), 0), tasks: list.length });
       } catch {
@@ -149,10 +149,28 @@ function ApprovalsLink() {
   );
 }
 
+/** The header's height as `--top-h` on the root: a page that fills the screen below it (a
+ * chat on a phone) and what is scrolled into view under it (`scroll-margin-top`) read it. The
+ * header wraps onto two lines on a phone, so it is measured, not assumed. */
+function useHeaderHeight(ref: { current: HTMLElement | null }) {
+  useEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    const set = () => document.documentElement.style.setProperty("--top-h", `${Math.ceil(el.getBoundingClientRect().height)}px`);
+    set();
+    if (typeof ResizeObserver === "undefined") return;
+    const ro = new ResizeObserver(set);
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+}
+
 function App() {
   const route = useRoute();
   const [theme, nextTheme] = useTheme();
   const [, force] = useState(0);
+  const header = useRef<HTMLElement>(null);
+  useHeaderHeight(header);
   const current = pageOf(route.page);
   const page = current?.id ?? "not-found";
   useEffect(() => {
@@ -165,7 +183,7 @@ function App() {
       <a class="skip" href="#main">
         Skip to content
       </a>
-      <header class="top">
+      <header class="top" ref={header}>
         <span class="brand">
           conch <span class="muted">studio</span>
         </span>

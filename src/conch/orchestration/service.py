@@ -203,6 +203,10 @@ class Orchestrator:
 
     # -- metrics --------------------------------------------------------------------------
 
+    async def active_counts(self) -> dict[str, int]:
+        """``{active_tasks, waiting_tasks}``, cheaply (the status history reads it every 2 s)."""
+        return await self.rt.db(self.stores.tasks.active_counts)
+
     async def metrics(self) -> dict[str, int]:
         """The figures of the metrics route (``total_agents`` counts the built-in agent)."""
         figures = await self.rt.db(self.stores.metrics)

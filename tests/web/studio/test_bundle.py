@@ -115,6 +115,18 @@ def test_cors_allows_only_the_studio_origins(servers: Servers) -> None:
     assert allowed.headers["access-control-allow-origin"] == f"http://localhost:{servers.settings.port}"
 
 
+def test_cors_allows_the_studios_polling_header(servers: Servers) -> None:
+    """The studio served by the agent server marks its polling of the inference server with
+    X-Conch-Poll (left out of request rates): the preflight must allow that header."""
+    own = f"http://127.0.0.1:{servers.settings.port}"
+    r = httpx.options(servers.inference + "/v1/status/history", headers={
+        "Origin": own, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "x-conch-poll"})
+    assert r.status_code == 200, r.text
+    assert "x-conch-poll" in r.headers["access-control-allow-headers"].lower()
+    got = httpx.get(servers.inference + "/v1/status/history", headers={"Origin": own, "X-Conch-Poll": "studio"})
+    assert got.status_code == 200 and got.headers["access-control-allow-origin"] == own
+
+
 def test_a_rebound_host_name_gets_no_studio(servers: Servers) -> None:
     r = httpx.get(servers.agent + "/", headers={"Accept": "text/html", "Host": "evil.example"})
     assert r.status_code == 403

@@ -1,27 +1,49 @@
-"""Status (issue 21, item 6) in a real browser against the real servers: tokens/s from the
-live counter while an answer is being written, the page's own polling left out of the request
-rates, charts with axes and units, loaded models, and an outage shown as one with automatic
-reconnection (the inference server cut off from the browser, then reachable again)."""
+"""Status (issue 21, item 6; issue 35, item 5) in a real browser against the real servers:
+tokens/s from the live counter while an answer is being written, the page's own polling left
+out of the request rates, charts with axes and units drawn from each server's own history (full
+on arrival), agent tasks and sandbox runs apart, loaded models (greyed as last known while the
+inference server is away), and an outage shown as one with automatic reconnection (the
+inference server cut off from the browser, then reachable again)."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
-from tests.web.studio.conftest import VIEWPORT, InferenceProcess, Servers
+from tests.orchestration.scripted_model import ScriptedModel, final
+from tests.orchestration.servers import Server
+from tests.web.studio.conftest import (
+    VIEWPORT,
+    InferenceProcess,
+    Servers,
+    start_servers,
+    stop_servers,
+)
 
 MODEL = "smollm2-135m-instruct"
 
 
+@pytest.fixture()
+def idle(tmp_path: Path) -> Iterator[Servers]:
+    """Servers that have served nothing: the charts show each server's last 15 minutes (its
+    own history), so the session's servers, busy in earlier tests, would show those peaks."""
+    fresh, running = start_servers(tmp_path / "idle")
+    yield fresh
+    stop_servers(running)
+
+
 def test_an_idle_server_reads_zero_and_charts_have_axes(
-    servers: Servers, page: Any, shots: Path
+    idle: Servers, page: Any, shots: Path
 ) -> None:
+    servers = idle
     page.goto(servers.agent + "/#/status")
     requests = page.locator("figure.chart", has_text="Inference requests")
     expect(requests.locator("polyline")).to_have_attribute(
@@ -168,3 +190,105 @@ def test_a_server_killed_and_started_again_is_picked_up(
     finally:
         context.close()
     assert not errors, errors
+
+
+# -- issue 35, item 5: each server's own history, tasks and runs apart, loaded models greyed ---
+
+POLL = {"X-Conch-Poll": "studio"}
+
+
+def _history(servers: Servers, base: str, path: str, **params: Any) -> dict[str, Any]:
+    key = servers.settings.api_key
+    r = httpx.get(base + path, params=params, headers={**POLL, **({"Authorization": f"Bearer {key}"} if key else {})}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _points(page: Any, testid: str) -> int:
+    return int(page.evaluate(
+        "id => { const p = document.querySelector(`[data-testid=${id}] polyline`);"
+        " return p ? p.getAttribute('points').trim().split(/\\s+/).length : 0 }", testid))
+
+
+def test_charts_are_full_on_arrival_and_this_pages_polling_is_not_traffic(
+    servers: Servers, page: Any, shots: Path
+) -> None:
+    """The servers sample themselves: a page opened now draws what they kept (not an empty
+    chart filling up), and its own polling (marked X-Conch-Poll) is not counted as requests."""
+    deadline = time.monotonic() + 30
+    while len(_history(servers, servers.inference, "/v1/status/history")["samples"]) < 6:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    held = len(_history(servers, servers.inference, "/v1/status/history")["samples"])
+    opened = time.time()
+    page.goto(servers.agent + "/#/status")
+    # On arrival: before the page's second read (2 s), every sample the server held is drawn.
+    page.wait_for_function(
+        "n => { const p = document.querySelector('[data-testid=chart-requests] polyline');"
+        " return p && p.getAttribute('points').trim().split(/\\s+/).length >= n }",
+        arg=held, timeout=1900,
+    )
+    assert _points(page, "chart-memory-agent") >= 5
+    for m in (2, 5, 15):
+        page.locator(f"[data-range='{m}']").click()
+        expect(page.locator(f"[data-range='{m}']")).to_have_attribute("aria-pressed", "true")
+        expect(page.get_by_test_id("chart-tps").locator(".axis text").nth(4)).to_have_text(f"−{m} min")
+    # The page keeps reading both servers every 2 s (history, loaded models; health every 10 s)
+    # and the header its approvals badge: none of it is traffic.
+    time.sleep(7)
+    for base, path in ((servers.inference, "/v1/status/history"), (servers.agent, "/api/v1/status/history")):
+        since = [s for s in _history(servers, base, path, since=opened)["samples"] if s["t"] - s["dt"] >= opened]
+        assert len(since) >= 2, since
+        assert all(s["requests_per_s"] == 0 for s in since), (path, since)
+    expect(page.locator("figure.chart", has_text="Inference requests").get_by_test_id("chart-value")).to_have_text("0.00")
+    page.screenshot(path=str(shots / "status-history.png"), full_page=True)
+
+
+def test_agent_tasks_and_sandbox_runs_are_charted_apart(
+    orch: Server, scripted: ScriptedModel, page: Any, shots: Path
+) -> None:
+    """Two agent tasks (their model takes 8 s to answer) and one sandbox run: "Active agent tasks:
+    2 tasks" and "Sandbox runs: 1 run" (before, one chart counted the runs only)."""
+    goal = scripted.script("Take your time.", {"content": final("done"), "delay": 8})
+    page.goto(orch.url + "/#/status")
+    tasks, runs = page.get_by_test_id("chart-tasks"), page.get_by_test_id("chart-runs")
+    expect(tasks.locator("figcaption")).to_have_text(re.compile(r"Active agent tasks: 0 tasks$"), timeout=15_000)
+    with orch.client() as c:
+        for _ in range(2):
+            assert c.post("/api/v1/orchestration/tasks", json={"goal": goal, "tools": [], "max_steps": 2}).status_code == 201
+    run = threading.Thread(target=lambda: httpx.post(
+        orch.url + "/api/v1/execute", json={"command": "sleep(6000)\n1"}, timeout=60), daemon=True)
+    run.start()
+    try:
+        expect(tasks.locator("figcaption")).to_have_text(re.compile(r": 2 tasks$"), timeout=15_000)
+        expect(runs.locator("figcaption")).to_have_text(re.compile(r"Sandbox runs: 1 run$"), timeout=10_000)
+        expect(tasks.locator("svg")).to_have_attribute("aria-label", re.compile(r"now 2 tasks; peak 2 tasks"))
+        page.screenshot(path=str(shots / "status-tasks-and-runs.png"), full_page=True)
+    finally:
+        run.join(timeout=60)
+    expect(tasks.locator("figcaption")).to_have_text(re.compile(r": 0 tasks$"), timeout=20_000)
+
+
+def test_loaded_models_are_greyed_while_the_inference_server_is_away(
+    servers: Servers, page: Any, shots: Path
+) -> None:
+    httpx.post(servers.inference + "/api/generate", json={"model": MODEL, "prompt": "", "stream": False},
+               timeout=120).raise_for_status()
+    page.goto(servers.agent + "/#/status")
+    loaded = page.get_by_test_id("loaded-models")
+    expect(loaded).to_contain_text(MODEL, timeout=15_000)
+    expect(loaded).not_to_have_attribute("data-stale", "true")
+    origin = servers.inference
+    page.route(lambda url: url.startswith(origin), lambda r: r.abort("connectionrefused"))
+    expect(page.get_by_test_id("outage")).to_contain_text("The inference server is unreachable", timeout=15_000)
+    # Still listed, as what was last known, greyed and saying so.
+    expect(loaded).to_have_attribute("data-stale", "true")
+    expect(loaded.get_by_test_id("loaded-stale")).to_contain_text("Last known at")
+    expect(loaded.get_by_test_id("loaded-stale")).to_contain_text("may no longer be true")
+    expect(loaded).to_contain_text(MODEL)
+    colour = loaded.locator("li a").first.evaluate("a => getComputedStyle(a).fontStyle")
+    assert colour == "italic"
+    page.screenshot(path=str(shots / "status-outage-loaded-models.png"))
+    page.unroute_all()
+    expect(loaded).not_to_have_attribute("data-stale", "true", timeout=15_000)
+    expect(loaded.get_by_test_id("loaded-stale")).to_have_count(0)

@@ -2,20 +2,45 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, isAbort } from "../api";
 
-/** Loads once (and again when `deps` change), with an AbortController per load. */
-export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unknown[] = []) {
+/** Loads once (and again when `deps` change), with an AbortController per load. `reload()`
+ * loads again; `poll()` too, on a timer: `load` is told (its second argument), so that the
+ * request can carry the polling header (api.ts, POLL). */
+export function useLoad<T>(load: (signal: AbortSignal, poll: boolean) => Promise<T>, deps: unknown[] = []) {
   const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: true });
   const [tick, setTick] = useState(0);
+  const polling = useRef(false);
   useEffect(() => {
     const ctl = new AbortController();
     setState((s) => ({ ...s, loading: true }));
-    load(ctl.signal).then(
+    const poll = polling.current;
+    polling.current = false;
+    load(ctl.signal, poll).then(
       (data) => setState({ data, loading: false }),
       (error) => !isAbort(error) && setState({ error, loading: false }),
     );
     return () => ctl.abort();
   }, [...deps, tick]);
-  return { ...state, reload: () => setTick((t) => t + 1) };
+  return {
+    ...state,
+    reload: () => setTick((t) => t + 1),
+    poll: () => {
+      polling.current = true;
+      setTick((t) => t + 1);
+    },
+  };
+}
+
+/** Brings `ref`'s element into view when it appears (or `key` changes) and it is not in view:
+ * an object opened from a list below it (a phone shows one column) or beside it, scrolled
+ * away. Its `scroll-margin-top` keeps it clear of the sticky header. */
+export function useIntoView(ref: { current: HTMLElement | null }, key: unknown) {
+  useEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    const top = el.getBoundingClientRect().top;
+    const header = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--top-h")) || 0;
+    if (top < header || top > innerHeight - 80) el.scrollIntoView({ block: "start" });
+  }, [key]);
 }
 
 /** Runs `fn` every `ms` while the page is visible. */

@@ -1,12 +1,12 @@
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
-import { duration, ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
+import { duration, ErrorBox, Failure, StatusBadge, useInterval, useIntoView, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { RunList } from "../components/RunList";
 import { Tabs } from "../components/Tabs";
 import { PendingCall } from "../components/PendingCall";
 import { TaskTimeline } from "../components/TaskTimeline";
-import { FINISHED, O, type Task, useEvents } from "../orch";
+import { FINISHED, O, type Task, type Workflow, useEvents } from "../orch";
 import { link, navigate, useRoute } from "../router";
 import { Approvals } from "./Approvals";
 import { Workflows } from "./Workflows";
@@ -29,7 +29,7 @@ export function Agents() {
   return (
     <div class="stack">
       <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
-        {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} />}
+        {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} from={route.query.get("workflow")} />}
         {tab === "workflows" && <Workflows selected={id ?? null} step={route.query.get("step")} />}
         {tab === "approvals" && <Approvals onCount={(n) => dispatchEvent(new CustomEvent("conch-approvals", { detail: n }))} />}
         {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
@@ -43,7 +43,9 @@ function missing(e: unknown): boolean {
   return e instanceof ApiError && e.status === 404;
 }
 
-function Tasks({ agents, selected }: { agents: any[]; selected: string | null }) {
+/** The Tasks tab: the form and the list, and the open task beside them (on a phone, in their
+ * place: `split has-selection`, with a link back to the list). */
+function Tasks({ agents, selected, from }: { agents: any[]; selected: string | null; from: string | null }) {
   const list = useLoad<Task[]>(async (s) => listOf(await getJSON(`${O}/tasks`, s), "tasks"));
   const [goal, setGoal] = useState("How many files are in the workspace?");
   const [tools, setTools] = useState("ls, len");
@@ -70,8 +72,8 @@ function Tasks({ agents, selected }: { agents: any[]; selected: string | null })
     }
   };
   return (
-    <div class="two wide-right">
-      <div class="stack">
+    <div class={`two wide-right split${selected ? " has-selection" : ""}`}>
+      <div class="stack split-list">
         <form class="pane form" onSubmit={create} aria-label="New task">
           <h2>New task</h2>
           <label>
@@ -112,14 +114,39 @@ function Tasks({ agents, selected }: { agents: any[]; selected: string | null })
         <RunList title="Tasks" kind="task" list={list} empty="No tasks yet: create one above." selected={selected}
           href={(t) => link("agents", "tasks", t.id)} label={(t) => t.goal} />
       </div>
-      {selected ? <TaskDetail key={selected} id={selected} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
+      {selected ? <TaskDetail key={selected} id={selected} from={from} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
     </div>
   );
 }
 
-function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
+/** The workflow step a task was started by: the workflow named in the task's address
+ * (`?workflow=`, as a step's link to its task gives it), checked against that workflow's
+ * steps; else looked for among the latest workflows (a task opened from the task list). */
+function useStepOf(task: string, from: string | null): { wf: Workflow; step: string } | null {
+  const [found, setFound] = useState<{ wf: Workflow; step: string } | null>(null);
+  useEffect(() => {
+    const ctl = new AbortController();
+    const look = async () => {
+      const wfs = from
+        ? [await getJSON<Workflow>(`${O}/workflows/${encodeURIComponent(from)}`, ctl.signal)]
+        : listOf<Workflow>(await getJSON(`${O}/workflows?limit=100`, ctl.signal), "workflows");
+      for (const wf of wfs) {
+        const st = (wf.steps ?? []).find((s) => s.task_id === task);
+        if (st) return setFound({ wf, step: st.id });
+      }
+    };
+    look().catch(() => undefined); // no workflow to link back to: nothing is shown
+    return () => ctl.abort();
+  }, [task, from]);
+  return found;
+}
+
+function TaskDetail({ id, from, onChange }: { id: string; from: string | null; onChange: () => void }) {
   const [task, setTask] = useState<Task | null>(null);
   const [error, setError] = useState<unknown>(null);
+  const box = useRef<HTMLElement>(null);
+  useIntoView(box, task != null);
+  const origin = useStepOf(id, from);
   const refresh = () => getJSON<Task>(`${O}/tasks/${encodeURIComponent(id)}`).then(setTask, setError);
   useEffect(() => {
     setTask(null);
@@ -157,7 +184,10 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
     return missing(error) ? <NotFound what="Task" back={{ href: link("agents", "tasks"), label: "All tasks" }} /> : <Failure what="This task" error={error} />;
   if (!task) return <div class="pane muted">loading…</div>;
   return (
-    <section class="pane" aria-label="Task" data-testid="task-detail">
+    <section class="pane open-object" aria-label="Task" data-testid="task-detail" ref={box}>
+      <a class="phone-only back-link" href={link("agents", "tasks")} data-testid="back-to-list">
+        ← All tasks
+      </a>
       <div class="row between">
         <h2>Task</h2>
         <div class="row">
@@ -169,6 +199,14 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
           )}
         </div>
       </div>
+      {origin && (
+        <p class="small" data-testid="task-workflow">
+          Started by step{" "}
+          <a href={`${link("agents", "workflows", origin.wf.id)}?step=${encodeURIComponent(origin.step)}`} data-testid="task-workflow-link">
+            <code>{origin.step}</code> of workflow {origin.wf.name}
+          </a>
+        </p>
+      )}
       <p>{task.goal}</p>
       <div class="muted small">
         {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.duration_ms != null ? ` · ${duration(task.duration_ms)}` : ""}
@@ -199,8 +237,8 @@ function TaskDetail({ id, onChange }: { id: string; onChange: () => void }) {
 }
 
 function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => void }) {
-  const metrics = useLoad<Record<string, number>>((s) => getJSON(`${O}/metrics`, s));
-  useInterval(metrics.reload, 3000);
+  const metrics = useLoad<Record<string, number>>((s, poll) => getJSON(`${O}/metrics`, s, poll));
+  useInterval(metrics.poll, 3000);
   return (
     <div class="stack">
       <section class="pane" aria-label="Metrics">

@@ -10,10 +10,10 @@ type Inbox = { tasks: Task[]; steps: Map<string, { wf: Workflow; step: string }>
 /** Everything that waits for a person: tasks in status `waiting` (a workflow's task step
  * among them, named by its workflow and step), each with its pending calls. Polled. */
 export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; tasks: number }) => void }) {
-  const inbox = useLoad<Inbox>(async (s) => {
+  const inbox = useLoad<Inbox>(async (s, poll) => {
     const [tasks, wfs] = await Promise.all([
-      getJSON(`${O}/tasks?status=waiting&limit=200`, s).then((b) => listOf<Task>(b, "tasks")),
-      getJSON(`${O}/workflows?status=running&limit=200`, s).then((b) => listOf<Workflow>(b, "workflows")),
+      getJSON(`${O}/tasks?status=waiting&limit=200`, s, poll).then((b) => listOf<Task>(b, "tasks")),
+      getJSON(`${O}/workflows?status=running&limit=200`, s, poll).then((b) => listOf<Workflow>(b, "workflows")),
     ]);
     const steps = new Map<string, { wf: Workflow; step: string }>();
     for (const wf of wfs) for (const st of wf.steps) if (st.task_id) steps.set(st.task_id, { wf, step: st.id });
@@ -21,7 +21,7 @@ export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; ta
     onCount?.({ calls: waiting.reduce((n, t) => n + (t.pending?.length ?? 0), 0), tasks: waiting.length });
     return { tasks: waiting, steps };
   });
-  useInterval(inbox.reload, 3000);
+  useInterval(inbox.poll, 3000);
   const [decided, setDecided] = useState<string | null>(null);
   const calls = (inbox.data?.tasks ?? []).reduce((n, t) => n + (t.pending?.length ?? 0), 0);
   return (

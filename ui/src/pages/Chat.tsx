@@ -69,6 +69,23 @@ export function Chat() {
   const [editing, setEditing] = useState<{ index: number; text: string } | null>(null);
   const [renaming, setRenaming] = useState<string | null>(null);
   const [deleting, setDeleting] = useState(false);
+  // On a phone the open chat takes the screen; its list is one tap away (the head's button).
+  const [listOpen, setListOpen] = useState(false);
+  const opener = useRef<HTMLButtonElement>(null);
+  const closer = useRef<HTMLButtonElement>(null);
+  const listToggled = useRef(false);
+  useEffect(() => {
+    // Focus follows the tap: into the list when it opens, back to its button when it closes.
+    if (!listToggled.current) return;
+    listToggled.current = false;
+    (listOpen ? closer : opener).current?.focus();
+  }, [listOpen]);
+  const showList = (open: boolean) => {
+    listToggled.current = true;
+    setListOpen(open);
+  };
+  // A setting the form refuses (e.g. max tokens −3): Send is off until it is mended.
+  const [invalid, setInvalid] = useState<string | null>(null);
   // Whether the view follows the end of the chat (it is at the bottom, or a message was sent).
   const stick = useRef(true);
 
@@ -92,6 +109,10 @@ export function Chat() {
   useEffect(() => {
     setEditing(null);
     setRenaming(null);
+    setListOpen(false);
+    // A new chat starts with the settings last used, read now: a system prompt just typed
+    // in the chat left for this one is among them (the page stays mounted between chats).
+    if (id == null) setDraft(store.lastSettings());
   }, [id]);
 
   const messages = chat?.messages ?? [];
@@ -111,7 +132,7 @@ export function Chat() {
 
   const sendMessage = () => {
     const text = input.trim();
-    if (!text || busy || !modelOk) return;
+    if (!text || busy || !modelOk || invalid) return;
     setInput("");
     stick.current = true;
     if (chat) store.send(chat.id, text);
@@ -125,9 +146,12 @@ export function Chat() {
 
   const notFound = id != null && chat === null;
   return (
-    <div class="chat">
-      <nav class="pane chat-list" aria-label="Chats">
-        <a class="button primary" href="#/chat" aria-current={id == null ? "page" : undefined} data-testid="new-chat">
+    <div class={`chat${listOpen ? " list-open" : ""}`}>
+      <nav class="pane chat-list" id="chat-list-pane" aria-label="Chats">
+        <button type="button" class="phone-only small" ref={closer} onClick={() => showList(false)} aria-controls="chat-list-pane" aria-expanded="true" data-testid="close-chat-list">
+          ← Back to the chat
+        </button>
+        <a class="button primary" href="#/chat" aria-current={id == null ? "page" : undefined} data-testid="new-chat" onClick={() => setListOpen(false)}>
           New chat
         </a>
         {/* IndexedDB refused (a private window, a full disk): chats then live until the tab closes. */}
@@ -140,7 +164,7 @@ export function Chat() {
           <ul class="item-list" data-testid="chat-list">
             {list.map((c) => (
               <li key={c.id}>
-                <a href={link("chat", c.id)} class="chat-link" aria-current={c.id === id ? "page" : undefined} data-chat={c.id}>
+                <a href={link("chat", c.id)} class="chat-link" aria-current={c.id === id ? "page" : undefined} data-chat={c.id} onClick={() => setListOpen(false)}>
                   <span class="title">{c.title}</span>
                   <span class="muted small">
                     {new Date(c.updated).toLocaleString()}
@@ -158,6 +182,9 @@ export function Chat() {
         ) : (
           <>
             <div class="row between chat-head">
+              <button type="button" class="phone-only small" ref={opener} onClick={() => showList(true)} aria-controls="chat-list-pane" aria-expanded="false" data-testid="open-chat-list">
+                ☰ Chats{list ? ` (${list.length})` : ""}
+              </button>
               {renaming != null && chat ? (
                 <form
                   class="row"
@@ -246,15 +273,20 @@ export function Chat() {
                   Stop
                 </button>
               ) : (
-                <button type="submit" class="primary" disabled={!modelOk} data-testid="send">
+                <button type="submit" class="primary" disabled={!modelOk || !!invalid} data-testid="send" aria-describedby={invalid ? "chat-invalid" : undefined}>
                   Send
                 </button>
               )}
             </form>
+            {invalid && (
+              <p class="field-error" id="chat-invalid" data-testid="chat-invalid">
+                Send is off: {invalid}
+              </p>
+            )}
           </>
         )}
       </section>
-      <ChatSettings settings={settings} offered={offered} models={models} change={change} />
+      <ChatSettings key={chat?.id ?? ""} settings={settings} offered={offered} models={models} change={change} onInvalid={setInvalid} />
       <Confirm
         open={deleting}
         title="Delete this chat?"
@@ -275,10 +307,65 @@ export function Chat() {
   );
 }
 
-function ChatSettings(props: { settings: Settings; offered: ModelInfo[]; models: { error?: unknown; loading: boolean; reload: () => void }; change: (p: Partial<Settings>) => void }) {
+/** A number setting the form checks itself (the server would refuse it only once sent): a
+ * value out of range stays in the field, marked invalid with its message (`aria-invalid`,
+ * `aria-describedby`), and is not kept; the last valid value is. */
+function NumberSetting(props: { id: string; label: string; value: number; min: number; max: number; step?: number; integer?: boolean; onValid: (v: number) => void; onError: (msg: string | null) => void }) {
+  const [text, setText] = useState(String(props.value));
+  const check = (raw: string): string | null => {
+    const v = Number(raw);
+    const range = `from ${props.min.toLocaleString()} to ${props.max.toLocaleString()}`;
+    if (raw.trim() === "" || !Number.isFinite(v)) return `${props.label} must be a number ${range}.`;
+    if (props.integer && !Number.isInteger(v)) return `${props.label} must be a whole number ${range}.`;
+    if (v < props.min || v > props.max) return `${props.label} must be ${range}; ${raw.trim()} is not.`;
+    return null;
+  };
+  const error = check(text);
+  // The value changed from outside (a new chat's settings read again): the field follows,
+  // unless it holds what the user is still mending.
+  useEffect(() => {
+    if (!check(text) && Number(text) !== props.value) setText(String(props.value));
+  }, [props.value]);
+  // Told once on mount too: a chat kept with a value out of range (before this check) says so.
+  useEffect(() => props.onError(error), [error]);
+  useEffect(() => () => props.onError(null), []);
+  return (
+    <div class="field">
+      <label for={props.id}>{props.label}</label>
+      <input
+        id={props.id}
+        type="number"
+        min={props.min}
+        max={props.max}
+        step={props.step ?? (props.integer ? 1 : "any")}
+        value={text}
+        aria-invalid={error ? "true" : undefined}
+        aria-describedby={error ? `${props.id}-error` : undefined}
+        onInput={(e) => {
+          const raw = (e.currentTarget as HTMLInputElement).value;
+          setText(raw);
+          if (!check(raw)) props.onValid(Number(raw));
+        }}
+        data-testid={props.id}
+      />
+      {error && (
+        <span class="field-error" id={`${props.id}-error`} role="alert" data-testid={`${props.id}-error`}>
+          {error}
+        </span>
+      )}
+    </div>
+  );
+}
+
+function ChatSettings(props: { settings: Settings; offered: ModelInfo[]; models: { error?: unknown; loading: boolean; reload: () => void }; change: (p: Partial<Settings>) => void; onInvalid: (msg: string | null) => void }) {
   const { settings, offered, models, change } = props;
   const known = offered.some((m) => m.id === settings.model);
   const [open] = useState(() => matchMedia("(min-width: 760px)").matches);
+  const errors = useRef<Record<string, string | null>>({});
+  const onError = (field: string) => (msg: string | null) => {
+    errors.current[field] = msg;
+    props.onInvalid(Object.values(errors.current).find((m) => m) ?? null);
+  };
   const num = (e: Event) => Number((e.currentTarget as HTMLInputElement).value);
   return (
     <details class="pane chat-settings" open={open} aria-label="Chat settings">
@@ -322,15 +409,9 @@ function ChatSettings(props: { settings: Settings; offered: ModelInfo[]; models:
         </label>
         <input id="chat-temperature" type="range" min={0} max={2} step={0.05} value={settings.temperature} aria-valuetext={settings.temperature.toFixed(2)} onInput={(e) => change({ temperature: num(e) })} />
       </div>
-      <div class="row">
-        <label>
-          Top P
-          <input type="number" min={0} max={1} step={0.05} value={settings.topP} onInput={(e) => change({ topP: Math.min(1, Math.max(0, num(e))) })} />
-        </label>
-        <label>
-          Max tokens
-          <input type="number" min={1} max={32768} value={settings.maxTokens} onInput={(e) => change({ maxTokens: num(e) || 1 })} />
-        </label>
+      <div class="row settings-numbers">
+        <NumberSetting id="chat-top-p" label="Top P" value={settings.topP} min={0} max={1} step={0.05} onValid={(v) => change({ topP: v })} onError={onError("topP")} />
+        <NumberSetting id="chat-max-tokens" label="Max tokens" value={settings.maxTokens} min={1} max={32768} integer onValid={(v) => change({ maxTokens: v })} onError={onError("maxTokens")} />
       </div>
       <p class="muted small">Settings are kept with each chat; a new chat starts with the last ones used.</p>
     </details>

@@ -119,8 +119,12 @@ export function Models() {
 
   const models = list.data ?? [];
   return (
-    <div class="models stack">
-      {selected && <ModelDetail key={selected} id={selected} listed={list.data?.find((m) => m.id === selected)} listLoaded={!!list.data} onChange={list.reload} />}
+    <div class={`models stack${selected ? " has-selection" : ""}`}>
+      {selected && (
+        <div class="model-open">
+          <ModelDetail key={selected} id={selected} listed={list.data?.find((m) => m.id === selected)} listLoaded={!!list.data} onChange={list.reload} />
+        </div>
+      )}
       <section class="pane">
         <div class="row between">
           <h2>Model store</h2>
@@ -275,7 +279,7 @@ function ModelDetail({ id, listed, listLoaded, onChange }: { id: string; listed?
         <h2 id="model-title">
           <code>{m.id}</code>
         </h2>
-        <a href="#/models" class="small">
+        <a href="#/models" class="small" data-testid="back-to-list">
           Close
         </a>
       </div>

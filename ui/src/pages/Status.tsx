@@ -1,46 +1,59 @@
-import { useRef, useState } from "preact/hooks";
-import { getJSON, getText, postJSON } from "../api";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { getJSON, postJSON } from "../api";
 import { bytes, ErrorBox, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
 import { agentBase, inferenceBase } from "../config";
 import { link, plural } from "../router";
 
-type Samples = Map<string, number>; // metric name (labels dropped) -> summed value
-
-// The studio's own monitoring requests (this page's polling, the header's approvals badge):
-// left out of the request rates, so an idle server reads 0 requests/s.
-export const MONITORING = new Set(["/metrics", "/health", "/v1/health", "/v1/status", "/api/ps", "/api/v1/orchestration/metrics"]);
-
-/** Prometheus text format, summed over labels per metric name (all the charts need); a
- * sample whose `route` label is one of `skipRoutes` (or whose method is OPTIONS, a CORS
- * preflight) is left out. */
-export function parseMetrics(text: string, skipRoutes: Set<string> = new Set()): Samples {
-  const out: Samples = new Map();
-  for (const line of text.split("\n")) {
-    if (!line || line[0] === "#") continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
-    if (!m) continue;
-    if (m[2]) {
-      const route = /route="([^"]*)"/.exec(m[2])?.[1];
-      if ((route && skipRoutes.has(route)) || /method="OPTIONS"/.test(m[2])) continue;
-    }
-    const v = Number(m[3]);
-    if (Number.isFinite(v)) out.set(m[1], (out.get(m[1]) ?? 0) + v);
-  }
-  return out;
-}
+/** One sample of a server's status history (conch.web.common.history): `t` in unix seconds,
+ * a counter's figure as its rate per second over the `dt` before it (or, for tokens while
+ * sequences are active but no step finished in `dt`, over the longer span `spans` names), a
+ * gauge as read; null where the figure cannot be read (no GPU, no /proc). */
+type Sample = { t: number; dt: number; spans?: Record<string, number> } & Record<string, any>;
+type HistoryBody = { now: number; period_s: number; window_s: number; samples: Sample[] };
+/** What this page holds of a server's history: its samples, and the server's clock against
+ * this browser's (ms), so that "now" on the time axis is the server's now. */
+type History = { samples: Sample[]; period: number; window: number; skew: number };
+const NO_HISTORY: History = { samples: [], period: 2, window: 900, skew: 0 };
 
 const PERIOD_S = 2;
-const WINDOW = 60; // samples: two minutes
-type Series = { requests: number[]; tps: number[]; queue: number[]; active: number[]; gpu: number[]; agentRequests: number[]; activeRuns: number[]; infMem: number[]; agentMem: number[] };
-const EMPTY: Series = { requests: [], tps: [], queue: [], active: [], gpu: [], agentRequests: [], activeRuns: [], infMem: [], agentMem: [] };
-// Each server's resident memory (prometheus_client's process collector, read from /proc: absent
-// on a platform without it, and then so is its chart), in MB (10^6 bytes).
-const RSS = "process_resident_memory_bytes";
+const RANGES = [2, 5, 15]; // minutes shown, the last the server keeps
 const MB = 1e6;
 
-function push(a: number[], v: number): number[] {
-  const out = [...a, v];
-  return out.length > WINDOW ? out.slice(out.length - WINDOW) : out;
+/** A server's history: read whole on arrival (charts are full at once), then only the
+ * samples after the last one held, every 2 s; `seen` hears whether the server answered.
+ * Every read carries the polling header, so it is not counted as traffic. */
+function useHistory(url: string | null, seen: (ok: boolean) => void): History {
+  const [h, setH] = useState<History>(NO_HISTORY);
+  const last = useRef<number | null>(null);
+  const busy = useRef(false);
+  const read = async () => {
+    if (url === null || busy.current) return;
+    busy.current = true;
+    try {
+      const since = last.current;
+      const body = await getJSON<HistoryBody>(since == null ? url : `${url}?since=${since}`, undefined, true);
+      seen(true);
+      const fresh = body.samples ?? [];
+      if (fresh.length) last.current = fresh[fresh.length - 1].t;
+      setH((cur) => {
+        const from = body.now - body.window_s;
+        const samples = [...cur.samples, ...fresh].filter((x) => x.t >= from);
+        return { samples, period: body.period_s, window: body.window_s, skew: body.now * 1000 - Date.now() };
+      });
+    } catch {
+      seen(false);
+    } finally {
+      busy.current = false;
+    }
+  };
+  useEffect(() => void read(), [url]);
+  useInterval(read, PERIOD_S * 1000);
+  return h;
+}
+
+/** A figure of a history as chart points. */
+function series(h: History, name: string, scale = 1): Point[] {
+  return h.samples.map((x) => ({ t: x.t, v: x[name] == null ? null : (x[name] as number) / scale, span: x.spans?.[name] }));
 }
 
 /** A server's reachability as this page sees it: down since when, and back when. */
@@ -80,48 +93,42 @@ function Outage({ what, reach }: { what: string; reach: Reach }) {
   return null;
 }
 
+/** The models the inference server has in memory (`/api/ps`, read with each sample): the last
+ * list it gave and when, kept through an outage to be shown greyed as "last known". */
+type Loaded = { models: any[]; at: number } | null;
+
 export function Status() {
-  const agentHealth = useLoad<any>((s) => (agentBase === null ? Promise.resolve(null) : getJSON(`${agentBase}/health`, s)));
-  const health = useLoad<any>((s) => getJSON(`${inferenceBase}/v1/health`, s));
-  const status = useLoad<any>((s) => getJSON(`${inferenceBase}/v1/status`, s));
-  const providers = useLoad<any[]>((s) => getJSON(`${inferenceBase}/v1/providers`, s));
-  const loaded = useLoad<any[]>((s) => getJSON(`${inferenceBase}/api/ps`, s).then((b) => b?.models ?? []));
-  const [series, setSeries] = useState<Series>(EMPTY);
-  const prev = useRef<{ t: number; inf?: Samples; agent?: Samples } | null>(null);
+  // Every read of this page is monitoring: marked as polling, left out of the request rates.
+  const agentHealth = useLoad<any>((s) => (agentBase === null ? Promise.resolve(null) : getJSON(`${agentBase}/health`, s, true)));
+  const health = useLoad<any>((s) => getJSON(`${inferenceBase}/v1/health`, s, true));
+  const status = useLoad<any>((s) => getJSON(`${inferenceBase}/v1/status`, s, true));
+  const providers = useLoad<any[]>((s) => getJSON(`${inferenceBase}/v1/providers`, s, true));
+  const [loaded, setLoaded] = useState<Loaded>(null);
+  const [loadedError, setLoadedError] = useState(false);
   const [infReach, infSeen] = useReach();
   const [agentReach, agentSeen] = useReach();
+  const [range, setRange] = useState(15);
 
-  const sample = async () => {
-    const t = performance.now();
-    const [inf, agent] = await Promise.all([
-      getText(`${inferenceBase}/metrics`).then((x) => parseMetrics(x, MONITORING)).catch(() => undefined),
-      agentBase === null ? Promise.resolve(undefined) : getText(`${agentBase}/metrics`).then((x) => parseMetrics(x, MONITORING)).catch(() => undefined),
-    ]);
-    if (infSeen(inf !== undefined)) (health.reload(), status.reload(), providers.reload(), loaded.reload());
-    if (agentBase !== null && agentSeen(agent !== undefined)) agentHealth.reload();
-    const p = prev.current;
-    prev.current = { t, inf, agent };
-    if (!p) return;
-    const dt = (t - p.t) / 1000;
-    const rate = (a: Samples | undefined, b: Samples | undefined, name: string) => (a && b && a.has(name) ? Math.max(0, ((a.get(name) ?? 0) - (b.get(name) ?? 0)) / dt) : 0);
-    // Tokens sampled by the engines move with every token (the completion counter only when a
-    // request ends), so a long answer shows its rate while it is written.
-    const live = inf?.has("conch_inference_generated_tokens_total") ? "conch_inference_generated_tokens_total" : "conch_inference_completion_tokens_total";
-    setSeries((s) => ({
-      requests: push(s.requests, rate(inf, p.inf, "conch_inference_requests_total")),
-      tps: push(s.tps, rate(inf, p.inf, live)),
-      queue: push(s.queue, inf?.get("conch_inference_queue_depth") ?? 0),
-      active: push(s.active, inf?.get("conch_inference_active_sequences") ?? 0),
-      gpu: push(s.gpu, inf?.get("conch_inference_gpu_memory_used_bytes") ?? 0),
-      agentRequests: push(s.agentRequests, rate(agent, p.agent, "conch_http_requests_total")),
-      activeRuns: push(s.activeRuns, agent?.get("conch_active_runs") ?? 0),
-      infMem: inf?.has(RSS) ? push(s.infMem, (inf.get(RSS) ?? 0) / MB) : s.infMem,
-      agentMem: agent?.has(RSS) ? push(s.agentMem, (agent.get(RSS) ?? 0) / MB) : s.agentMem,
-    }));
-  };
-  useInterval(sample, PERIOD_S * 1000);
-  useInterval(() => (status.reload(), agentHealth.reload(), health.reload(), loaded.reload()), 10000);
-  const gpuTotal = status.data?.device?.memory_total_bytes ?? null;
+  const readLoaded = () =>
+    getJSON(`${inferenceBase}/api/ps`, undefined, true).then(
+      (b) => (setLoaded({ models: b?.models ?? [], at: Date.now() }), setLoadedError(false)),
+      () => setLoadedError(true),
+    );
+  useEffect(() => void readLoaded(), []);
+  const inf = useHistory(`${inferenceBase}/v1/status/history`, (ok) => {
+    // Back after an outage: what the page shows is read again, with no reload of the page.
+    if (infSeen(ok)) (health.reload(), status.reload(), providers.reload());
+    if (ok) void readLoaded();
+  });
+  const agent = useHistory(agentBase === null ? null : `${agentBase}/api/v1/status/history`, (ok) => {
+    if (agentSeen(ok)) agentHealth.reload();
+  });
+  useInterval(() => (status.poll(), agentHealth.poll(), health.poll()), 10000);
+  const gpuTotal = inf.samples.length ? inf.samples[inf.samples.length - 1].gpu_memory_total_bytes : null;
+  const stale = infReach.down != null;
+  const span = range * 60;
+  const at = (h: History) => (Date.now() + h.skew) / 1000;
+  const c = (h: History) => ({ span, end: at(h), period: h.period });
 
   return (
     <div class="stack">
@@ -173,15 +180,20 @@ export function Status() {
             </>
           )}
         </section>
-        <section class="card pane" aria-label="Loaded models" data-testid="loaded-models">
+        <section class={`card pane${stale ? " stale" : ""}`} aria-label="Loaded models" data-testid="loaded-models" data-stale={stale ? "true" : undefined}>
           <h2>Loaded models</h2>
-          {loaded.error ? (
-            <span class="muted small">not known</span>
-          ) : (loaded.data ?? []).length === 0 ? (
+          {stale && loaded && (
+            <p class="small" data-testid="loaded-stale">
+              Last known at {new Date(loaded.at).toLocaleTimeString()}: the inference server is unreachable, so this may no longer be true.
+            </p>
+          )}
+          {loaded == null ? (
+            <span class="muted small">{loadedError ? "not known" : "…"}</span>
+          ) : loaded.models.length === 0 ? (
             <span class="muted small">none: a model loads on its first request</span>
           ) : (
             <ul class="plain-list small">
-              {(loaded.data ?? []).map((m: any) => (
+              {loaded.models.map((m: any) => (
                 <li key={m.name}>
                   <a href={link("models", m.model ?? m.name)}>
                     <code>{m.name}</code>
@@ -195,20 +207,35 @@ export function Status() {
         </section>
       </div>
       <section class="pane" aria-label="Live metrics">
-        <h2>Live</h2>
+        <div class="row between">
+          <h2>Live</h2>
+          <div class="tabs" role="group" aria-label="Time shown">
+            {RANGES.map((m) => (
+              <button key={m} type="button" class="small" aria-pressed={range === m} onClick={() => setRange(m)} data-range={m}>
+                {m} min
+              </button>
+            ))}
+          </div>
+        </div>
         <p class="muted small" data-testid="charts-note">
-          Sampled from each server's <code>/metrics</code> every {PERIOD_S} s over the last {(WINDOW * PERIOD_S) / 60} minutes. Request rates leave out monitoring requests (<code>/metrics</code>, <code>/health</code>, <code>/v1/status</code>, <code>/api/ps</code>: this page's own polling and the header's), so an idle server reads 0.
+          Sampled by each server every {PERIOD_S} s and kept for 15 minutes (<code>/v1/status/history</code>, <code>/api/v1/status/history</code>), so the charts are full on arrival. Request rates leave out monitoring requests (<code>/metrics</code>, <code>/health</code>, status and history reads) and this page's own polling (its requests say <code>X-Conch-Poll</code>), so an idle server reads 0. Tokens are counted by the engines as they are made: prompt tokens at each step while a prompt is read, generated tokens as each is sampled.
         </p>
         <div class="charts">
-          <Chart values={series.requests} label="Inference requests" unit="req/s" />
-          <Chart values={series.tps} label="Tokens generated" unit="tokens/s" testid="chart-tps" />
-          <Chart values={series.active} label="Sequences generating" count="sequence" testid="chart-sequences" />
-          <Chart values={series.queue} label="Queue depth" count="request" testid="chart-queue" />
-          {gpuTotal ? <Chart values={series.gpu} label="GPU memory used" unit="bytes" max={gpuTotal} format={bytes} /> : null}
-          {agentBase !== null && <Chart values={series.agentRequests} label="Agent server requests" unit="req/s" />}
-          {agentBase !== null && <Chart values={series.activeRuns} label="Active runs" count="run" testid="chart-runs" />}
-          {series.infMem.length > 0 && <Chart values={series.infMem} label="Inference server memory" unit="MB" integer testid="chart-memory-inference" />}
-          {agentBase !== null && series.agentMem.length > 0 && <Chart values={series.agentMem} label="Agent server memory" unit="MB" integer testid="chart-memory-agent" />}
+          <Chart points={series(inf, "requests_per_s")} {...c(inf)} label="Inference requests" unit="req/s" testid="chart-requests" />
+          <Chart points={series(inf, "generated_tokens_per_s")} {...c(inf)} label="Tokens generated" unit="tokens/s" testid="chart-tps" />
+          <Chart points={series(inf, "prefill_tokens_per_s")} {...c(inf)} label="Prompt tokens read" unit="tokens/s" testid="chart-prefill" />
+          <Chart points={series(inf, "active_sequences")} {...c(inf)} label="Active sequences" count="sequence" testid="chart-sequences" />
+          <Chart points={series(inf, "queue_depth")} {...c(inf)} label="Queue depth" count="request" testid="chart-queue" />
+          {gpuTotal ? <Chart points={series(inf, "gpu_memory_used_bytes")} {...c(inf)} label="GPU memory used" unit="bytes" max={gpuTotal} format={bytes} testid="chart-gpu" /> : null}
+          {agentBase !== null && <Chart points={series(agent, "requests_per_s")} {...c(agent)} label="Agent server requests" unit="req/s" testid="chart-agent-requests" />}
+          {agentBase !== null && <Chart points={series(agent, "active_tasks")} {...c(agent)} label="Active agent tasks" count="task" testid="chart-tasks" />}
+          {agentBase !== null && <Chart points={series(agent, "sandbox_runs")} {...c(agent)} label="Sandbox runs" count="run" testid="chart-runs" />}
+          {inf.samples.some((x) => x.resident_memory_bytes != null) && (
+            <Chart points={series(inf, "resident_memory_bytes", MB)} {...c(inf)} label="Inference server memory" unit="MB" integer testid="chart-memory-inference" />
+          )}
+          {agentBase !== null && agent.samples.some((x) => x.resident_memory_bytes != null) && (
+            <Chart points={series(agent, "resident_memory_bytes", MB)} {...c(agent)} label="Agent server memory" unit="MB" integer testid="chart-memory-agent" />
+          )}
         </div>
       </section>
       <section class="pane" aria-label="Providers">
@@ -250,12 +277,20 @@ function tick(v: number): string {
   return v >= 100 ? Math.round(v).toLocaleString() : String(Number(v.toPrecision(2)));
 }
 
+/** A chart's point; `span`: the seconds its rate is averaged over, when longer than a sample's. */
+type Point = { t: number; v: number | null; span?: number };
+
 /** A line chart with its axes: values on the left (0 to a rounded maximum, in the unit),
- * time along the bottom (minutes ago to now). A chart of a count (`count`: what is counted,
- * singular) has whole numbers only, on its axis too, and the axis is titled "count": the
- * thing counted is in the caption ("Queue depth: 1 request"), as a count has no unit. */
-function Chart(props: { values: number[]; label: string; unit?: string; count?: string; integer?: boolean; max?: number; format?: (v: number) => string; testid?: string }) {
-  const { values, label, count } = props;
+ * time along the bottom (minutes ago to now, by the server's clock: a sample sits where it
+ * was taken). A chart of a count (`count`: what is counted, singular) has whole numbers only,
+ * on its axis too, and the axis is titled "count": the thing counted is in the caption
+ * ("Queue depth: 1 request"), as a count has no unit. Where samples are missing (the server
+ * was down or restarted) the line breaks: the run before the gap is drawn as a path, the
+ * current one as the polyline. */
+function Chart(props: { points: Point[]; span: number; end: number; period: number; label: string; unit?: string; count?: string; integer?: boolean; max?: number; format?: (v: number) => string; testid?: string }) {
+  const { label, count, span, end } = props;
+  const shown = props.points.filter((p) => p.t >= end - span);
+  const values = shown.flatMap((p) => (p.v == null ? [] : [p.v]));
   const integer = props.integer || count != null;
   const unit = count != null ? "" : props.unit ?? "";
   const W = 300;
@@ -266,19 +301,39 @@ function Chart(props: { values: number[]; label: string; unit?: string; count?: 
   const top = props.max ?? (count != null ? countMax(peak) : niceMax(peak, integer));
   const show = props.format ?? ((v: number) => fmt(v, integer));
   const axis = props.format ?? (integer ? (v: number) => fmt(v, true) : tick);
-  const x = (i: number) => L + ((W - L - 4) * (WINDOW - values.length + i)) / (WINDOW - 1);
+  const x = (t: number) => L + ((W - L - 4) * Math.max(0, Math.min(1, 1 - (end - t) / span)));
   const y = (v: number) => 4 + (H - B - 8) * (1 - Math.min(v, top) / top);
-  const pts = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
-  const last = values.length ? values[values.length - 1] : 0;
-  const minutes = (WINDOW * PERIOD_S) / 60;
-  const now = count != null ? plural(Math.round(last), count) : `${show(last)}${props.format ? "" : ` ${unit}`}`;
-  const most = count != null ? plural(Math.round(peak), count) : `${show(peak)}${props.format ? "" : ` ${unit}`}`;
+  // Runs of samples without a gap (a missing sample, or one that could not be read).
+  const runs: string[][] = [];
+  let run: string[] = [];
+  let prev: number | null = null;
+  for (const p of shown) {
+    if (p.v == null || (prev != null && p.t - prev > props.period * 2.5)) {
+      if (run.length) runs.push(run);
+      run = [];
+    }
+    if (p.v != null) run.push(`${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`);
+    prev = p.t;
+  }
+  if (run.length) runs.push(run);
+  const current = runs.pop() ?? [];
+  const lastPoint = shown.length ? shown[shown.length - 1] : null;
+  const last = lastPoint?.v ?? null;
+  const minutes = span / 60;
+  const half = minutes / 2;
+  const words = (v: number | null) => (v == null ? "not known" : count != null ? plural(Math.round(v), count) : `${show(v)}${props.format ? "" : ` ${unit}`}`);
   return (
     <figure class="chart" data-testid={props.testid}>
       <figcaption>
-        {label}: <strong data-testid="chart-value">{show(last)}</strong> {count != null ? (Math.round(last) === 1 ? count : `${count}s`) : props.format ? "" : unit}
+        {label}: <strong data-testid="chart-value">{last == null ? "—" : show(last)}</strong> {count != null ? (last != null && Math.round(last) === 1 ? count : `${count}s`) : props.format ? "" : unit}
+        {lastPoint?.span ? (
+          <span class="muted" data-testid="chart-span" title="No step finished in the last sample's 2 s while sequences were active: the rate since the last token.">
+            {" "}
+            (over the last {Math.round(lastPoint.span)} s)
+          </span>
+        ) : null}
       </figcaption>
-      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`${label}: now ${now}; peak ${most} over the last ${minutes} minutes`}>
+      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`${label}: now ${words(last)}; peak ${words(peak)} over the last ${minutes} minutes`}>
         <g class="axis">
           <line x1={L} y1={4} x2={L} y2={H - B} />
           <line x1={L} y1={H - B} x2={W - 4} y2={H - B} />
@@ -299,13 +354,16 @@ function Chart(props: { values: number[]; label: string; unit?: string; count?: 
             −{minutes} min
           </text>
           <text x={(L + W) / 2} y={H - 4} text-anchor="middle">
-            −{minutes / 2} min
+            −{half} min
           </text>
           <text x={W - 4} y={H - 4} text-anchor="end">
             now
           </text>
         </g>
-        {pts.length > 0 && <polyline points={pts.join(" ")} fill="none" stroke="currentColor" stroke-width="2" />}
+        {runs.map((r, i) => (
+          <path key={i} class="line-before" d={`M${r.join(" L")}`} fill="none" stroke="currentColor" stroke-width="2" />
+        ))}
+        {current.length > 0 && <polyline points={current.join(" ")} fill="none" stroke="currentColor" stroke-width="2" />}
       </svg>
     </figure>
   );

@@ -1,6 +1,6 @@
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
-import { between, duration, ErrorBox, ErrorView, Failure, StatusBadge, useInterval, useLoad } from "../components/common";
+import { between, duration, ErrorBox, ErrorView, Failure, StatusBadge, useInterval, useIntoView, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { RunList } from "../components/RunList";
 import { TaskTimeline } from "../components/TaskTimeline";
@@ -120,8 +120,8 @@ export function Workflows({ selected, step }: { selected: string | null; step: s
     }
   };
   return (
-    <div class="two wide-right">
-      <div class="stack">
+    <div class={`two wide-right split${selected ? " has-selection" : ""}`}>
+      <div class="stack split-list">
         <form class="pane form" onSubmit={create} aria-label="New workflow">
           <h2>New workflow</h2>
           <label>
@@ -164,8 +164,10 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
   const [wf, setWf] = useState<Workflow | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [, tick] = useState(0);
+  const box = useRef<HTMLElement>(null);
+  useIntoView(box, wf != null);
   const url = `${O}/workflows/${encodeURIComponent(id)}`;
-  const refresh = () => getJSON<Workflow>(url).then(setWf, setError);
+  const refresh = (poll = false) => getJSON<Workflow>(url, undefined, poll).then(setWf, setError);
   useEffect(() => {
     setWf(null);
     refresh();
@@ -183,7 +185,7 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
   });
   // Also poll while running: a server may send coarser events than one per step change (and
   // running steps' durations move).
-  useInterval(() => live && (refresh(), tick((n) => n + 1)), 2000);
+  useInterval(() => live && (refresh(true), tick((n) => n + 1)), 2000);
   const deps = useMemo(() => {
     const out: Record<string, string[]> = {};
     for (const s of wf?.steps ?? []) out[s.id] = s.definition?.depends_on ?? [];
@@ -218,7 +220,10 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
   if (!wf) return <div class="pane muted">loading…</div>;
   const chosen = step ? wf.steps.find((s) => s.id === step) ?? null : null;
   return (
-    <section class="pane" aria-label="Workflow" data-testid="workflow-detail">
+    <section class="pane open-object" aria-label="Workflow" data-testid="workflow-detail" ref={box}>
+      <a class="phone-only back-link" href={link("agents", "workflows")} data-testid="back-to-list">
+        ← All workflows
+      </a>
       <div class="row between">
         <h2>{wf.name}</h2>
         <div class="row">
@@ -290,13 +295,15 @@ function StepDetail({ wf, step, live }: { wf: Workflow; step: WStep; live: boole
   const running = step.status === "running" || step.status === "waiting";
   const maxAttempts = d ? (d.retries ?? 0) + 1 : null;
   const [task, setTask] = useState<Task | null>(null);
+  const box = useRef<HTMLElement>(null);
+  useIntoView(box, step.id);
   useEffect(() => {
     setTask(null);
     if (!step.task_id) return;
     getJSON<Task>(`${O}/tasks/${encodeURIComponent(step.task_id)}`).then(setTask, () => undefined);
   }, [step.task_id, step.status, step.attempts]);
   return (
-    <section class="step-detail" aria-label={`Step ${step.id}`} data-testid="step-detail">
+    <section class="step-detail open-object" aria-label={`Step ${step.id}`} data-testid="step-detail" ref={box}>
       <div class="row between">
         <h3>
           Step <code>{step.id}</code> <StatusBadge status={step.status} />
@@ -340,7 +347,7 @@ function StepDetail({ wf, step, live }: { wf: Workflow; step: WStep; live: boole
           <>
             <dt>Task</dt>
             <dd>
-              <a href={link("agents", "tasks", step.task_id)} data-testid="step-task-link">
+              <a href={`${link("agents", "tasks", step.task_id)}?workflow=${encodeURIComponent(wf.id)}`} data-testid="step-task-link">
                 {step.task_id}
               </a>
               {task ? <> · <StatusBadge status={task.status} /></> : null}

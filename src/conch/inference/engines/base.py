@@ -91,6 +91,9 @@ class EngineStats:
     engine's worker thread only (the prompt cache's saves: by its writer thread)."""
 
     completion_tokens: int = 0
+    # Prompt tokens decoded, counted at each step (a long prompt moves it while it is read;
+    # prefixes reused from the KV cache are not decoded and not counted).
+    prefill_tokens: int = 0
     # The prompt cache on disk (llama.cpp engine): prefix tokens loaded instead of prefilled,
     # and tokens written (docs/inference.md, "Prompt cache across restarts").
     prompt_cache_restored_tokens: int = 0

@@ -239,6 +239,24 @@ class TaskStore:
             row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).first()
         return None if row is None else dict(row._mapping)
 
+    def active_counts(self) -> dict[str, int]:
+        """Tasks pending or running (``active_tasks``) and waiting for a person
+        (``waiting_tasks``): read every 2 s for the status history, so a range of the status
+        index, where ``Stores.metrics`` scans every task."""
+        tk = t.tasks
+        with self.db.read() as conn:
+            by_status: dict[str, int] = dict(
+                conn.execute(
+                    sa.select(tk.c.status, sa.func.count())
+                    .where(tk.c.status.in_(("pending", "running", "waiting")))
+                    .group_by(tk.c.status)
+                ).all()
+            )
+        return {
+            "active_tasks": int(by_status.get("pending", 0) + by_status.get("running", 0)),
+            "waiting_tasks": int(by_status.get("waiting", 0)),
+        }
+
     def get_task(self, id: str) -> dict[str, Any] | None:
         with self.db.read() as conn:
             row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == id)).first()

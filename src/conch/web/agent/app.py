@@ -54,9 +54,11 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     async def lifespan(app: AgentApp) -> AsyncIterator[None]:
         await pool.start()
         await app.state.orchestrator.start()
+        app.state.history.start()
         try:
             yield
         finally:
+            await app.state.history.close()
             await app.state.orchestrator.close()
             await pool.close()
 
@@ -88,6 +90,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.runs = runs = Runs(pool, metrics)
     app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
     pool.recorder = orchestrator.record_builtin
+    app.state.history = metrics.history(orchestrator.active_counts)
 
     install_error_handlers(app)
     for module in (execution, streams, analysis, discovery, health, orchestration):

@@ -26,6 +26,7 @@ from conch.sandbox.pool import SandboxPool
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 from conch.web.common.deps import state_getter
+from conch.web.common.history import StatusHistory
 
 get_settings = state_getter("settings", Settings)
 get_pool = state_getter("pool", SandboxPool)
@@ -35,6 +36,7 @@ get_runs = state_getter("runs", Runs)
 get_started_at = state_getter("started_at", float)
 get_marketplace = state_getter("marketplace", MarketplaceService)
 get_orchestrator = state_getter("orchestrator", Orchestrator)
+get_history = state_getter("history", StatusHistory)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -44,3 +46,4 @@ RunsDep = Annotated[Runs, Depends(get_runs)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 MarketplaceDep = Annotated[MarketplaceService, Depends(get_marketplace)]
 OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]
+HistoryDep = Annotated[StatusHistory, Depends(get_history)]

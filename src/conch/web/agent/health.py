@@ -1,15 +1,16 @@
-"""``GET /health`` (liveness, no key needed) and ``GET /metrics`` (Prometheus text)."""
+"""``GET /health`` (liveness, no key needed), ``GET /metrics`` (Prometheus text) and
+``GET /api/v1/status/history`` (the server's figures over the last 15 minutes)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from conch import __version__
-from conch.web.agent.deps import MetricsDep, PoolDep, StartedAtDep
+from conch.web.agent.deps import HistoryDep, MetricsDep, PoolDep, StartedAtDep
 from conch.web.agent.protocol import Health
 from conch.web.common.responses import json_response
 
@@ -38,3 +39,17 @@ async def health(started_at: StartedAtDep, pool: PoolDep, detail: bool = False) 
 async def prometheus_metrics(metrics: MetricsDep) -> Response:
     """Prometheus text format."""
     return metrics.response()
+
+
+@router.get("/api/v1/status/history")
+async def status_history(
+    history: HistoryDep,
+    since: float | None = Query(
+        None, ge=0, allow_inf_nan=False,
+        description="Unix time (seconds): only the samples taken after it (a poll's last `t`).",
+    ),
+) -> Response:
+    """The last 15 minutes of this server's figures, sampled by the server every 2 s:
+    `{now, period_s, window_s, figures: {name: {kind, unit, help}}, samples: [{t, dt, ...}]}`;
+    a counter's sample is its rate per second over `dt` (docs/studio.md, "Status history")."""
+    return json_response(history.to_dict(since))

@@ -11,6 +11,11 @@ Each registry also carries the process's own series (``process_resident_memory_b
 ``process_cpu_seconds_total``, open file descriptors...: ``ProcessCollector``, read from
 ``/proc`` when scraped, absent elsewhere) and ``python_info`` (``PlatformCollector``), as the
 default registry would; the studio's Status page charts the resident memory of both servers.
+
+Besides the Prometheus series, :attr:`HTTPMetrics.traffic` counts the requests that are
+traffic: not a monitoring route, not a CORS preflight, and not marked as a client's polling
+(the ``X-Conch-Poll`` header). It is what the status history (:mod:`conch.web.common.history`)
+charts as requests per second.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from prometheus_client import (
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from conch.web.common.history import MONITORING_ROUTES, POLL_HEADER
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -50,6 +57,7 @@ class HTTPMetrics:
         # Labelled children by label values: looking one up through ``labels()`` takes a
         # lock and several checks, a sizeable part of serving a small request.
         self._requests: dict[tuple[str, str, int], Any] = {}
+        self.traffic = 0  # requests neither monitoring, preflight nor polling (module doc)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -57,7 +65,9 @@ class HTTPMetrics:
     def response(self) -> Response:
         return Response(self.render(), media_type=CONTENT_TYPE)
 
-    def count_request(self, route: str, method: str, status: int) -> None:
+    def count_request(self, route: str, method: str, status: int, polling: bool = False) -> None:
+        if not polling and method != "OPTIONS" and route not in MONITORING_ROUTES:
+            self.traffic += 1
         key = (route, method, status)
         child = self._requests.get(key)
         if child is None:
@@ -92,4 +102,12 @@ class MetricsMiddleware:
         finally:
             route: BaseRoute | None = scope.get("route")
             template = getattr(route, "path", None) or "<unmatched>"
-            self.metrics.count_request(template, scope["method"], status)
+            self.metrics.count_request(template, scope["method"], status, _polling(scope))
+
+
+_POLL = POLL_HEADER.encode()
+
+
+def _polling(scope: Scope) -> bool:
+    """Whether the request carries a non-empty ``X-Conch-Poll`` header."""
+    return any(name == _POLL and value for name, value in scope["headers"])

@@ -40,12 +40,15 @@ def create_app(settings: Settings) -> FastAPI:
     stack = ServingStack(settings)
     stack.acquirer.recover()  # forget placeholders of jobs whose process died
     metrics = InferenceMetrics(stack.metrics, stack.manager)
+    history = metrics.history()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await stack.start()
         await stack.providers.start()  # background health probes of the remote providers
+        history.start()
         yield
+        await history.close()
         await stack.close()
 
     app = FastAPI(
@@ -62,7 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     state = app.state
     state.settings, state.store, state.manager, state.acquirer = settings, stack.store, stack.manager, stack.acquirer
-    state.metrics = metrics
+    state.metrics, state.history = metrics, history
     state.providers = stack.providers
     state.chat, state.embeddings, state.completions = stack.chat, stack.embeddings, stack.completions
     install_error_handlers(app)

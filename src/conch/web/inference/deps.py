@@ -24,6 +24,7 @@ from conch.inference.serving.completions import CompletionServing
 from conch.inference.serving.embeddings import EmbeddingServing
 from conch.inference.serving.manager import ModelManager
 from conch.web.common.deps import state_getter
+from conch.web.common.history import StatusHistory
 from conch.web.inference.metrics import InferenceMetrics
 
 SettingsDep = Annotated[Settings, Depends(state_getter("settings", Settings))]
@@ -32,6 +33,7 @@ ManagerDep = Annotated[ModelManager, Depends(state_getter("manager", ModelManage
 AcquirerDep = Annotated[Acquirer, Depends(state_getter("acquirer", Acquirer))]
 ProvidersDep = Annotated[ProviderRegistry, Depends(state_getter("providers", ProviderRegistry))]
 MetricsDep = Annotated[InferenceMetrics, Depends(state_getter("metrics", InferenceMetrics))]
+HistoryDep = Annotated[StatusHistory, Depends(state_getter("history", StatusHistory))]
 ChatDep = Annotated[ChatServing, Depends(state_getter("chat", ChatServing))]
 CompletionDep = Annotated[CompletionServing, Depends(state_getter("completions", CompletionServing))]
 EmbeddingDep = Annotated[EmbeddingServing, Depends(state_getter("embeddings", EmbeddingServing))]

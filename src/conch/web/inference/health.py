@@ -1,4 +1,5 @@
-"""``/v1/health``, ``/v1/status``, ``/metrics``, ``/swagger-ui`` and ``/``: the server about itself.
+"""``/v1/health``, ``/v1/status``, ``/v1/status/history``, ``/metrics``, ``/swagger-ui`` and ``/``:
+the server about itself.
 
 Requests are counted for ``/metrics`` and ``/v1/status`` by the shared middleware
 (:mod:`conch.web.common.metrics`) into :class:`~conch.web.inference.metrics.InferenceMetrics`;
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
@@ -20,7 +21,7 @@ import conch
 from conch.inference.api.openai import DeviceStatus, Health, Status
 from conch.inference.engines.llama.device import device_info
 from conch.inference.serving.errors import NotFound
-from conch.web.inference.deps import ManagerDep, MetricsDep, ProvidersDep
+from conch.web.inference.deps import HistoryDep, ManagerDep, MetricsDep, ProvidersDep
 
 router = APIRouter(tags=["health"])
 docs_router = APIRouter(include_in_schema=False)
@@ -42,6 +43,20 @@ async def status(mgr: ManagerDep, metrics: MetricsDep, registry: ProvidersDep) -
         requests_served=metrics.served,
         device=DeviceStatus.model_validate(where.as_dict()),
     )
+
+
+@router.get("/v1/status/history")
+async def status_history(
+    history: HistoryDep,
+    since: float | None = Query(
+        None, ge=0, allow_inf_nan=False,
+        description="Unix time (seconds): only the samples taken after it (a poll's last `t`).",
+    ),
+) -> Any:
+    """The last 15 minutes of this server's figures, sampled by the server every 2 s:
+    `{now, period_s, window_s, figures: {name: {kind, unit, help}}, samples: [{t, dt, ...}]}`;
+    a counter's sample is its rate per second over `dt` (docs/studio.md, "Status history")."""
+    return history.to_dict(since)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

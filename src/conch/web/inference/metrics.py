@@ -4,10 +4,14 @@ time to first token, decode rate, queue and sequences, loaded models, and where 
 The serving layer and the engines keep plain numbers (they know nothing of Prometheus); they
 are read when scraped. The device is probed by the ``/metrics`` route off the event loop
 (``nvidia-smi`` may take tens of milliseconds) and handed to :meth:`InferenceMetrics.response`.
+
+The same numbers, sampled by the server every 2 s, are its status history
+(:meth:`InferenceMetrics.history`, ``GET /v1/status/history``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -20,10 +24,26 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from conch.inference.engines.llama.device import DeviceInfo
+from conch.inference.engines.llama.device import DeviceInfo, device_info
 from conch.inference.serving.manager import ModelManager
 from conch.inference.serving.metrics import ServingMetrics
+from conch.web.common.history import Figure, Reading, StatusHistory, resident_memory_bytes
 from conch.web.common.metrics import HTTPMetrics
+
+FIGURES = (
+    Figure("requests_per_s", "counter", "req/s",
+           "API requests (monitoring routes and requests marked X-Conch-Poll left out)"),
+    Figure("generated_tokens_per_s", "counter", "tokens/s",
+           "Tokens sampled by the engines, counted as each is sampled", held_by="active_sequences"),
+    Figure("prefill_tokens_per_s", "counter", "tokens/s",
+           "Prompt tokens decoded by the engines, counted at each step"),
+    Figure("active_sequences", "gauge", "sequences", "Sequences being read or generated"),
+    Figure("queue_depth", "gauge", "requests", "Requests waiting for a free sequence"),
+    Figure("models_loaded", "gauge", "models", "Models in memory"),
+    Figure("gpu_memory_used_bytes", "gauge", "bytes", "GPU memory in use, all GPUs (null without one)"),
+    Figure("gpu_memory_total_bytes", "gauge", "bytes", "GPU memory in all (null without a GPU)"),
+    Figure("resident_memory_bytes", "gauge", "bytes", "This process's resident memory"),
+)
 
 
 class _ServingCollector(Collector):
@@ -34,10 +54,13 @@ class _ServingCollector(Collector):
         m, mgr = self.metrics.serving, self.metrics.manager
         engines = mgr.engines()
         generated = sum(e.stats.completion_tokens for e in engines) + mgr.unloaded_completion_tokens
+        prefilled = sum(getattr(e.stats, "prefill_tokens", 0) for e in engines) + mgr.unloaded_prefill_tokens
         counters = (
             ("prompt_tokens", "Tokens read (prompts and embedding inputs).", m.prompt_tokens),
             ("completion_tokens", "Tokens generated.", m.completion_tokens),
             ("generated_tokens", "Tokens sampled by the engines (including cancelled streams).", generated),
+            ("prefill_tokens", "Prompt tokens decoded by the engines, at each step (KV cache hits not included).",
+             prefilled),
             ("generation_seconds", "Wall time of completed generations.", m.gen_seconds),
             ("embedded_inputs", "Inputs embedded.", m.embedded_inputs),
             # Speculative decoding, summed over the loaded models
@@ -102,7 +125,7 @@ class _ServingCollector(Collector):
 
 class InferenceMetrics(HTTPMetrics):
     """Also what ``/v1/status`` reports: when the server started and how many API requests
-    (under ``/v1/``) it has answered."""
+    (under ``/v1/``, a client's polling left out) it has answered."""
 
     def __init__(self, serving: ServingMetrics, manager: ModelManager) -> None:
         super().__init__("conch_inference_requests")
@@ -113,12 +136,37 @@ class InferenceMetrics(HTTPMetrics):
         self.device: DeviceInfo | None = None
         self.registry.register(_ServingCollector(self))
 
-    def count_request(self, route: str, method: str, status: int) -> None:
-        super().count_request(route, method, status)
-        if route.startswith("/v1/"):
+    def count_request(self, route: str, method: str, status: int, polling: bool = False) -> None:
+        super().count_request(route, method, status, polling)
+        if route.startswith("/v1/") and not polling:
             self.served += 1
 
     def response_for(self, device: DeviceInfo) -> Response:
         """The exposition, with the device as just probed."""
         self.device = device
         return self.response()
+
+    def history(self) -> StatusHistory:
+        """The server's status history: its figures sampled every 2 s (module doc)."""
+        mgr = self.manager
+
+        async def read() -> Reading:
+            where = await asyncio.to_thread(device_info)  # cached; nvidia-smi may be slow
+            engines = mgr.engines()
+            used = [g.memory_used_bytes for g in where.gpus if g.memory_used_bytes is not None]
+            total = [g.memory_total_bytes for g in where.gpus if g.memory_total_bytes is not None]
+            return {
+                "requests_per_s": self.traffic,
+                "generated_tokens_per_s": sum(e.stats.completion_tokens for e in engines)
+                + mgr.unloaded_completion_tokens,
+                "prefill_tokens_per_s": sum(getattr(e.stats, "prefill_tokens", 0) for e in engines)
+                + mgr.unloaded_prefill_tokens,
+                "active_sequences": sum(e.active_sequences for e in engines),
+                "queue_depth": sum(e.queued for e in engines),
+                "models_loaded": len(engines),
+                "gpu_memory_used_bytes": float(sum(used)) if used else None,
+                "gpu_memory_total_bytes": float(sum(total)) if total else None,
+                "resident_memory_bytes": resident_memory_bytes(),
+            }
+
+        return StatusHistory(FIGURES, read)

@@ -380,6 +380,7 @@ class Scheduler:
                 continue
             for job, take in prefilled:
                 job.n_past += take
+                self.stats.prefill_tokens += take
             for job in generating:
                 job.n_past += 1
 
