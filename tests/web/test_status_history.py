@@ -18,9 +18,9 @@ import pytest
 
 from conch import db
 from conch.web.common.history import Figure, StatusHistory
-from tests.orchestration.scripted_model import ScriptedModel, final, tool
-from tests.orchestration.servers import Server, start_thread_server
 from tests.web.conftest import RunningServer, start_server
+from testsupport.scripted_model import ScriptedModel, final, tool
+from testsupport.servers import Server, start_thread_server
 
 MODEL = "smollm2-135m-instruct"
 POLL = {"X-Conch-Poll": "studio"}

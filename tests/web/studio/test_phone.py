@@ -16,9 +16,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final
-from tests.orchestration.servers import Server
 from tests.web.studio.conftest import Servers
+from testsupport.scripted_model import ScriptedModel, final
+from testsupport.servers import Server
 
 PHONE = {"width": 390, "height": 844}
 API = "/api/v1/orchestration"

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final
-from tests.orchestration.servers import Server
 from tests.web.studio.conftest import Servers
 from tests.web.studio.test_accessibility import AXE
+from testsupport.scripted_model import ScriptedModel, final
+from testsupport.servers import Server
 
 API = "/api/v1/orchestration"
 MODEL = "smollm2-135m-instruct"

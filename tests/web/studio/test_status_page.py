@@ -18,8 +18,6 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.orchestration.scripted_model import ScriptedModel, final
-from tests.orchestration.servers import Server
 from tests.web.studio.conftest import (
     VIEWPORT,
     InferenceProcess,
@@ -27,6 +25,8 @@ from tests.web.studio.conftest import (
     start_servers,
     stop_servers,
 )
+from testsupport.scripted_model import ScriptedModel, final
+from testsupport.servers import Server
 
 MODEL = "smollm2-135m-instruct"
 
