@@ -133,6 +133,21 @@ def parse_keep_alive(value: float | int | str | None, default: float) -> float:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class FootprintReport:
+    """A model's memory as the budget sees it (``GET /v1/models/{id}``, ``/api/ps``)."""
+
+    bytes: int  # what the budget counts: measured once known, else estimated
+    estimated_bytes: int
+    measured_bytes: int | None
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    gpu_bytes: int | None
+    n_ctx: int | None
+    kv_cells: int | None
+
+
 @dataclass
 class _Loaded:
     engine: Engine
@@ -213,8 +228,26 @@ class ModelManager:
         with the same settings, else as estimated."""
         return self._measured.get((record.id, record.path, est.key), est.footprint.total_bytes)
 
-    def measured_before(self, record: ModelRecord, est: Estimate) -> int | None:
-        return self._measured.get((record.id, record.path, est.key))
+    def footprint(self, record: ModelRecord) -> FootprintReport | None:
+        """``record``'s memory: the loaded model's, or what loading it now would take (reads
+        its file header then: blocking). None for a model that cannot serve."""
+        entry = self._loaded.get(record.id)
+        if entry is not None:
+            est, measured, counted = entry.estimate, entry.measured_bytes, entry.bytes
+            gpu = entry.measured.device_bytes
+        else:
+            if record.status != "ready" or record.format not in SERVED_FORMATS:
+                return None
+            est = self.estimate(record)
+            measured = self._measured.get((record.id, record.path, est.key))
+            counted, gpu = self.known_bytes(record, est), None
+        fp, plan = est.footprint, est.plan
+        return FootprintReport(
+            bytes=counted, estimated_bytes=fp.total_bytes, measured_bytes=measured, weights_bytes=fp.weights_bytes,
+            kv_bytes=fp.kv_bytes, compute_bytes=fp.compute_bytes, gpu_bytes=gpu,
+            n_ctx=getattr(entry.engine, "n_ctx", None) if entry is not None else (plan.n_ctx if plan else None),
+            kv_cells=plan.kv_cells if plan else None,
+        )
 
     def _load_lock(self) -> asyncio.Lock:
         """The lock of this event loop (an asyncio lock belongs to the loop that first waits on it)."""
