@@ -23,7 +23,12 @@ from typing import Any
 
 from conch.config import Settings
 from conch.inference.engines.load import LoadPlan, load_plan
-from conch.inference.models.gguf_info import Footprint, estimate_footprint, read_gguf_shape
+from conch.inference.models.gguf_info import (
+    Footprint,
+    GGUFShape,
+    estimate_footprint,
+    read_gguf_shape,
+)
 from conch.inference.models.store import ModelRecord
 
 log = logging.getLogger(__name__)
@@ -98,7 +103,7 @@ def estimate(record: ModelRecord, settings: Settings) -> Estimate:
     """What loading ``record`` with the current settings will take (reads the GGUF header)."""
     if record.format == "gguf":
         try:
-            shape = read_gguf_shape(record.path)
+            shape = _shape(record.path)
         except Exception as exc:  # a header gguf cannot read: llama.cpp's load will say what is wrong
             log.debug("no footprint estimate for %s: %s", record.id, exc)
             return Estimate(Footprint(_size_on_disk(record.path), 0, 0), None)
@@ -109,6 +114,19 @@ def estimate(record: ModelRecord, settings: Settings) -> Estimate:
     # ONNX (onnxruntime): the weights, and its arena for activations, roughly a quarter more.
     weights = record.size_bytes or _size_on_disk(record.path)
     return Estimate(Footprint(weights, 0, weights // 4), None)
+
+
+_shapes: dict[tuple[str, int, int], GGUFShape] = {}
+
+
+def _shape(path: str) -> GGUFShape:
+    """The file's shape, read once per version of the file (its header is read in ~0.2 s)."""
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size)
+    shape = _shapes.get(key)
+    if shape is None:
+        shape = _shapes[key] = read_gguf_shape(path)
+    return shape
 
 
 def _size_on_disk(path: str) -> int:
