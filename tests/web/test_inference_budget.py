@@ -116,6 +116,11 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
         status = c.get("/v1/status").json()["memory"]
         assert status["budget_bytes"] == 2048 * MiB and status["basis"] == "memory_budget_mb"
         assert status["used_bytes"] == fp["bytes"] and status["free_bytes"] == 2048 * MiB - fp["bytes"]
+        samples = dict(line.rsplit(" ", 1) for line in c.get("/metrics").text.splitlines()
+                       if line.startswith(("conch_inference_memory", "conch_inference_model_memory")))
+        assert float(samples["conch_inference_memory_budget_bytes"]) == 2048 * MiB
+        assert float(samples["conch_inference_memory_used_bytes"]) == fp["bytes"]
+        assert float(samples[f'conch_inference_model_memory_bytes{{model="{TINY}"}}']) == fp["bytes"]
 
         # A request is served with the settings loaded.
         chat = roomy.openai().chat.completions.create(
