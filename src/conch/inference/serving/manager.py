@@ -382,8 +382,17 @@ class ModelManager:
 
     async def _load(self, record: ModelRecord, est: Estimate) -> _Loaded:
         await self._make_gpu_room(record)
+        loading = asyncio.ensure_future(asyncio.to_thread(load_measured, record, self.settings))
+        cancelled = False
         try:
-            engine, measured = await asyncio.to_thread(load_measured, record, self.settings)
+            try:
+                engine, measured = await asyncio.shield(loading)
+            except asyncio.CancelledError:
+                # The request went away mid-load. The load goes on in its thread regardless: wait
+                # for it and keep the model, counted (keep_alive unloads it), rather than leave an
+                # engine nobody holds or counts.
+                cancelled = True
+                engine, measured = await loading
         except (ValueError, OSError) as exc:  # llama.cpp's "Failed to load model from file"
             raise ModelLoadFailed(record.id, str(exc)) from exc
         self.loads += 1
@@ -397,6 +406,8 @@ class ModelManager:
                  mb(self.budget.bytes))
         self._loaded[record.id] = entry
         self._start_reaper()
+        if cancelled:
+            raise asyncio.CancelledError
         return entry
 
     async def _make_room(self, model_id: str, need: int) -> bool:
