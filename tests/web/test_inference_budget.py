@@ -138,7 +138,14 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
         _error(c.post(f"/v1/models/{TINY}/load", content=b"{not json", headers={"content-type": "application/json"}),
                400, "invalid_json", None)
         _error(c.post("/v1/models/no-such-model/load", json={}), 404, "model_not_found", "model")
-        assert c.get(f"/v1/models/{TINY}").json()["overrides"] == {"n_ctx": 256, "n_threads": 1}
+        # Settings that do not fit are refused at once, and not kept.
+        # (A micro-batch of 65,536 tokens: its logits alone would take 12 GiB.)
+        err = _error(c.post(f"/v1/models/{TINY}/load", json={"n_batch": 65536, "n_ubatch": 65536}), 503,
+                     "insufficient_memory", "model")
+        assert "more than the whole memory budget" in err["message"]
+        kept = c.get(f"/v1/models/{TINY}").json()
+        assert kept["overrides"] == {"n_ctx": 256, "n_threads": 1} and kept["loaded"] is True
+        assert kept["footprint"] == fp  # the loaded model was not disturbed
 
         # null: back to the server's setting; an empty body loads as configured.
         back = c.post(f"/v1/models/{TINY}/load", json={"n_ctx": None, "n_threads": None}).json()
@@ -202,9 +209,16 @@ def test_a_request_that_cannot_fit_gets_503_in_each_api_envelope(tight: RunningS
     finally:
         stop.set()
         busy.join(60)
-    # Once SmolLM2 is idle, the tiny model takes its place.
-    chat = tight.openai().chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}],
-                                                  max_tokens=2)
+    # Once SmolLM2 is idle (the server sees the client leave, and cancels its stream), the tiny
+    # model takes its place.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            chat = tight.openai().chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hi"}],
+                                                          max_tokens=2)
+            break
+        except openai.APIStatusError as exc:
+            assert exc.status_code == 503 and time.monotonic() < deadline
     assert chat.model == TINY
     with tight.client() as c:
         assert [m["name"] for m in c.get("/api/ps").json()["models"]] == [TINY]

@@ -473,20 +473,41 @@ class ModelManager:
         merged = ModelOverrides.model_validate({**(current.model_dump() if current else {}), **(changes or {})})
         async with self._load_lock():
             entry = self._loaded.get(record.id)
-            if entry is not None and _differ(entry.overrides, merged):
-                if not entry.idle:
-                    from conch.inference.serving.errors import Conflict
+            reload = entry is not None and _differ(entry.overrides, merged)
+            if entry is not None and reload and not entry.idle:
+                from conch.inference.serving.errors import Conflict
 
-                    raise Conflict(f"The model '{record.id}' is serving requests with its current settings; "
-                                   "try again when they finish", where="model", code="model_in_use")
+                raise Conflict(f"The model '{record.id}' is serving requests with its current settings; "
+                               "try again when they finish", where="model", code="model_in_use")
+            self._set_overrides(record.id, merged)
+            try:
+                # Settings that can never fit are refused before the loaded model is disturbed.
+                est = await asyncio.to_thread(self.estimate, record)
+                need = self.known_bytes(record, est)
+                if need > self.budget.bytes:
+                    raise InsufficientMemory(record.id, needed=need, free=self.free_bytes(), budget=self.budget.bytes,
+                                             parts=est.footprint, busy=[], waited_s=None)
+            except BaseException:
+                self._set_overrides(record.id, current)
+                raise
+            if reload:
                 await self.unload(record.id)
-            if any(v is not None for v in merged.model_dump().values()):
-                self.settings.model_overrides[record.id] = merged
-            else:
-                self.settings.model_overrides.pop(record.id, None)
-        async with self.use(record.id, keep):
-            entry = self._loaded[record.id]
+        try:
+            async with self.use(record.id, keep):
+                entry = self._loaded[record.id]
+        except BaseException:
+            # Settings that could not load (too large for the budget, refused by llama.cpp) are
+            # not kept: the model's next request loads as before.
+            if not _differ(self.settings.model_overrides.get(record.id), merged):
+                self._set_overrides(record.id, current)
+            raise
         return entry
+
+    def _set_overrides(self, model_id: str, overrides: ModelOverrides | None) -> None:
+        if overrides is not None and any(v is not None for v in overrides.model_dump().values()):
+            self.settings.model_overrides[model_id] = overrides
+        else:
+            self.settings.model_overrides.pop(model_id, None)
 
     # -- unloading -------------------------------------------------------------------------
     def _changed(self) -> None:
