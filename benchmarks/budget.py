@@ -1,7 +1,7 @@
 """Many models under a memory budget: two models serving at once, and switching by eviction.
 
 1. Two models at once: the bundled chat model (SmolLM2-135M) and a second GGUF (a random-weight
-   Llama of about the same cost, made here) loaded together, 8 streaming clients in closed loop,
+   Llama, made here) loaded together, 8 streaming clients in closed loop for a window of time,
    4 on each. Aggregate tokens/s against the sum of each model served alone to its 4 clients
    (target >= 0.9x). Run at the defaults, and with each model given half the cores through
    ``model_overrides`` (``n_threads``), which is what a CPU shared by two models needs.
@@ -10,7 +10,7 @@
    against the second model's load time alone (``POST /v1/models/{id}/load`` with nothing
    loaded; target <= 1.1x). Rounds alternate the two measurements.
 
-``python benchmarks/budget.py [--rounds N] [--max-tokens N]``
+``python benchmarks/budget.py [--rounds N] [--seconds S] [--max-tokens N]``
 """
 
 from __future__ import annotations
@@ -90,21 +90,37 @@ class Server:
                                                           "stream": False}, timeout=300).raise_for_status()
 
 
-def _aggregate(url: str, models: list[str], streams_each: int, rounds: int, max_tokens: int) -> float:
-    """Tokens per second over every stream: ``streams_each`` clients per model, ``rounds`` requests each."""
+def _aggregate(url: str, models: list[str], streams_each: int, seconds: float, max_tokens: int) -> float:
+    """Tokens per second over every stream: ``streams_each`` clients per model, each sending
+    requests back to back for ``seconds`` (a request under way then finishes and counts).
+
+    A window of time rather than a number of requests: with a fixed number, the faster
+    model's clients finish first and the rest of the run measures the slower one alone."""
     clients = [m for m in models for _ in range(streams_each)]
 
-    def payload(s: int, r: int) -> dict[str, Any]:
-        return serving.body(clients[s], PROMPTS[(s + r) % len(PROMPTS)] + f" ({s}.{r})", max_tokens)
+    async def run() -> tuple[list[dict[str, Any]], float]:
+        async with serving._client(len(clients)) as client:
+            t0 = time.time()
 
-    recs, wall = asyncio.run(serving.closed_loop(url, len(clients), rounds, payload))
+            async def stream(s: int) -> list[dict[str, Any]]:
+                out, r = [], 0
+                while time.time() - t0 < seconds:
+                    payload = serving.body(clients[s], PROMPTS[(s + r) % len(PROMPTS)] + f" ({s}.{r})", max_tokens)
+                    out.append(await serving.one(client, url, payload))
+                    r += 1
+                return out
+
+            recs = [rec for group in await asyncio.gather(*(stream(s) for s in range(len(clients)))) for rec in group]
+            return recs, max(r["t_end"] for r in recs) - t0
+
+    recs, wall = asyncio.run(run())
     errors = [r["error"] for r in recs if r["error"]]
     if errors:
         raise RuntimeError(f"requests failed: {errors[:2]}")
     return sum(r["tokens"] or 0 for r in recs) / wall
 
 
-def two_at_once(work: Path, second: Path, rounds: int, max_tokens: int, split_threads: bool) -> dict[str, float]:
+def two_at_once(work: Path, second: Path, seconds: float, max_tokens: int, split_threads: bool) -> dict[str, float]:
     settings: dict[str, Any] = {"max_loaded_models": 2}
     label = "split" if split_threads else "defaults"
     with Server(work, second, f"budget-two-{label}", **settings) as srv:
@@ -118,14 +134,14 @@ def two_at_once(work: Path, second: Path, rounds: int, max_tokens: int, split_th
         for _ in range(2):  # alternating, so load on a shared machine hits each alike
             srv.unload_all()
             srv.load(srv.chat, **over)
-            _aggregate(srv.url, [srv.chat], 4, 1, 8)  # warm
-            got["chat"].append(_aggregate(srv.url, [srv.chat], 4, rounds, max_tokens))
+            _aggregate(srv.url, [srv.chat], 4, 0.1, 8)  # warm
+            got["chat"].append(_aggregate(srv.url, [srv.chat], 4, seconds, max_tokens))
             srv.unload_all()
             srv.load(SECOND, **over)
-            _aggregate(srv.url, [SECOND], 4, 1, 8)
-            got["second"].append(_aggregate(srv.url, [SECOND], 4, rounds, max_tokens))
+            _aggregate(srv.url, [SECOND], 4, 0.1, 8)
+            got["second"].append(_aggregate(srv.url, [SECOND], 4, seconds, max_tokens))
             srv.load(srv.chat, **over)
-            got["both"].append(_aggregate(srv.url, [srv.chat, SECOND], 4, rounds, max_tokens))
+            got["both"].append(_aggregate(srv.url, [srv.chat, SECOND], 4, seconds, max_tokens))
     out = {k: statistics.median(v) for k, v in got.items()}
     out["ratio"] = out["both"] / (out["chat"] + out["second"])
     return out
@@ -163,7 +179,8 @@ def switching(work: Path, second: Path, rounds: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="switching rounds")
+    ap.add_argument("--seconds", type=float, default=20.0, help="each two-models window")
     ap.add_argument("--max-tokens", type=int, default=64)
     a = ap.parse_args(argv if argv is not None else [])
     from conch.inference.models.bundled import find_bundled_gguf
@@ -177,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'two models at once (8 streams, 4 each)':<48}{'chat alone':>12}{'second alone':>14}{'both':>10}"
           f"{'ratio':>8}  target >= 0.90x")
     for split in (False, True):
-        r = two_at_once(work, second, a.rounds, a.max_tokens, split)
+        r = two_at_once(work, second, a.seconds, a.max_tokens, split)
         label = "  n_threads split between the two" if split else "  defaults"
         print(f"{label:<48}{r['chat']:>10.1f}/s{r['second']:>12.1f}/s{r['both']:>8.1f}/s{r['ratio']:>7.2f}x  "
               f"{'OK' if r['ratio'] >= 0.9 else 'MISS'}", flush=True)
