@@ -131,7 +131,7 @@ def two_at_once(work: Path, second: Path, seconds: float, max_tokens: int, split
             half = max(1, math_threads() // 2)
             over = {"n_threads": half, "n_threads_batch": half}
         got: dict[str, list[float]] = {"chat": [], "second": [], "both": []}
-        for _ in range(2):  # alternating, so load on a shared machine hits each alike
+        for _ in range(3):  # alternating, so load on a shared machine hits each alike
             srv.unload_all()
             srv.load(srv.chat, **over)
             _aggregate(srv.url, [srv.chat], 4, 0.1, 8)  # warm
@@ -179,8 +179,8 @@ def switching(work: Path, second: Path, rounds: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3, help="switching rounds")
-    ap.add_argument("--seconds", type=float, default=20.0, help="each two-models window")
+    ap.add_argument("--rounds", type=int, default=5, help="switching rounds")
+    ap.add_argument("--seconds", type=float, default=10.0, help="each two-models window")
     ap.add_argument("--max-tokens", type=int, default=64)
     a = ap.parse_args(argv if argv is not None else [])
     from conch.inference.models.bundled import find_bundled_gguf
