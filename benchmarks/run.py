@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "lsp", "agent_server", "sandbox", "inference", "speculative", "prompt_cache", "models", "providers", "studio", "orchestration", "marketplace", "gpu"]
+SUITES = ["lang", "lsp", "agent_server", "sandbox", "inference", "speculative", "prompt_cache", "models", "budget", "providers", "studio", "orchestration", "marketplace", "gpu"]
 
 
 def _imports(module: str) -> Callable[[], None]:

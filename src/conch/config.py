@@ -63,6 +63,8 @@ class ModelOverrides(BaseModel):
     n_ubatch: int | None = None
     n_batch: int | None = None
     n_ctx: int | None = None
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
     # Another local GGUF model (its id) proposing speculative drafts for this one; it must
     # share this model's vocabulary (docs/inference.md, "Speculative decoding").
     draft_model: str | None = None
@@ -149,6 +151,13 @@ class Settings(BaseSettings):
     enable_openapi: bool = True
     keep_alive_s: float = 300.0
     max_loaded_models: int = 2
+    # What the loaded models may hold together, in MB (docs/inference.md, "Many models under a
+    # memory budget"). None: 80 % of the memory free when the server starts, MemAvailable's RAM,
+    # or the GPUs' free memory where llama.cpp offloads models to a GPU.
+    memory_budget_mb: int | None = None
+    # How long a request for a model that does not fit (everything loaded is busy) waits for
+    # memory to free before it is answered 503 insufficient_memory.
+    memory_wait_s: float = 60.0
     max_queue: int = 64
     n_ctx: int = 2048
     n_threads: int | None = None  # None: one per physical core, as llama-server (docs/inference.md)

@@ -189,6 +189,84 @@ def _placement_line(where: dict[str, object]) -> str:
             f"layers on the GPU{mem}")
 
 
+def _server_url() -> str:
+    from conch.config import load_settings
+
+    settings = load_settings()
+    host = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::") else settings.models_host
+    return f"http://{host}:{settings.models_port}"
+
+
+@app.command()
+def ps(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """The models the local inference server has loaded, their memory, and the memory budget."""
+    import httpx
+
+    url = _server_url()
+    try:
+        with httpx.Client(base_url=url, timeout=10.0) as client:
+            loaded = client.get("/api/ps").raise_for_status().json()["models"]
+            memory = client.get("/v1/status").raise_for_status().json().get("memory")
+            for entry in loaded:
+                r = client.get(f"/v1/models/{entry['model']}")
+                entry["footprint"] = r.json().get("footprint") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        typer.echo(f"error: no inference server answers at {url} ({exc}); start one with `conch models serve`",
+                   err=True)
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps({"models": loaded, "memory": memory}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for name in ("NAME", "SIZE", "ESTIMATED", "MEASURED", "PROCESSOR", "CONTEXT", "UNTIL"):
+        table.add_column(name, no_wrap=name == "NAME")
+    for entry in loaded:
+        fp = entry.get("footprint") or {}
+        measured = fp.get("measured_bytes")
+        table.add_row(
+            entry["name"], _human(int(entry["size"])),
+            _human(int(fp["estimated_bytes"])) if fp.get("estimated_bytes") is not None else "-",
+            _human(int(measured)) if measured is not None else "-",
+            _processor(int(entry["size"]), int(entry.get("size_vram") or 0)),
+            str(entry.get("context_length") or "-"), _until(str(entry.get("expires_at") or "")),
+        )
+    console = Console()
+    if loaded:
+        console.print(table)
+    else:
+        typer.echo("no models loaded (a model loads on its first request)")
+    if memory:
+        typer.echo(f"memory budget: {_human(int(memory['used_bytes']))} of {_human(int(memory['budget_bytes']))} "
+                   f"in use, {_human(int(memory['free_bytes']))} free ({memory['basis']})")
+
+
+def _processor(size: int, vram: int) -> str:
+    """Where the model's memory is, as `ollama ps` says it."""
+    if vram <= 0 or size <= 0:
+        return "100% CPU"
+    gpu = min(100, round(100 * vram / size))
+    return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"
+
+
+def _until(expires_at: str) -> str:
+    from datetime import UTC, datetime
+
+    if not expires_at or expires_at.startswith("9999"):
+        return "forever"
+    try:
+        when = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+    except ValueError:
+        return expires_at
+    left = (when - datetime.now(UTC)).total_seconds()
+    if left < 60:
+        return "less than a minute from now" if left > 0 else "now"
+    minutes = round(left / 60)
+    return f"{minutes} minute{'s' if minutes != 1 else ''} from now"
+
+
 @app.command()
 def rm(model_id: Annotated[str, typer.Argument(help="Model id.")]) -> None:
     """Remove a model from the store (its files under the models directory, never a linked file)."""

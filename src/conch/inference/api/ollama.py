@@ -375,13 +375,20 @@ def tag_entry(record: Any) -> dict[str, Any]:
             "digest": record.sha256 or "", "details": details(record)}
 
 
-def ps_entry(record: Any, expires_at: float | None) -> dict[str, Any]:
+def ps_entry(record: Any, expires_at: float | None, *, size: int | None = None, size_vram: int = 0,
+             context_length: int | None = None) -> dict[str, Any]:
+    """A loaded model as Ollama's ``/api/ps`` lists it: ``size`` is its memory (the footprint the
+    budget counts), ``size_vram`` the part on a GPU, ``context_length`` the context it was loaded
+    with (the file's training context when not given)."""
     entry = tag_entry(record)
     del entry["modified_at"]
+    if size is not None:
+        entry["size"] = size
     entry["expires_at"] = iso(expires_at) if expires_at is not None else "9999-12-31T23:59:59Z"
-    entry["size_vram"] = 0  # conch runs llama.cpp on the CPU here
-    if record.context_length:
-        entry["context_length"] = record.context_length
+    entry["size_vram"] = size_vram
+    ctx = context_length or record.context_length
+    if ctx:
+        entry["context_length"] = ctx
     return entry
 
 

@@ -302,6 +302,24 @@ class ModelPlacement(BaseModel):
     note: str = Field(description="why it runs where it runs (the load's log line)")
 
 
+class ModelFootprint(BaseModel):
+    """The memory a model takes loaded (docs/inference.md, "Many models under a memory budget")."""
+
+    bytes: int = Field(description="what the memory budget counts for it: measured_bytes once known, "
+                                   "else estimated_bytes")
+    estimated_bytes: int = Field(description="estimated from its file before loading: weights + KV cache "
+                                             "at its context + compute buffers")
+    measured_bytes: int | None = Field(description="what llama.cpp allocated for it when it loaded (and for "
+                                                   "contexts it opened later); null until it has loaded "
+                                                   "with these settings")
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    gpu_bytes: int | None = Field(default=None, description="of measured_bytes, on a GPU (while loaded)")
+    n_ctx: int | None = Field(default=None, description="tokens one request may hold")
+    kv_cells: int | None = Field(default=None, description="KV cache cells of the context, all sequences together")
+
+
 class ModelDetails(Model):
     status: Literal["ready", "downloading", "converting", "failed"]
     format: Literal["gguf", "safetensors", "onnx"]
@@ -319,6 +337,14 @@ class ModelDetails(Model):
     progress: float | None
     loaded: bool
     placement: ModelPlacement | None = Field(default=None, description="where it runs, while loaded")
+    footprint: ModelFootprint | None = Field(
+        default=None, description="its memory, loaded or as loading it would take (null for a model that "
+                                  "cannot serve: a source format, or not ready)")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="its model_overrides (the load settings set for it; the others "
+                                          "are the server's)")
+    expires_at: str | None = Field(default=None, description="while loaded: when keep_alive unloads it "
+                                                             "(ISO 8601; null: kept loaded)")
 
 
 class ModelDeleted(BaseModel):
@@ -376,6 +402,15 @@ class DeviceStatus(BaseModel):
     gpus: list[GpuStatus]
 
 
+class MemoryStatus(BaseModel):
+    """The models' memory budget (memory_budget_mb) and what the loaded models take of it."""
+
+    budget_bytes: int
+    used_bytes: int
+    free_bytes: int
+    basis: str = Field(description="where the budget came from: the setting, or the free memory at start")
+
+
 class Status(BaseModel):
     status: Literal["running"] = "running"
     version: str
@@ -384,4 +419,5 @@ class Status(BaseModel):
     models_loaded: int
     requests_served: int
     device: DeviceStatus | None = None
+    memory: MemoryStatus | None = None
 

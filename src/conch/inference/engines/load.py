@@ -2,9 +2,18 @@
 
 :func:`load_engine` is the one place that maps a model's format to its runtime; runtimes are
 imported only when a model of their format loads, so optional extras stay optional.
+:func:`load_plan` says, before anything loads, what a load will ask the runtime for (context,
+KV cells, micro-batch), which is what the model manager's memory estimate is made from, and
+:func:`load_measured` loads and reports what the runtime allocated.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from conch.config import Settings
 from conch.inference.engines.base import Engine, Unsupported
@@ -13,13 +22,55 @@ from conch.inference.models.store import ModelRecord
 SERVED_FORMATS = ("gguf", "onnx")
 
 
+def _override(settings: Settings, model_id: str, name: str) -> Any:
+    """``model_overrides[model_id].name`` when set, else the server-wide setting."""
+    over = settings.model_overrides.get(model_id)
+    value = getattr(over, name, None) if over is not None else None
+    return getattr(settings, name) if value is None else value
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What a load asks the runtime for, per-model overrides applied (a GGUF model's)."""
+
+    n_ctx: int  # tokens one sequence may hold
+    kv_cells: int  # KV cache cells of the context, every sequence together
+    n_parallel: int
+    n_ubatch: int
+    flash_attn: bool
+    kv_cache_type: str
+    n_gpu_layers: int
+    n_threads: int | None
+    n_threads_batch: int | None
+
+
+def load_plan(record: ModelRecord, settings: Settings, n_ctx_train: int | None) -> LoadPlan:
+    """The context a GGUF model will get, as the llama.cpp engine sizes it (LlamaEngine.load):
+    ``n_ctx`` capped by the training context, and one unified KV pool of two contexts when
+    several sequences share it. Kept beside the engine's arithmetic: change both together."""
+    from conch.inference.engines.llama.offload import runtime_options
+
+    runtime = runtime_options(settings, record.id)
+    n_ctx = min(runtime.n_ctx, n_ctx_train) if n_ctx_train else runtime.n_ctx
+    n_parallel = max(1, settings.n_parallel)
+    return LoadPlan(
+        n_ctx=n_ctx, kv_cells=n_ctx * (2 if n_parallel > 1 else 1), n_parallel=n_parallel,
+        n_ubatch=min(runtime.n_batch, runtime.n_ubatch), flash_attn=runtime.flash_attn != "off",
+        kv_cache_type=runtime.kv_cache_type, n_gpu_layers=runtime.n_gpu_layers if runtime.on_gpu else 0,
+        n_threads=_override(settings, record.id, "n_threads"),
+        n_threads_batch=_override(settings, record.id, "n_threads_batch"),
+    )
+
+
 def load_engine(record: ModelRecord, settings: Settings) -> Engine:
     """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra)."""
+    n_threads = _override(settings, record.id, "n_threads")
+    n_threads_batch = _override(settings, record.id, "n_threads_batch")
     if record.format == "onnx":
         from conch.inference.engines.onnx import OnnxEmbeddingEngine
 
         return OnnxEmbeddingEngine(
-            record.path, model_id=record.id, n_threads=settings.n_threads_batch, max_length=settings.n_ctx,
+            record.path, model_id=record.id, n_threads=n_threads_batch, max_length=_override(settings, record.id, "n_ctx"),
         )
     if record.format == "gguf":
         from conch.inference.engines.llama.engine import LlamaEngine
@@ -31,8 +82,8 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
             record.id,
             record.path,
             n_ctx=runtime.n_ctx,
-            n_threads=settings.n_threads,
-            n_threads_batch=settings.n_threads_batch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
             n_parallel=settings.n_parallel,
             cache_prompt=settings.cache_prompt,
             max_queue=settings.max_queue,
@@ -45,3 +96,50 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
         engine.load()
         return engine
     raise Unsupported(f"no engine serves the {record.format} format (served: {', '.join(SERVED_FORMATS)})")
+
+
+@dataclass
+class Measured:
+    """What a load (or a later call) allocated: ``None`` where it could not be told."""
+
+    total_bytes: int | None = None
+    device_bytes: int | None = None  # of which on a GPU
+    by_kind: dict[str, int] | None = None
+
+
+@contextlib.contextmanager
+def measuring(fmt: str) -> Iterator[Measured]:
+    """What the runtime of ``fmt`` allocates on this thread inside the block.
+
+    llama.cpp's own buffer sizes for a GGUF model (its load log: weights, KV cache, compute
+    and output buffers); for any other runtime, the growth of the process's resident memory
+    across the block, which counts whatever else the process allocated meanwhile."""
+    out = Measured()
+    if fmt == "gguf":
+        from conch.inference.engines.llama.memory import allocations
+
+        with allocations() as seen:
+            yield out
+        if seen.lines:
+            out.total_bytes, out.device_bytes, out.by_kind = seen.total_bytes, seen.device_bytes, dict(seen.by_kind)
+        return
+    before = _resident_bytes()
+    yield out
+    after = _resident_bytes()
+    if before is not None and after is not None:
+        out.total_bytes, out.device_bytes = max(0, after - before), 0
+
+
+def load_measured(record: ModelRecord, settings: Settings) -> tuple[Engine, Measured]:
+    """:func:`load_engine`, and what the load allocated (:func:`measuring`)."""
+    with measuring(record.format) as measured:
+        engine = load_engine(record, settings)
+    return engine, measured
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -32,7 +32,8 @@ class EmbeddingServing(Serving):
                 raise InvalidRequest(
                     f"'dimensions' must be at most {engine.n_embd} for this model", where="dimensions"
                 )
-            vectors = await asyncio.to_thread(engine.embed, token_lists)
+            # On the model's account: a chat model opens its embedding context on first use.
+            vectors = await self.manager.run(record.id, engine.embed, token_lists)
         data = []
         for i, vec in enumerate(vectors):
             if req.dimensions is not None:

@@ -40,6 +40,8 @@ class ServingStack:
         """The data directories, and the bundled model registered (a file check once it is)."""
         self.settings.ensure_dirs()
         await asyncio.to_thread(ensure_bundled_model, self.store)
+        # The memory budget's default is a share of the memory free now, before any model loads.
+        await asyncio.to_thread(lambda: self.manager.budget)
 
     async def close(self) -> None:
         await self.providers.close()

@@ -18,7 +18,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
 import conch
-from conch.inference.api.openai import DeviceStatus, Health, Status
+from conch.inference.api.openai import DeviceStatus, Health, MemoryStatus, Status
 from conch.inference.engines.llama.device import device_info
 from conch.inference.serving.errors import NotFound
 from conch.web.inference.deps import HistoryDep, ManagerDep, MetricsDep, ProvidersDep
@@ -42,6 +42,8 @@ async def status(mgr: ManagerDep, metrics: MetricsDep, registry: ProvidersDep) -
         models_loaded=len(mgr.loaded_ids()),
         requests_served=metrics.served,
         device=DeviceStatus.model_validate(where.as_dict()),
+        memory=MemoryStatus(budget_bytes=mgr.budget.bytes, used_bytes=mgr.used_bytes(), free_bytes=mgr.free_bytes(),
+                            basis=mgr.budget.basis),
     )
 
 

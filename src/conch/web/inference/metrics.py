@@ -73,6 +73,8 @@ class _ServingCollector(Collector):
              sum(getattr(e.stats, "prompt_cache_restored_tokens", 0) for e in engines)),
             ("prompt_cache_saved_tokens", "Prompt tokens whose KV was saved to disk.",
              sum(getattr(e.stats, "prompt_cache_saved_tokens", 0) for e in engines)),
+            ("model_evictions", "Idle models unloaded to make room for another (memory budget, max_loaded_models).",
+             mgr.evictions),
         )
         for name, help_, value in counters:
             yield CounterMetricFamily(f"conch_inference_{name}", help_, value=value)
@@ -81,9 +83,20 @@ class _ServingCollector(Collector):
             ("queue_depth", "Requests waiting for a free sequence.", sum(e.queued for e in engines)),
             ("active_sequences", "Sequences being generated now.", sum(e.active_sequences for e in engines)),
             ("models_loaded", "Models in memory.", len(engines)),
+            # The models' memory budget (docs/inference.md, "Many models under a memory budget")
+            ("memory_budget_bytes", "What the loaded models may hold together (memory_budget_mb).",
+             mgr.budget.bytes),
+            ("memory_used_bytes", "What the loaded models hold, as the budget counts it.", mgr.used_bytes()),
         )
         for name, help_, value in gauges:
             yield GaugeMetricFamily(f"conch_inference_{name}", help_, value=value)
+        per_model = GaugeMetricFamily("conch_inference_model_memory_bytes",
+                                      "A loaded model's memory as the budget counts it.", labels=["model"])
+        for mid in mgr.loaded_ids():
+            entry = mgr.loaded(mid)
+            if entry is not None:
+                per_model.add_metric([mid], entry.bytes)
+        yield per_model
         yield SummaryMetricFamily(
             "conch_inference_time_to_first_token_seconds", "Time from request to first generated output.",
             count_value=m.ttft_count, sum_value=m.ttft_sum,

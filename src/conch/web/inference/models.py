@@ -1,4 +1,5 @@
-"""``/v1/models``: list, read, delete, and ``POST /v1/models/:id/download`` and ``/convert``.
+"""``/v1/models``: list, read, delete, ``POST /v1/models/:id/download`` and ``/convert``, and
+``POST /v1/models/:id/load`` (load a model now, with per-model load settings).
 
 Download and convert are thin: validate, run the domain job (:mod:`conch.inference.models.acquire`)
 on a worker thread, and answer ``201`` with the model, or, with ``"stream": true``, Server-Sent
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -27,6 +31,7 @@ from conch.inference.models.store import ModelRecord
 from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound
 from conch.inference.serving.manager import ModelManager
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
+from conch.web.inference.compat import validated
 from conch.web.inference.deps import AcquirerDep, ManagerDep, ProvidersDep, StoreDep
 from conch.web.inference.errors import OPENAI
 from conch.web.inference.jobs import Job, JobRun
@@ -72,7 +77,7 @@ async def _run(job: Job, stream: bool, mgr: ModelManager) -> Any:
     if stream:
         return EventStreamResponse(_progress_events(job, mgr))
     record = await asyncio.to_thread(job, None, None)
-    return JSONResponse(details(record, mgr).model_dump(mode="json"), status_code=201)
+    return JSONResponse((await details(record, mgr)).model_dump(mode="json"), status_code=201)
 
 
 async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
@@ -92,18 +97,30 @@ async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
             failure["error"]["status"] = err.status
             yield encode_event(failure)
         else:
-            yield encode_event(details(record, mgr).model_dump(mode="json"))
+            yield encode_event((await details(record, mgr)).model_dump(mode="json"))
         yield DONE
     finally:
         run.stop()
 
 
-def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
+async def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
     where = mgr.placement(record.id)
+    try:
+        # Reads the file's header when the model is not loaded.
+        footprint = await asyncio.to_thread(mgr.footprint, record)
+    except OSError as exc:  # the file went away: the record says so elsewhere
+        log.debug("no footprint for %s: %s", record.id, exc)
+        footprint = None
+    entry = mgr.loaded(record.id)
+    expires = mgr.expires_at(entry) if entry is not None else None
+    over = mgr.settings.model_overrides.get(record.id)
     return p.ModelDetails(
         **record.model_dump(exclude={"extra"}),
-        loaded=record.id in mgr.loaded_ids(),
+        loaded=entry is not None,
         placement=None if where is None else p.ModelPlacement(**where),
+        footprint=None if footprint is None else p.ModelFootprint(**asdict(footprint)),
+        overrides=over.model_dump(exclude_none=True) if over is not None else {},
+        expires_at=None if expires is None else datetime.fromtimestamp(expires, UTC).isoformat().replace("+00:00", "Z"),
     )
 
 
@@ -157,12 +174,62 @@ async def convert_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: C
     return await _run(functools.partial(acq.convert, model_id, fmt, q, out_id), body.stream, mgr)
 
 
+class LoadBody(BaseModel):
+    """``POST /v1/models/:id/load``: the model's load settings to change (``model_overrides``);
+    a field set to ``null`` goes back to the server-wide setting; fields left out stay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_ctx: int | None = Field(default=None, ge=1, description="Tokens one request may hold.")
+    n_gpu_layers: int | None = Field(default=None, ge=-1, description="Layers on the GPU (-1: all, 0: CPU only).")
+    main_gpu: int | None = Field(default=None, ge=0)
+    n_threads: int | None = Field(default=None, ge=1, description="Threads for generation.")
+    n_threads_batch: int | None = Field(default=None, ge=1, description="Threads for prompts and batches.")
+    flash_attn: Literal["auto", "on", "off"] | None = None
+    kv_cache_type: Literal["f16", "q8_0"] | None = None
+    n_ubatch: int | None = Field(default=None, ge=1)
+    n_batch: int | None = Field(default=None, ge=1)
+    draft_model: str | None = Field(default=None, description="A local model proposing speculative drafts.")
+    keep_alive: float | str | None = Field(
+        default=None, description="How long it stays loaded when idle (seconds or a duration; negative: until "
+                                  "evicted). Not a stored setting.")
+
+
+_LOAD_FIELDS = [f for f in LoadBody.model_fields if f != "keep_alive"]
+
+
+@router.post("/v1/models/{model_id:path}/load", response_model=p.ModelDetails,
+             summary="Load a model now, with per-model load settings (model_overrides)",
+             openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
+                 "schema": LoadBody.model_json_schema()}}}},
+             responses=errors((409, "Serving requests with other settings"),
+                              (503, "It does not fit the memory budget (insufficient_memory)")))
+async def load_model(model_id: str, request: Request, models: StoreDep, mgr: ManagerDep) -> Any:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRequest("The request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object of load settings")
+    unknown = [k for k in body if k not in LoadBody.model_fields]
+    if unknown:
+        raise InvalidRequest(f"Unknown load setting '{unknown[0]}': the settings are {', '.join(_LOAD_FIELDS)} "
+                             "(and keep_alive)", where=unknown[0])
+    req = validated(LoadBody, body)
+    if await asyncio.to_thread(models.find, model_id) is None:
+        raise _no_such_model(model_id)
+    changes = {k: getattr(req, k) for k in req.model_fields_set if k != "keep_alive"}
+    entry = await mgr.load(model_id, changes, req.keep_alive)
+    return await details(entry.record, mgr)
+
+
 @router.get("/v1/models/{model_id:path}", response_model=p.ModelDetails, responses=errors())
 async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
     record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
-    return details(record, mgr)
+    return await details(record, mgr)
 
 
 @router.delete("/v1/models/{model_id:path}", response_model=p.ModelDeleted,

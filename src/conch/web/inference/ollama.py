@@ -202,12 +202,21 @@ async def show(request: Request, store: StoreDep) -> Any:
 
 
 @router.get("/api/ps", summary="Ollama: loaded models")
-async def ps(manager: ManagerDep, store: StoreDep) -> Any:
+async def ps(manager: ManagerDep) -> Any:
+    """Ollama's fields: ``size`` is the memory the model holds as the budget counts it (as
+    measured when it loaded), ``size_vram`` the part of it on a GPU, ``context_length`` the
+    context it was loaded with; ``GET /v1/models/{id}`` breaks the footprint down."""
     out = []
-    for model_id, expires_at in manager.loaded_expiry().items():
-        record = await asyncio.to_thread(store.get, model_id)
-        if record is not None:
-            out.append(o.ps_entry(record, expires_at))
+    for model_id in manager.loaded_ids():
+        entry = manager.loaded(model_id)
+        if entry is None:
+            continue
+        where = manager.placement(model_id)
+        vram = entry.measured.device_bytes if entry.measured.total_bytes is not None else None
+        if vram is None and where is not None:
+            vram = where.get("vram_bytes")
+        out.append(o.ps_entry(entry.record, manager.expires_at(entry), size=entry.bytes, size_vram=int(vram or 0),
+                              context_length=getattr(entry.engine, "n_ctx", None)))
     return {"models": out}
 
 
