@@ -215,20 +215,22 @@ def test_charts_are_full_on_arrival_and_this_pages_polling_is_not_traffic(
 ) -> None:
     """The servers sample themselves: a page opened now draws what they kept (not an empty
     chart filling up), and its own polling (marked X-Conch-Poll) is not counted as requests."""
+    # Each server samples from its own start: wait until both have kept six.
     deadline = time.monotonic() + 30
-    while len(_history(servers, servers.inference, "/v1/status/history")["samples"]) < 6:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    for base, path in ((servers.inference, "/v1/status/history"), (servers.agent, "/api/v1/status/history")):
+        while len(_history(servers, base, path)["samples"]) < 6:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
     held = len(_history(servers, servers.inference, "/v1/status/history")["samples"])
     opened = time.time()
     page.goto(servers.agent + "/#/status")
-    # On arrival: before the page's second read (2 s), every sample the server held is drawn.
-    page.wait_for_function(
-        "n => { const p = document.querySelector('[data-testid=chart-requests] polyline');"
-        " return p && p.getAttribute('points').trim().split(/\\s+/).length >= n }",
-        arg=held, timeout=1900,
+    # On arrival: before the page's second read (2 s), every sample each server held is drawn.
+    drawn = (
+        "([id, n]) => { const p = document.querySelector(`[data-testid=${id}] polyline`);"
+        " return p && p.getAttribute('points').trim().split(/\\s+/).length >= n }"
     )
-    assert _points(page, "chart-memory-agent") >= 5
+    page.wait_for_function(drawn, arg=["chart-requests", held], timeout=1900)
+    page.wait_for_function(drawn, arg=["chart-memory-agent", 5], timeout=1900)
     for m in (2, 5, 15):
         page.locator(f"[data-range='{m}']").click()
         expect(page.locator(f"[data-range='{m}']")).to_have_attribute("aria-pressed", "true")
