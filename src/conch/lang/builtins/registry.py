@@ -605,9 +605,10 @@ def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
     type of the first argument."""
     members = [*(existing.overloads or [existing]), new]
     # In the order of CATEGORIES whatever order the modules were imported in, so that the
-    # entry (its head, the dispatch order) does not depend on which name was read first.
+    # entry (its head, the dispatch order) does not depend on which name was read first; by
+    # the category declared, which a module not named after its category also gives.
     order = {m: i for i, m in enumerate(CATEGORIES)}
-    members.sort(key=lambda m: order.get(_category_module(m) or "", len(order)))
+    members.sort(key=lambda m: order.get(m.category, len(order)))
     firsts: list[tuple[Callable[[Any], bool], Builtin]] = []
     for m in members:
         if m is not new and m.category == new.category:
