@@ -50,19 +50,20 @@ else:
     from _functools import reduce as _reduce
     from _operator import itemgetter
 
-_ARRAYS = (list, tuple, range, LazyList)
-_NONE = type(None)
-_MISSING: Any = object()
+ARRAYS = (list, tuple, range, LazyList)  # what an Array is in Python (a Table is a list)
+NONE_TYPE = type(None)
+MISSING: Any = object()  # no value there (a path that does not exist, an iterator run dry)
 
 
-def _lazy(items: Any) -> Bool:
+def is_lazy(items: Any) -> Bool:
+    """Whether the lazy rule applies to ``items``: a ``range`` or a ``LazyList``."""
     t = type(items)
     return t is range or t is LazyList
 
 
-def _out(items: Any, result: Iterable[Any]) -> Any:
+def like_input(items: Any, result: Iterable[Any]) -> Any:
     """A list for a list input, a LazyList for a lazy one (the lazy rule)."""
-    if _lazy(items):
+    if is_lazy(items):
         return LazyList(result)
     return bounded_list(result)
 
@@ -114,7 +115,7 @@ def check_orderable(types: set[type], who: str) -> None:
     )
 
 
-def _order_error(who: str, exc: TypeError) -> ConchError:
+def order_error(who: str, exc: TypeError) -> ConchError:
     # Python reports mismatches inside arrays ("'<' not supported between ..."); say it in
     # conch terms.
     return ConchError("TypeError", f"{who}: values cannot be ordered ({exc})")
@@ -125,15 +126,15 @@ def ordered_indices(keys: list[Any], desc: bool, who: str) -> list[int]:
     types = set(map(type, keys))
     nulls: list[int] = []
     present: Iterable[int] = range(len(keys))
-    if _NONE in types:
-        types.discard(_NONE)
+    if NONE_TYPE in types:
+        types.discard(NONE_TYPE)
         present = [i for i, k in enumerate(keys) if k is not None]
         nulls = [i for i, k in enumerate(keys) if k is None]
     check_orderable(types, who)
     try:
         order = sorted(present, key=keys.__getitem__, reverse=desc)
     except TypeError as exc:
-        raise _order_error(who, exc) from None
+        raise order_error(who, exc) from None
     if nulls:
         order.extend(nulls)
     return order
@@ -150,8 +151,8 @@ def _field_getter(name: str, who: str) -> Callable[[Any], Any]:
             if name in row:
                 return row[name]
             if dotted:
-                found = _get_path(row, _segments(name))
-                if found is not _MISSING:
+                found = get_path(row, path_segments(name))
+                if found is not MISSING:
                     return found
             raise ConchError("KeyError", f"{who}: no field '{name}'", hint=did_you_mean(name, row))
         raise ConchError(
@@ -170,7 +171,7 @@ def key_function(key: Any, who: str) -> Callable[[Any], Any]:
     return key  # type: ignore[no-any-return]
 
 
-def _field_values(rows: list[Any], key: Any) -> list[Any] | None:
+def field_values(rows: list[Any], key: Any) -> list[Any] | None:
     """Every row's field ``key`` at C speed, or None when some row lacks it (or the key is
     a function): only Records can be indexed by a String, so success means a Table."""
     if type(key) is str:
@@ -184,7 +185,7 @@ def _field_values(rows: list[Any], key: Any) -> list[Any] | None:
 def key_values(rows: list[Any], key: Any, who: str) -> list[Any]:
     """The key of every row; a field name falls back to the checked getter only to follow a
     dotted path or to report a missing field or a non-Record row."""
-    fast = _field_values(rows, key)
+    fast = field_values(rows, key)
     if fast is not None:
         return fast
     return list(builtins.map(key_function(key, who), rows))
@@ -203,7 +204,7 @@ def hash_key(value: Any) -> Any:
         return ("b", value)
     if isinstance(value, dict):
         return ("r", frozenset((k, hash_key(v)) for k, v in value.items()))
-    if isinstance(value, _ARRAYS):
+    if isinstance(value, ARRAYS):
         return ("a", tuple(hash_key(v) for v in value))
     return ("f", id(value))
 
@@ -213,7 +214,7 @@ def same(a: Any, b: Any) -> Bool:
     return equal(a, b)
 
 
-_PLAIN_HASHABLE = frozenset((str, int, float, _NONE))
+_PLAIN_HASHABLE = frozenset((str, int, float, NONE_TYPE))
 
 
 def not_bool(who: str, result: Any) -> bool:
@@ -245,7 +246,7 @@ def not_bool(who: str, result: Any) -> bool:
 def map_(items: Array, fn: Function) -> Array:
     if type(items) is list:
         return list(builtins.map(fn, items))
-    return _out(items, builtins.map(fn, items))
+    return like_input(items, builtins.map(fn, items))
 
 
 @builtin(
@@ -267,7 +268,7 @@ def map_(items: Array, fn: Function) -> Array:
 )
 def where_(items: Array, predicate: Function) -> Array:
     # The Bool check costs one identity test per element when the result is true or false.
-    if _lazy(items):
+    if is_lazy(items):
         return LazyList(
             x
             for x in items
@@ -299,8 +300,8 @@ def reduce_(items: Array, fn: Function, initial: Any = None) -> Any:
     if initial is not None:
         return _reduce(fn, items, initial)
     it = iter(items)
-    first = next(it, _MISSING)
-    if first is _MISSING:
+    first = next(it, MISSING)
+    if first is MISSING:
         empty_reduce()
     return _reduce(fn, it, first)
 
@@ -329,12 +330,12 @@ def empty_reduce() -> None:
     ],
 )
 def each_(items: Array, fn: Function) -> Array:
-    return _out(items, (r for r in builtins.map(fn, items) if r is not None))
+    return like_input(items, (r for r in builtins.map(fn, items) if r is not None))
 
 
 def _flat(results: Iterable[Any]) -> Iterator[Any]:
     for r in results:
-        if isinstance(r, _ARRAYS):
+        if isinstance(r, ARRAYS):
             yield from r
         else:
             yield r
@@ -354,7 +355,7 @@ def _flat(results: Iterable[Any]) -> Iterator[Any]:
     ],
 )
 def flat_map_(items: Array, fn: Function) -> Array:
-    return _out(items, _flat(builtins.map(fn, items)))
+    return like_input(items, _flat(builtins.map(fn, items)))
 
 
 @builtin(
@@ -508,7 +509,7 @@ def skip_(items: Array, n: Int) -> Array:
     ],
 )
 def take_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, itertools.takewhile(_bool_test("take_while", predicate), items))
+    return like_input(items, itertools.takewhile(_bool_test("take_while", predicate), items))
 
 
 def _bool_test(who: str, predicate: Callable[[Any], Any]) -> Callable[[Any], bool]:
@@ -533,7 +534,7 @@ def _bool_test(who: str, predicate: Callable[[Any], Any]) -> Callable[[Any], boo
     ],
 )
 def skip_while_(items: Array, predicate: Function) -> Array:
-    return _out(items, itertools.dropwhile(_bool_test("skip_while", predicate), items))
+    return like_input(items, itertools.dropwhile(_bool_test("skip_while", predicate), items))
 
 
 @builtin(
@@ -582,13 +583,13 @@ def sort_(items: Array, desc: Bool = False) -> Array:
         return as_list(items) if ascending != desc else as_list(items[::-1])
     seq = as_list(items)
     types = set(map(type, seq))
-    if _NONE in types:
+    if NONE_TYPE in types:
         return [seq[i] for i in ordered_indices(seq, desc, "sort")]
     check_orderable(types, "sort")
     try:
         return sorted(seq, reverse=desc)
     except TypeError as exc:
-        raise _order_error("sort", exc) from None
+        raise order_error("sort", exc) from None
 
 
 @builtin(
@@ -611,16 +612,16 @@ def sort_(items: Array, desc: Bool = False) -> Array:
 )
 def sort_by_(items: Array, key: String | Function, desc: Bool = False) -> Array:
     rows = as_list(items)
-    fast = _field_values(rows, key)
+    fast = field_values(rows, key)
     if fast is not None:
         types = set(builtins.map(type, fast))
-        if _NONE not in types:
+        if NONE_TYPE not in types:
             check_orderable(types, "sort_by")
             # Sorting the rows by itemgetter beats sorting indices and gathering.
             try:
                 return sorted(rows, key=itemgetter(key), reverse=desc)
             except TypeError as exc:
-                raise _order_error("sort_by", exc) from None
+                raise order_error("sort_by", exc) from None
     keys = fast if fast is not None else key_values(rows, key, "sort_by")
     return [rows[i] for i in ordered_indices(keys, desc, "sort_by")]
 
@@ -658,7 +659,7 @@ def reverse_(items: Array | String) -> Array | String:
 def uniq_(items: Array) -> Array:
     if type(items) is list and set(map(type, items)) <= _PLAIN_HASHABLE:
         return list(dict.fromkeys(items))
-    return _out(items, _uniq_iter(items, hash_key))
+    return like_input(items, _uniq_iter(items, hash_key))
 
 
 def _uniq_iter(items: Iterable[Any], key: Callable[[Any], Any]) -> Iterator[Any]:
@@ -688,7 +689,7 @@ def _uniq_iter(items: Iterable[Any], key: Callable[[Any], Any]) -> Iterator[Any]
 )
 def uniq_by_(items: Array, key: String | Function) -> Array:
     get = key_function(key, "uniq_by")
-    return _out(items, _uniq_iter(items, lambda x: hash_key(get(x))))
+    return like_input(items, _uniq_iter(items, lambda x: hash_key(get(x))))
 
 
 @builtin(
@@ -825,7 +826,7 @@ def window_(items: Array, size: Int, step: Int = 1) -> Array:
 
 def _flatten(items: Iterable[Any], depth: int) -> Iterator[Any]:
     for x in items:
-        if depth != 0 and isinstance(x, _ARRAYS):
+        if depth != 0 and isinstance(x, ARRAYS):
             yield from _flatten(x, depth - 1)
         else:
             yield x
@@ -845,7 +846,7 @@ def _flatten(items: Iterable[Any], depth: int) -> Iterator[Any]:
     ],
 )
 def flatten_(items: Array, depth: Int = 1) -> Array:
-    return _out(items, _flatten(items, depth))
+    return like_input(items, _flatten(items, depth))
 
 
 @builtin(
@@ -863,7 +864,7 @@ def flatten_(items: Array, depth: Int = 1) -> Array:
 )
 def zip_(items: Array, other: Array, *more: Array) -> Array:
     pairs = builtins.map(list, builtins.zip(items, other, *more, strict=False))
-    if _lazy(items) or _lazy(other) or builtins.any(builtins.map(_lazy, more)):
+    if is_lazy(items) or is_lazy(other) or builtins.any(builtins.map(is_lazy, more)):
         return LazyList(pairs)
     return list(pairs)
 
@@ -878,7 +879,7 @@ def zip_(items: Array, other: Array, *more: Array) -> Array:
     ],
 )
 def enumerate_(items: Array, start: Int = 0) -> Array:
-    return _out(items, ({"index": i, "item": x} for i, x in builtins.enumerate(items, start)))
+    return like_input(items, ({"index": i, "item": x} for i, x in builtins.enumerate(items, start)))
 
 
 # -- sizes and membership --------------------------------------------------------------
@@ -942,7 +943,7 @@ def is_empty_(value: String | Array | Record | Range | None) -> Bool:
     if value is None:
         return True
     if type(value) is LazyList:
-        return next(iter(value), _MISSING) is _MISSING
+        return next(iter(value), MISSING) is MISSING
     return len(value) == 0
 
 
@@ -1034,7 +1035,7 @@ def _extreme_by(items: Any, key: Any, who: str, pick: Callable[..., Any]) -> Any
     try:
         return rows[pick(present, key=keys.__getitem__)]
     except TypeError as exc:
-        raise _order_error(who, exc) from None
+        raise order_error(who, exc) from None
 
 
 @builtin(
@@ -1106,8 +1107,8 @@ def _is_blank(x: Any) -> Bool:
 )
 def compact_(items: Array, empty: Bool = False) -> Array:
     if empty:
-        return _out(items, itertools.filterfalse(_is_blank, items))
-    return _out(items, (x for x in items if x is not None))
+        return like_input(items, itertools.filterfalse(_is_blank, items))
+    return like_input(items, (x for x in items if x is not None))
 
 
 # -- building --------------------------------------------------------------------------
@@ -1145,7 +1146,7 @@ def range_(start: Int, end: Int | None = None, step: Int = 1) -> Range:
     ],
 )
 def append_(items: Array, value: Any) -> Array:
-    if _lazy(items):
+    if is_lazy(items):
         return LazyList(itertools.chain(items, (value,)))
     return [*items, value]
 
@@ -1157,7 +1158,7 @@ def append_(items: Array, value: Any) -> Array:
     examples=[Example("[2, 3] | prepend(1)", [1, 2, 3])],
 )
 def prepend_(items: Array, value: Any) -> Array:
-    if _lazy(items):
+    if is_lazy(items):
         return LazyList(itertools.chain((value,), items))
     return [value, *items]
 
@@ -1173,7 +1174,7 @@ def prepend_(items: Array, value: Any) -> Array:
     ],
 )
 def concat_(items: Array, *others: Array) -> Array:
-    if _lazy(items) or builtins.any(builtins.map(_lazy, others)):
+    if is_lazy(items) or builtins.any(builtins.map(is_lazy, others)):
         return LazyList(itertools.chain(items, *others))
     return list(itertools.chain(items, *others))
 
@@ -1181,7 +1182,8 @@ def concat_(items: Array, *others: Array) -> Array:
 # -- Records and Tables ----------------------------------------------------------------
 
 
-def _segments(path: Any) -> list[Any]:
+def path_segments(path: Any) -> list[Any]:
+    """The parts of a path given as a dotted String, an Int or an Array of parts."""
     if type(path) is int:
         return [path]
     if type(path) is str:
@@ -1195,29 +1197,30 @@ def _segments(path: Any) -> list[Any]:
     return as_list(path)
 
 
-def _get_path(value: Any, segments: list[Any]) -> Any:
+def get_path(value: Any, segments: list[Any]) -> Any:
+    """What the path of ``segments`` leads to from ``value``, or ``MISSING``."""
     cur = value
     for seg in segments:
         if isinstance(cur, dict):
             name = seg if type(seg) is str else render(seg)
             if name not in cur:
-                return _MISSING
+                return MISSING
             cur = cur[name]
-        elif isinstance(cur, _ARRAYS) or type(cur) is str:
+        elif isinstance(cur, ARRAYS) or type(cur) is str:
             if type(seg) is int:
                 seq = cur if type(cur) is not LazyList else cur.materialize()
                 if not -len(seq) <= seg < len(seq):
-                    return _MISSING
+                    return MISSING
                 cur = seq[seg]
             elif type(seg) is str and type(cur) is not str:
                 rows = as_list(cur)
                 if not builtins.all(isinstance(r, dict) and seg in r for r in rows):
-                    return _MISSING
+                    return MISSING
                 cur = [r[seg] for r in rows]
             else:
-                return _MISSING
+                return MISSING
         else:
-            return _MISSING
+            return MISSING
     return cur
 
 
@@ -1239,8 +1242,8 @@ def _get_path(value: Any, segments: list[Any]) -> Any:
 def get_(value: Any, path: String | Int | Array, default: Any = None) -> Any:
     if type(path) is str and isinstance(value, dict) and path in value:
         return value[path]  # a field whose name contains a dot
-    found = _get_path(value, _segments(path))
-    return default if found is _MISSING else found
+    found = get_path(value, path_segments(path))
+    return default if found is MISSING else found
 
 
 def _columns(columns: tuple[Any, ...], who: str) -> list[str]:
@@ -1285,7 +1288,7 @@ def select_(value: Record | Array, *columns: String) -> Record | Array:
     names = _columns(columns, "select")
     if isinstance(value, dict):
         return _select_row(value, names, "select")
-    return _out(value, (_select_row(r, names, "select") for r in value))
+    return like_input(value, (_select_row(r, names, "select") for r in value))
 
 
 def _reject_row(row: Any, names: set[str]) -> dict[str, Any]:
@@ -1310,7 +1313,7 @@ def reject_(value: Record | Array, *columns: String) -> Record | Array:
     names = set(_columns(columns, "reject"))
     if isinstance(value, dict):
         return _reject_row(value, names)
-    return _out(value, (_reject_row(r, names) for r in value))
+    return like_input(value, (_reject_row(r, names) for r in value))
 
 
 @builtin(
@@ -1409,7 +1412,7 @@ def _edit(
         seq = list(target)
         edit_at(seq, key, value)
         return seq
-    return _out(target, (edit_row(r, key, value) for r in _records(target, who)))
+    return like_input(target, (edit_row(r, key, value) for r in _records(target, who)))
 
 
 def _insert_at(seq: list[Any], index: int, value: Any) -> None:
@@ -1534,7 +1537,7 @@ def from_entries_(items: Array) -> Record:
     for i, e in builtins.enumerate(items):
         if isinstance(e, dict) and "key" in e and "value" in e:
             k, v = e["key"], e["value"]
-        elif isinstance(e, _ARRAYS) and len(e) == 2:
+        elif isinstance(e, ARRAYS) and len(e) == 2:
             k, v = e[0], e[1]
         else:
             raise ConchError(
@@ -1575,7 +1578,7 @@ def transpose_(value: Array | Record) -> Array | Record:
         return []
     if builtins.all(isinstance(r, dict) for r in rows):
         return {k: [r.get(k) for r in rows] for k in rows[0]}
-    if not builtins.all(isinstance(r, _ARRAYS) for r in rows):
+    if not builtins.all(isinstance(r, ARRAYS) for r in rows):
         raise ConchError(
             "TypeError", "transpose: expects an Array of Arrays, a Table or a Record of Arrays"
         )
