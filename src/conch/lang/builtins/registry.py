@@ -31,8 +31,17 @@ if TYPE_CHECKING:
     _F = TypeVar("_F", bound=Callable[..., Any])
 
 CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
-# Builtin modules not named after their category: agent.py holds ``agent`` (category "ai").
-MODULE_CATEGORIES = {"agent": "ai"}
+# Builtin modules not named after their category, each with its category: agent.py holds
+# ``agent`` ("ai"); a category too large for one module has its builtins by job in
+# ``<category>_<job>.py``, its conventions and shared helpers in ``<category>.py``.
+MODULE_CATEGORIES = {
+    "agent": "ai",
+    "collections_transform": "collections",
+    "collections_slice": "collections",
+    "collections_order": "collections",
+    "collections_reshape": "collections",
+    "collections_records": "collections",
+}
 
 _MISSING: Any = object()
 EMPTY: Any = object()  # a parameter without a default
