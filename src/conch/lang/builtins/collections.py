@@ -1,9 +1,18 @@
-"""Collection builtins: building, slicing, ordering and querying Arrays, Tables and Records.
+"""Collection builtins: the category's conventions and the helpers its modules share, with
+the builtins that measure, search and build Arrays (``len``, ``count``, ``is_empty``,
+``contains``, ``index_of``, ``find``, ``default``, ``compact``, ``range``, ``append``,
+``prepend``, ``concat``).
+
+The category's other builtins are in a module per job: ``collections_transform`` (``map``,
+``where``, ``reduce``, ...), ``collections_slice`` (``first``, ``take``, ``slice``, ...),
+``collections_order`` (``sort``, ``uniq``, ``min_by``, ...), ``collections_reshape``
+(``group_by``, ``chunk``, ``zip``, ...) and ``collections_records`` (Records and Tables:
+``get``, ``select``, ``merge``, ...). ``_index.py`` says which module defines a name.
 
 Note for the strings category: ``contains`` is registered here once for both Arrays
 (membership) and Strings (substring), since a builtin name can be registered only once.
 
-Conventions shared by this module and :mod:`.math`:
+Conventions shared by the collection modules and :mod:`.math`:
 
 - Every Array parameter accepts ``list``, ``tuple``, ``range``, ``LazyList`` and Tables.
 - Lazy rule: on a lazy input (``range`` or ``LazyList``) the element-wise builtins return a
@@ -478,7 +487,7 @@ def concat_(items: Array, *others: Array) -> Array:
     return list(itertools.chain(items, *others))
 
 
-# -- Records and Tables ----------------------------------------------------------------
+# -- paths (``get``, dotted keys) ------------------------------------------------------
 
 
 def path_segments(path: Any) -> list[Any]:

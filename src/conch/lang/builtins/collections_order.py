@@ -39,9 +39,6 @@ else:
 _PLAIN_HASHABLE = frozenset((str, int, float, NONE_TYPE))
 
 
-# -- ordering --------------------------------------------------------------------------
-
-
 @builtin(
     "sort",
     category="collections",

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-# -- slicing ---------------------------------------------------------------------------
-
-
 @builtin(
     "first",
     category="collections",

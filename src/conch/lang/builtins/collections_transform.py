@@ -34,9 +34,6 @@ else:
     from _functools import reduce as _reduce
 
 
-# -- transforming ----------------------------------------------------------------------
-
-
 @builtin(
     "map",
     category="collections",
