@@ -54,7 +54,7 @@ CAT = "filesystem"
 # -- errors ------------------------------------------------------------------------------
 
 
-def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
+def os_error(exc: OSError, shown: str | None = None) -> ConchError:
     """A conch error for an OSError, naming the path as the program spelled it."""
     if shown is None:
         from pathlib import Path
@@ -69,14 +69,14 @@ def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
     return ConchError("IOError", f"{reason}: {shown}")
 
 
-def _fs(fn: Callable[..., Any]) -> Callable[..., Any]:
+def translate_os_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Translate stray OSErrors (the path is then taken from the exception)."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
-            raise _os_error(exc) from None
+            raise os_error(exc) from None
 
     # what functools.wraps does, without importing functools
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
@@ -86,18 +86,20 @@ def _fs(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _not_found(path: str) -> ConchError:
+def not_found(path: str) -> ConchError:
+    """The error for a path that does not exist, spelled as the program gave it."""
     return ConchError("FileNotFoundError", f"no such file or directory: {path}")
 
 
 # -- paths -------------------------------------------------------------------------------
 
 
-def _resolve(path: str) -> Path:
+def resolve(path: str) -> Path:
+    """Where ``path`` is on disk, refused outside the workspace (see the module's text)."""
     return current().resolve_path(path)
 
 
-def _resolve_entry(path: str) -> Path:
+def resolve_entry(path: str) -> Path:
     """The path of the entry itself, without following a final symlink (for ``rm``, ``mv``,
     ``stat``): the parent is resolved and checked, the last component is kept as is."""
     ctx = current()
@@ -120,7 +122,7 @@ def _escapes(path: str | os.PathLike[str], ctx: Context | None = None) -> bool:
     return real != root and root not in real.parents
 
 
-def _join(shown: str, name: str) -> str:
+def join_shown(shown: str, name: str) -> str:
     """How an entry under ``shown`` is spelled back to the program."""
     if shown in ("", "."):
         return name
@@ -135,14 +137,15 @@ def _scandir(directory: Path | str) -> list[os.DirEntry[str]]:
         return []
 
 
-def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+def is_real_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether an entry is a directory itself, not a symlink to one."""
     try:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
 
 
-def _walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.DirEntry[str], int]]:
+def walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.DirEntry[str], int]]:
     """Every entry below ``directory``, depth first in name order, as (shown path, entry,
     depth). Symlinked directories are yielded but not entered; symlinks pointing outside the
     workspace are left out."""
@@ -154,9 +157,9 @@ def _walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.D
         for entry in _scandir(d):
             if entry.is_symlink() and _escapes(entry.path, ctx):
                 continue
-            child = _join(s, entry.name)
+            child = join_shown(s, entry.name)
             yield child, entry, depth
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 below.append((entry.path, child, depth + 1))
         stack.extend(reversed(below))
 
@@ -255,15 +258,15 @@ def _glob_in(
         for entry in _scandir(directory):
             if entry.name.startswith("."):
                 continue
-            child = _join(shown, entry.name)
+            child = join_shown(shown, entry.name)
             if not rest and not (entry.is_symlink() and _escapes(entry.path, ctx)):
                 yield child, Path(entry.path)
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 yield from _glob_in(Path(entry.path), child, segs, ctx)
         return
     if not _has_magic(seg):
         path = directory / seg
-        child = _join(shown, seg) if seg else shown
+        child = join_shown(shown, seg) if seg else shown
         if rest:
             if path.is_dir() and not path.is_symlink():
                 yield from _glob_in(path, child, rest, ctx)
@@ -276,9 +279,9 @@ def _glob_in(
             continue
         if not regex.match(entry.name):
             continue
-        child = _join(shown, entry.name)
+        child = join_shown(shown, entry.name)
         if rest:
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 yield from _glob_in(Path(entry.path), child, rest, ctx)
         elif not (entry.is_symlink() and _escapes(entry.path, ctx)):
             yield child, Path(entry.path)
@@ -314,14 +317,14 @@ def _glob(pattern: str) -> list[tuple[str, Path]]:
 
 
 def _read_text(path: str) -> str:
-    real = _resolve(path)
+    real = resolve(path)
     try:
         with open(real, encoding="utf-8", errors="replace", newline="") as fh:
             return fh.read()
     except IsADirectoryError:
         raise ConchError("IOError", f"is a directory: {path}", hint=f'ls("{path}") lists it')
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
 
 
 def _is_text(value: Any) -> bool:
@@ -341,7 +344,7 @@ _NO_TEXT_HINT = "a String without a newline is taken as a path; pass text as `te
 
 
 def _open_lines(path: str) -> io.TextIOWrapper:
-    real = _resolve(path)
+    real = resolve(path)
     try:
         return open(real, encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -351,7 +354,7 @@ def _open_lines(path: str) -> io.TextIOWrapper:
     except IsADirectoryError:
         raise ConchError("IOError", f"is a directory: {path}") from None
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
 
 
 # -- parsing and serialising by extension ------------------------------------------------
@@ -433,16 +436,16 @@ def _umask() -> int:
         Example('write(".hidden", ""); [len(ls()), len(ls(all=true))]', [0, 1]),
     ],
 )
-@_fs
+@translate_os_errors
 def ls(path: String = ".", all: Bool = False) -> Table:
     if _has_magic(path) or "{" in path:
         matches = _glob(path)
         return [_entry(shown, os.lstat(real)) for shown, real in matches]
-    real = _resolve(path)
+    real = resolve(path)
     try:
         st = os.stat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     if not _stat.S_ISDIR(st.st_mode):
         return [_entry(path, os.lstat(real))]
     try:
@@ -451,7 +454,7 @@ def ls(path: String = ".", all: Bool = False) -> Table:
         with os.scandir(real) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     out = []
     for entry in entries:
         if not all and entry.name.startswith("."):
@@ -460,7 +463,7 @@ def ls(path: String = ".", all: Bool = False) -> Table:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        out.append(_entry(_join(path, entry.name), st))
+        out.append(_entry(join_shown(path, entry.name), st))
     return out
 
 
@@ -514,7 +517,7 @@ def open_(path: String, raw: Bool = False) -> Any:
         Example('write("t.csv", [{a: "x"}, {a: "y"}]); open("t.csv") | .a', ["x", "y"]),
     ],
 )
-@_fs
+@translate_os_errors
 def write(path: String, content: Any) -> Record:
     ctx = current()
     real = ctx.resolve_path(path)
@@ -562,9 +565,9 @@ def write(path: String, content: Any) -> Record:
         Example('append("e.jsonl", {n: 1})', {"path": "e.jsonl", "bytes": 9}),
     ],
 )
-@_fs
+@translate_os_errors
 def append(path: String, content: Any) -> Record:
-    real = _resolve(path)
+    real = resolve(path)
     if type(content) is str:
         text = content
     else:
@@ -578,7 +581,7 @@ def append(path: String, content: Any) -> Record:
     except IsADirectoryError:
         raise ConchError("IOError", f"is a directory: {path}") from None
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     return {"path": path, "bytes": len(data)}
 
 
@@ -589,9 +592,9 @@ def append(path: String, content: Any) -> Record:
     description="Create a directory and any missing parents (no error if it exists). Returns the path.",
     examples=[Example('mkdir("a/b/c"); exists("a/b/c")', True), Example('mkdir("d")', "d")],
 )
-@_fs
+@translate_os_errors
 def mkdir(path: String) -> String:
-    real = _resolve(path)
+    real = resolve(path)
     try:
         real.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -614,16 +617,16 @@ def mkdir(path: String) -> String:
         ),
     ],
 )
-@_fs
+@translate_os_errors
 def rm(path: String, recursive: Bool = False) -> None:
     ctx = current()
-    target = _resolve_entry(path)
+    target = resolve_entry(path)
     if ctx.workspace is not None and target == ctx.workspace:
         raise ConchError("PermissionError", "rm: refusing to remove the workspace root")
     try:
         st = os.lstat(target)
     except FileNotFoundError:
-        raise _not_found(path) from None
+        raise not_found(path) from None
     if not _stat.S_ISDIR(st.st_mode):
         os.unlink(target)
         return None
@@ -650,7 +653,7 @@ def _into(dst: str, src_name: str) -> tuple[Path, str]:
     ctx = current()
     real = ctx.resolve_path(dst)
     if real.is_dir():
-        shown = _join(dst, src_name)
+        shown = join_shown(dst, src_name)
         return ctx.resolve_path(real / src_name), shown
     return real, dst
 
@@ -673,12 +676,12 @@ def _source_name(path: str, real: Path) -> str:
         Example('write("a.txt", "x"); mkdir("d"); mv("a.txt", "d")', "d/a.txt"),
     ],
 )
-@_fs
+@translate_os_errors
 def mv(src: String, dst: String) -> String:
     ctx = current()
-    source = _resolve_entry(src)
+    source = resolve_entry(src)
     if not os.path.lexists(source):
-        raise _not_found(src)
+        raise not_found(src)
     if ctx.workspace is not None and source == ctx.workspace:
         raise ConchError("PermissionError", "mv: refusing to move the workspace root")
     target, shown = _into(dst, _source_name(src, source))
@@ -700,16 +703,16 @@ def _copy_tree(src: Path, dst: Path, ctx: Context) -> None:
     import shutil
 
     dst.mkdir(exist_ok=True)
-    for shown, entry, _depth in _walk(src, "", ctx):
+    for shown, entry, _depth in walk(src, "", ctx):
         if entry.is_symlink():
-            # Links pointing outside were skipped by _walk; the others are kept as links.
+            # Links pointing outside were skipped by walk; the others are kept as links.
             link = ctx.resolve_path((dst / shown).parent) / entry.name
             if os.path.lexists(link):
                 os.unlink(link)
             os.symlink(os.readlink(entry.path), link)
             continue
         target = ctx.resolve_path(dst / shown)
-        if _is_real_dir(entry):
+        if is_real_dir(entry):
             target.mkdir(exist_ok=True)
         else:
             shutil.copy2(entry.path, target)
@@ -729,12 +732,12 @@ def _copy_tree(src: Path, dst: Path, ctx: Context) -> None:
         Example('mkdir("d/e"); write("d/e/f.txt", "y"); cp("d", "d2"); cat("d2/e/f.txt")', "y"),
     ],
 )
-@_fs
+@translate_os_errors
 def cp(src: String, dst: String) -> String:
     ctx = current()
-    source = _resolve(src)
+    source = resolve(src)
     if not source.exists():
-        raise _not_found(src)
+        raise not_found(src)
     target, shown = _into(dst, _source_name(src, source))
     if source.is_dir():
         if target == source or source in target.parents:
@@ -759,7 +762,7 @@ def cp(src: String, dst: String) -> String:
     examples=[Example('write("a.txt", ""); [exists("a.txt"), exists("nope")]', [True, False])],
 )
 def exists(path: String) -> Bool:
-    return _resolve(path).exists()
+    return resolve(path).exists()
 
 
 @builtin(
@@ -779,11 +782,11 @@ def exists(path: String) -> Bool:
     ],
 )
 def stat(path: String) -> Record:
-    real = _resolve_entry(path)
+    real = resolve_entry(path)
     try:
         st = os.lstat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     entry = _entry(posixpath.basename(path.rstrip("/")) or real.name, st)
     return {
         "name": entry["name"],
@@ -815,7 +818,7 @@ def stat(path: String) -> Record:
         Example('write("a.txt", ""); write("b.md", ""); glob("*.{md,txt}")', ["a.txt", "b.md"]),
     ],
 )
-@_fs
+@translate_os_errors
 def glob(pattern: String) -> Array:
     return [shown for shown, _ in _glob(pattern)]
 
@@ -841,7 +844,7 @@ _TYPES = ("file", "dir", "symlink")
         Example('mkdir("a"); write("a/x.py", ""); find("*.py")', ["a/x.py"]),
     ],
 )
-@_fs
+@translate_os_errors
 def find(path: String = ".", name: String = "*", type: String | None = None) -> Array:
     if type is not None and type not in _TYPES:
         raise ConchError(
@@ -855,14 +858,14 @@ def find(path: String = ".", name: String = "*", type: String | None = None) -> 
     real = ctx.resolve_path(path)
     if not real.is_dir():
         if not real.exists():
-            raise _not_found(path)
+            raise not_found(path)
         raise ConchError("IOError", f"find: not a directory: {path}")
     out = []
-    for shown, entry, _depth in _walk(real, path, ctx):
+    for shown, entry, _depth in walk(real, path, ctx):
         if not fnmatch.fnmatchcase(entry.name, name):
             continue
         if type is not None:
-            kind = "symlink" if entry.is_symlink() else ("dir" if _is_real_dir(entry) else "file")
+            kind = "symlink" if entry.is_symlink() else ("dir" if is_real_dir(entry) else "file")
             if kind != type:
                 continue
         out.append(shown)
@@ -907,7 +910,7 @@ def cd(path: String | None = None) -> String:
         shown = path
     if not real.is_dir():
         if not real.exists():
-            raise _not_found(shown)
+            raise not_found(shown)
         raise ConchError("IOError", f"cd: not a directory: {shown}")
     ctx.cwd = real
     return real.as_posix()
@@ -988,7 +991,7 @@ def tail(input: String | Array, n: Int = 10) -> String | Array:
 def wc(input: String | Array) -> Record:
     path, lines = _text_input(input)
     if path is not None:
-        real = _resolve(path)
+        real = resolve(path)
         try:
             data = real.read_bytes()
         except IsADirectoryError:
@@ -998,7 +1001,7 @@ def wc(input: String | Array) -> Record:
                 "FileNotFoundError", f"no such file or directory: {path}", hint=_NO_TEXT_HINT
             ) from None
         except OSError as exc:
-            raise _os_error(exc, path) from None
+            raise os_error(exc, path) from None
         text = data.decode("utf-8", errors="replace")
         return {"lines": len(text.splitlines()), "words": len(text.split()), "bytes": len(data)}
     assert lines is not None
@@ -1044,7 +1047,7 @@ def _is_binary(path: str) -> bool:
         Example('mkdir("d"); write("d/x.txt", "hit\\n"); grep("hit", "d") | .path', ["d/x.txt"]),
     ],
 )
-@_fs
+@translate_os_errors
 def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool = False) -> Table:
     piped = values.is_array(pattern) or _is_text(pattern)
     if piped:
@@ -1079,7 +1082,7 @@ def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool
     for target in targets:
         real = ctx.resolve_path(target)
         if real.is_dir():
-            for shown, entry, _depth in _walk(real, target, ctx):
+            for shown, entry, _depth in walk(real, target, ctx):
                 if entry.is_file(follow_symlinks=False) and not _is_binary(entry.path):
                     files.append((shown, Path(entry.path)))
         elif real.exists():
@@ -1098,7 +1101,7 @@ def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool
                     if regex.search(text):
                         out.append({"path": shown, "line": i, "text": text})
         except OSError as exc:
-            raise _os_error(exc, shown) from None
+            raise os_error(exc, shown) from None
     return out
 
 
@@ -1109,9 +1112,9 @@ def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool
     description="Create an empty file, or set an existing one's modification time to now. Returns the path.",
     examples=[Example('touch("a.txt"); [exists("a.txt"), cat("a.txt")]', [True, ""])],
 )
-@_fs
+@translate_os_errors
 def touch(path: String) -> String:
-    real = _resolve(path)
+    real = resolve(path)
     if real.exists():
         os.utime(real)
     else:
@@ -1119,7 +1122,7 @@ def touch(path: String) -> String:
             with open(real, "ab"):
                 pass
         except FileNotFoundError:
-            raise _not_found(path) from None
+            raise not_found(path) from None
     return path
 
 
@@ -1138,21 +1141,21 @@ def touch(path: String) -> String:
         )
     ],
 )
-@_fs
+@translate_os_errors
 def du(path: String = ".") -> Record:
     ctx = current()
     real = ctx.resolve_path(path)
     try:
         st = os.stat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     if not _stat.S_ISDIR(st.st_mode):
         return {"path": path, "bytes": st.st_size, "files": 1, "dirs": 0}
     total = files = dirs = 0
-    for _shown, entry, _depth in _walk(real, "", ctx):
+    for _shown, entry, _depth in walk(real, "", ctx):
         if entry.is_symlink():
             continue
-        if _is_real_dir(entry):
+        if is_real_dir(entry):
             dirs += 1
             continue
         try:
