@@ -41,6 +41,9 @@ MODULE_CATEGORIES = {
     "collections_order": "collections",
     "collections_reshape": "collections",
     "collections_records": "collections",
+    "filesystem_contents": "filesystem",
+    "filesystem_edit": "filesystem",
+    "filesystem_text": "filesystem",
 }
 
 _MISSING: Any = object()
