@@ -1,4 +1,10 @@
-"""Filesystem builtins: listing, reading, writing and searching files.
+"""Filesystem builtins: the category's path policy and the helpers its modules share, with
+the builtins that look at the tree (``ls``, ``stat``, ``exists``, ``glob``, ``find``, ``du``,
+``pwd``, ``cd``).
+
+The category's other builtins are in a module per job: ``filesystem_contents`` (``cat``,
+``open``, ``write``, ``append``), ``filesystem_edit`` (``mkdir``, ``touch``, ``rm``, ``mv``,
+``cp``) and ``filesystem_text`` (``head``, ``tail``, ``wc``, ``grep``).
 
 Every path goes through ``context.current().resolve_path``, which refuses, when the run has
 a workspace, any path whose real location (symlinks resolved) is outside it. Destinations of
@@ -35,9 +41,9 @@ from conch.lang.context import Context, current
 from conch.lang.errors import ConchError
 
 # pathlib, json, re, fnmatch, shutil, tempfile, csv, datetime and the like are imported
-# where used, and typing only by type checkers: a program naming one builtin imports this
-# module (``append`` and ``find`` are also collection builtins), and together they would be
-# most of its start-up.
+# where used, and typing only by type checkers: a program naming one filesystem builtin
+# imports this module (``find`` is also a collection builtin, ``append`` imports it through
+# filesystem_contents), and together they would be most of its start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re

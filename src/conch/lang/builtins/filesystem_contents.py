@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-# -- text helpers --------------------------------------------------------------------------
-
-
 def _read_text(path: str) -> str:
     real = resolve(path)
     try:
