@@ -159,7 +159,8 @@ def _registry() -> dict[str, Builtin]:
     return REGISTRY
 
 
-def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = None) -> ConchError:
+def compile_error(kind: str, message: str, node: A.Node | A.Param, hint: str | None = None) -> ConchError:
+    """An error in the program, found while compiling it: at ``node``'s position."""
     return ConchError(kind, message, line=node.line or None, column=node.col or None, hint=hint)
 
 
@@ -186,7 +187,8 @@ def _float_literal(n: A.Node | None) -> bool:
     return isinstance(n, A.Literal) and type(n.value) is float
 
 
-def _is_trivial(e: py.expr) -> bool:
+def is_trivial(e: py.expr) -> bool:
+    """Whether ``e`` may be evaluated again at no cost or effect (a constant, a name)."""
     return isinstance(e, py.Constant | py.Name)
 
 
@@ -352,7 +354,7 @@ class Compiler:
         return _NewScope(self)
 
     def spill(self, e: py.expr) -> py.expr:
-        if _is_trivial(e):
+        if is_trivial(e):
             return e
         t = self.fresh()
         self.emit(E.assign(t, e))
@@ -463,7 +465,7 @@ class Compiler:
             self.expr(s)
         else:
             e = self.expr(s)
-            if not _is_trivial(e):
+            if not is_trivial(e):
                 self.emit(self.at(py.Expr(e), s))
 
     def let(self, s: A.Let) -> None:
@@ -479,10 +481,10 @@ class Compiler:
     def assign(self, s: A.Assign) -> None:
         b = self.scope.lookup(s.name)
         if b is None:
-            raise _err("NameError", f"cannot assign to '{s.name}': it is not defined", s,
+            raise compile_error("NameError", f"cannot assign to '{s.name}': it is not defined", s,
                        f"declare it first: let mut {s.name} = ...")
         if not b.mutable:
-            raise _err("SyntaxError", f"cannot assign twice to immutable '{s.name}'", s,
+            raise compile_error("SyntaxError", f"cannot assign twice to immutable '{s.name}'", s,
                        f"declare it with let mut {s.name} = ... to reassign it")
         value = self.expr(s.value)
         if s.op != "=":
@@ -624,7 +626,7 @@ class Compiler:
     def expr(self, node: A.Node) -> py.expr:
         method = getattr(self, "x_" + type(node).__name__, None)
         if method is None:
-            raise _err("SyntaxError", f"unexpected {type(node).__name__} here", node)
+            raise compile_error("SyntaxError", f"unexpected {type(node).__name__} here", node)
         result: py.expr = method(node)
         return result
 
@@ -686,7 +688,7 @@ class Compiler:
         Python treats True as 1 in arithmetic; conch does not. Two identity tests cost a few
         nanoseconds, where a helper call would double the cost of ``x * 2``.
         """
-        if _is_trivial(e):
+        if is_trivial(e):
             ref: py.expr = e
             first: py.expr = e
         else:
@@ -724,11 +726,11 @@ class Compiler:
         if not need_l and not need_r:
             return self.at(build(left, right), n, oppos)
         # The tests run before the operation: keep operands evaluated left to right, once.
-        if need_r and not _is_trivial(left) and not _is_trivial(right):
+        if need_r and not is_trivial(left) and not is_trivial(right):
             left = self.spill(left)
         tests: list[py.expr] = []
         lref, rref = left, right
-        if need_r and _is_trivial(left):
+        if need_r and is_trivial(left):
             rref, rtests = self.bool_guard(right)
             tests += rtests
             if need_l:
@@ -760,7 +762,7 @@ class Compiler:
                     oppos: tuple[int, int, int] | None) -> py.expr:
         """``left * right``, one of them an Int literal and ``other`` the other: Python's
         ``*`` when ``other`` is an Int or a Float (not a Bool), else ``$mul`` as before."""
-        if _is_trivial(other):
+        if is_trivial(other):
             ref: py.expr = other
             first: py.expr = other
         else:
@@ -866,7 +868,7 @@ class Compiler:
         if n.obj is None:
             obj = self.pipe_input[-1]
             if obj is None:
-                raise _err("SyntaxError", f"'.{n.name}' needs an input", n,
+                raise compile_error("SyntaxError", f"'.{n.name}' needs an input", n,
                            f"use it as a pipeline stage: value | .{n.name}")
             self.pipe_used = True
         else:
@@ -992,9 +994,9 @@ class Compiler:
             else:
                 else_val = self.block_value(n.orelse, want_value)
         if not want_value:
-            if not _is_trivial(then_val):
+            if not is_trivial(then_val):
                 then_stmts.append(py.Expr(then_val))
-            if not _is_trivial(else_val):
+            if not is_trivial(else_val):
                 else_stmts.append(py.Expr(else_val))
             self.emit(self.at(py.If(cond, then_stmts or [py.Pass()], else_stmts), n))
             return E.const(None)
@@ -1098,7 +1100,7 @@ class Compiler:
                 tests.append(py.Compare(E.const(key), [py.In()], [subject]))
                 tests.append(self.pattern(sub_p, py.Subscript(subject, E.const(key), py.Load())))
             return py.BoolOp(py.And(), tests)
-        raise _err("SyntaxError", "unsupported pattern", p)
+        raise compile_error("SyntaxError", "unsupported pattern", p)
 
     def x_Try(self, n: A.Try) -> py.expr:
         result = self.fresh("r")
@@ -1124,13 +1126,13 @@ class Compiler:
 
     def x_Break(self, n: A.Break) -> py.expr:
         if self.loop_depth == 0:
-            raise _err("SyntaxError", "'break' outside a loop", n)
+            raise compile_error("SyntaxError", "'break' outside a loop", n)
         self.emit(self.at(py.Break(), n))
         return E.const(None)
 
     def x_Continue(self, n: A.Continue) -> py.expr:
         if self.loop_depth == 0:
-            raise _err("SyntaxError", "'continue' outside a loop", n)
+            raise compile_error("SyntaxError", "'continue' outside a loop", n)
         self.emit(self.at(py.Continue(), n))
         return E.const(None)
 
@@ -1145,4 +1147,4 @@ class Compiler:
         return E.const(None)
 
     def x_Let(self, n: A.Let) -> py.expr:
-        raise _err("SyntaxError", "'let' is a statement", n)
+        raise compile_error("SyntaxError", "'let' is a statement", n)
