@@ -19,14 +19,21 @@ from __future__ import annotations
 # _ast holds the node classes that the ast module re-exports; ast itself (with enum and
 # contextlib) would add milliseconds to every ``conch -c``.
 import _ast as py
-import _warnings
 import itertools
-import sys
 
 from conch.lang import ast as A
 from conch.lang import emit as E
-from conch.lang.emit import Binding, Func, Scope
-from conch.lang.errors import ConchError
+from conch.lang.emit import (
+    Binding,
+    CompileState,
+    Func,
+    Scope,
+    Unresolved,
+    compile_error,
+    compile_quietly,
+    fix_missing_locations,
+    is_trivial,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,7 +41,6 @@ if TYPE_CHECKING:
 
     from conch.lang.builtins.registry import Builtin
 
-FILENAME = "<conch>"
 MAIN = "$main"
 
 _CMP_OPS: dict[str, Any] = {"<": py.Lt, "<=": py.LtE, ">": py.Gt, ">=": py.GtE}
@@ -43,17 +49,6 @@ _ARITH: dict[str, Any] = {"-": py.Sub, "*": py.Mult, "/": py.Div, "//": py.Floor
 # calls compile without importing it.
 _FUSION_NAMES = frozenset(("map", "where", "filter", "each", "take", "skip", "take_while", "reduce", "sum",
                            "count", "any", "all", "upper", "lower", "trim", "split", "join", "len", "length"))
-
-
-class Unresolved:
-    __slots__ = ("candidates", "col", "in_function", "line", "name")
-
-    def __init__(self, name: str, line: int, col: int, candidates: list[str], in_function: bool = False) -> None:
-        self.name = name
-        self.line = line
-        self.col = col
-        self.candidates = candidates
-        self.in_function = in_function
 
 
 class Compiled:
@@ -67,100 +62,12 @@ class Compiled:
         self.top_bindings = top_bindings
 
 
-def fix_missing_locations(node: py.AST, line: int = 1, col: int = 0, end_line: int = 1, end_col: int = 0) -> None:
-    """``ast.fix_missing_locations`` without importing ``ast``."""
-    if "lineno" in node._attributes:
-        if getattr(node, "lineno", None) is None:
-            node.lineno, node.col_offset = line, col  # type: ignore[attr-defined]
-        else:
-            line, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
-        if getattr(node, "end_lineno", None) is None:
-            node.end_lineno, node.end_col_offset = end_line, end_col  # type: ignore[attr-defined]
-        else:
-            end_line, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
-    for name in node._fields:
-        child = getattr(node, name, None)
-        if isinstance(child, py.AST):
-            fix_missing_locations(child, line, col, end_line, end_col)
-        elif isinstance(child, list):
-            for item in child:
-                if isinstance(item, py.AST):
-                    fix_missing_locations(item, line, col, end_line, end_col)
-
-
-_QUIET = ("ignore", None, SyntaxWarning, None, 0)
-# CPython's hook for "the filter list changed" (absent elsewhere: then the warnings module).
-_filters_mutated = getattr(_warnings, "_filters_mutated", None)
-
-
-def compile_quietly(module: py.Module, optimize: int = -1) -> Any:
-    """``compile`` with Python's SyntaxWarnings ignored: it warns about calls of constants
-    (``null()``), which conch reports at run time. The ignore rule goes straight into the
-    warning filters the interpreter consults (the warnings module's, once it is imported)
-    rather than through ``warnings.catch_warnings``: importing the warnings module costs a
-    third of a millisecond of every ``conch -c``."""
-    if _filters_mutated is None:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return compile(module, FILENAME, "exec", optimize=optimize)
-    filters = getattr(sys.modules.get("warnings"), "filters", None)
-    if filters is None:
-        filters = _warnings.filters
-    filters.insert(0, _QUIET)
-    _filters_mutated()
-    try:
-        return compile(module, FILENAME, "exec", optimize=optimize)
-    finally:
-        if _QUIET in filters:
-            filters.remove(_QUIET)
-        _filters_mutated()
-
-
-# Context managers as classes: contextlib is not imported at start-up.
-class _Into:
-    __slots__ = ("compiler", "out", "saved")
-
-    def __init__(self, compiler: Compiler, out: list[py.stmt]) -> None:
-        self.compiler = compiler
-        self.out = out
-
-    def __enter__(self) -> list[py.stmt]:
-        self.saved = self.compiler.out
-        self.compiler.out = self.out
-        return self.out
-
-    def __exit__(self, *exc: object) -> None:
-        self.compiler.out = self.saved
-
-
-class _NewScope:
-    __slots__ = ("compiler", "saved")
-
-    def __init__(self, compiler: Compiler) -> None:
-        self.compiler = compiler
-
-    def __enter__(self) -> Scope:
-        c = self.compiler
-        self.saved = c.scope
-        c.scope = Scope(c.func, self.saved)
-        return c.scope
-
-    def __exit__(self, *exc: object) -> None:
-        self.compiler.scope = self.saved
-
-
 def _registry() -> dict[str, Builtin]:
     # imported when a program first names something that is not its own: ``1 + 1`` starts
     # without the builtins' machinery
     from conch.lang.builtins.registry import REGISTRY
 
     return REGISTRY
-
-
-def _err(kind: str, message: str, node: A.Node | A.Param, hint: str | None = None) -> ConchError:
-    return ConchError(kind, message, line=node.line or None, column=node.col or None, hint=hint)
 
 
 def _chain_child(n: A.Node) -> A.Node | None:
@@ -186,130 +93,9 @@ def _float_literal(n: A.Node | None) -> bool:
     return isinstance(n, A.Literal) and type(n.value) is float
 
 
-def _is_trivial(e: py.expr) -> bool:
-    return isinstance(e, py.Constant | py.Name)
-
-
-class Compiler:
+class Compiler(CompileState):
     # False: every ``*`` of a checked run through ``$mul``, as before (the tests compare)
     bare_mul = True
-
-    def __init__(
-        self,
-        *,
-        checked: bool = False,
-        session_globals: dict[str, Binding] | None = None,
-        known_globals: frozenset[str] = frozenset(),
-        fuse: bool = True,
-        source: str | None = None,
-    ) -> None:
-        # REGISTRY imports the builtin modules on its first read: a program that names no
-        # builtin starts without them.
-        self.checked = checked
-        self.session = session_globals is not None
-        self.prev_globals = session_globals or {}
-        self.known_globals = known_globals
-        self.used: set[str] = {b.pyname for b in self.prev_globals.values()}
-        self.counter = 0
-        self.builtins: dict[str, Any] = {}
-        self.unresolved: list[Unresolved] = []
-        self.out: list[py.stmt] = []
-        self.pipe_input: list[py.expr | None] = [None]
-        self.main_func = Func(None)
-        self.func = self.main_func
-        self.scope = Scope(self.main_func, None, top=True)
-        self.loop_depth = 0
-        self.in_guard = False
-        self.pipe_used = False
-        self.last_captures: list[Binding] = []
-        # pipelines of collection builtins as one loop (fusion.py); off to compare with it
-        self.fuse = fuse
-        self.fusing = False  # compiling the parts of a chain being fused
-        self.int_names: set[str] = set()  # Python names of bindings known to hold Ints (fusion.py)
-        # A session's program text: each function then carries its source as its docstring (a
-        # constant, nothing done per call) to be saved as data (conch.lang.snapshot).
-        self.source = source
-        self._line_starts: list[int] | None = None
-        if self.session:
-            self.rekinded: list[str] = []  # session bindings declared again as another kind
-            for name, b in self.prev_globals.items():
-                b.func = self.main_func
-                self.scope.names[name] = b
-
-    # -- positions -----------------------------------------------------------------------
-
-    @staticmethod
-    def at(pynode: Any, node: A.Node | A.Param, op: tuple[int, int, int] | None = None) -> Any:
-        """Give ``pynode`` the conch position of ``node`` (or of an operator token)."""
-        if op is not None:
-            line, col, length = op
-            pynode.lineno = pynode.end_lineno = line
-            pynode.col_offset = col - 1
-            pynode.end_col_offset = col - 1 + length
-            return pynode
-        if not node.line:
-            return pynode
-        pynode.lineno = node.line
-        pynode.col_offset = node.col - 1
-        end_line = getattr(node, "end_line", 0) or node.line
-        end_col = getattr(node, "end_col", 0) or node.col
-        if (end_line, end_col) < (node.line, node.col):
-            end_line, end_col = node.line, node.col
-        pynode.end_lineno = end_line
-        pynode.end_col_offset = end_col - 1
-        return pynode
-
-    def text_of(self, node: A.Node) -> str:
-        src = self.source or ""
-        starts = self._line_starts
-        if starts is None:
-            starts = [0]
-            for line in src.splitlines(keepends=True):
-                starts.append(starts[-1] + len(line))
-            self._line_starts = starts
-
-        def offset(line: int, col: int) -> int:
-            return starts[min(line - 1, len(starts) - 1)] + col - 1
-
-        return src[offset(node.line, node.col) : offset(node.end_line, node.end_col)]
-
-    # -- names ---------------------------------------------------------------------------
-
-    def fresh(self, base: str = "t") -> str:
-        self.counter += 1
-        return f"${base}{self.counter}"
-
-    def new_pyname(self, name: str) -> str:
-        if name not in self.used:
-            self.used.add(name)
-            return name
-        i = 2
-        while f"{name}${i}" in self.used:
-            i += 1
-        pyname = f"{name}${i}"
-        self.used.add(pyname)
-        return pyname
-
-    def declare(self, name: str, mutable: bool = False, is_fn: bool = False, num: bool = False) -> Binding:
-        scope = self.scope
-        if scope.top and self.session:
-            prev = scope.names.get(name)
-            if prev is not None and prev.is_global:
-                if prev.mutable != mutable or prev.is_fn != is_fn:
-                    self.rekinded.append(name)  # the same value may now be a let mut, or not
-                prev.mutable = mutable
-                prev.is_fn = is_fn
-                prev.num = num and not mutable
-                self.main_func.globals.add(prev.pyname)
-                scope.declared.append(prev)
-                return prev
-            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, is_global=True, num=num and not mutable)
-            self.main_func.globals.add(b.pyname)
-        else:
-            b = Binding(self.new_pyname(name), mutable, is_fn, self.func, num=num and not mutable)
-        scope.names[name] = b
-        scope.declared.append(b)
-        return b
 
     def load(self, name: str, node: A.Node) -> py.expr:
         b = self.scope.lookup(name)
@@ -326,33 +112,8 @@ class Compiler:
         self.access(b, self.func)
         return self.at(E.name(b.pyname), node)
 
-    def access(self, b: Binding, func: Func) -> None:
-        """Make binding ``b`` readable from ``func`` (captured by value if immutable)."""
-        if b.func is func or b.mutable or b.is_fn:
-            return
-        if b.is_global and func is self.main_func:
-            return
-        if b.pyname in func.captures:
-            return
-        func.captures[b.pyname] = b
-        if func.parent is not None:
-            self.access(b, func.parent)
-
-    # -- emission helpers ----------------------------------------------------------------
-
-    def emit(self, stmt: py.stmt) -> None:
-        self.out.append(stmt)
-
-    def into(self, out: list[py.stmt]) -> _Into:
-        """``with self.into(buf):`` emits into ``buf``."""
-        return _Into(self, out)
-
-    def new_scope(self) -> _NewScope:
-        """``with self.new_scope():`` compiles in a nested block scope."""
-        return _NewScope(self)
-
     def spill(self, e: py.expr) -> py.expr:
-        if _is_trivial(e):
+        if is_trivial(e):
             return e
         t = self.fresh()
         self.emit(E.assign(t, e))
@@ -463,7 +224,7 @@ class Compiler:
             self.expr(s)
         else:
             e = self.expr(s)
-            if not _is_trivial(e):
+            if not is_trivial(e):
                 self.emit(self.at(py.Expr(e), s))
 
     def let(self, s: A.Let) -> None:
@@ -479,10 +240,10 @@ class Compiler:
     def assign(self, s: A.Assign) -> None:
         b = self.scope.lookup(s.name)
         if b is None:
-            raise _err("NameError", f"cannot assign to '{s.name}': it is not defined", s,
+            raise compile_error("NameError", f"cannot assign to '{s.name}': it is not defined", s,
                        f"declare it first: let mut {s.name} = ...")
         if not b.mutable:
-            raise _err("SyntaxError", f"cannot assign twice to immutable '{s.name}'", s,
+            raise compile_error("SyntaxError", f"cannot assign twice to immutable '{s.name}'", s,
                        f"declare it with let mut {s.name} = ... to reassign it")
         value = self.expr(s.value)
         if s.op != "=":
@@ -624,7 +385,7 @@ class Compiler:
     def expr(self, node: A.Node) -> py.expr:
         method = getattr(self, "x_" + type(node).__name__, None)
         if method is None:
-            raise _err("SyntaxError", f"unexpected {type(node).__name__} here", node)
+            raise compile_error("SyntaxError", f"unexpected {type(node).__name__} here", node)
         result: py.expr = method(node)
         return result
 
@@ -686,7 +447,7 @@ class Compiler:
         Python treats True as 1 in arithmetic; conch does not. Two identity tests cost a few
         nanoseconds, where a helper call would double the cost of ``x * 2``.
         """
-        if _is_trivial(e):
+        if is_trivial(e):
             ref: py.expr = e
             first: py.expr = e
         else:
@@ -724,11 +485,11 @@ class Compiler:
         if not need_l and not need_r:
             return self.at(build(left, right), n, oppos)
         # The tests run before the operation: keep operands evaluated left to right, once.
-        if need_r and not _is_trivial(left) and not _is_trivial(right):
+        if need_r and not is_trivial(left) and not is_trivial(right):
             left = self.spill(left)
         tests: list[py.expr] = []
         lref, rref = left, right
-        if need_r and _is_trivial(left):
+        if need_r and is_trivial(left):
             rref, rtests = self.bool_guard(right)
             tests += rtests
             if need_l:
@@ -760,7 +521,7 @@ class Compiler:
                     oppos: tuple[int, int, int] | None) -> py.expr:
         """``left * right``, one of them an Int literal and ``other`` the other: Python's
         ``*`` when ``other`` is an Int or a Float (not a Bool), else ``$mul`` as before."""
-        if _is_trivial(other):
+        if is_trivial(other):
             ref: py.expr = other
             first: py.expr = other
         else:
@@ -866,7 +627,7 @@ class Compiler:
         if n.obj is None:
             obj = self.pipe_input[-1]
             if obj is None:
-                raise _err("SyntaxError", f"'.{n.name}' needs an input", n,
+                raise compile_error("SyntaxError", f"'.{n.name}' needs an input", n,
                            f"use it as a pipeline stage: value | .{n.name}")
             self.pipe_used = True
         else:
@@ -992,9 +753,9 @@ class Compiler:
             else:
                 else_val = self.block_value(n.orelse, want_value)
         if not want_value:
-            if not _is_trivial(then_val):
+            if not is_trivial(then_val):
                 then_stmts.append(py.Expr(then_val))
-            if not _is_trivial(else_val):
+            if not is_trivial(else_val):
                 else_stmts.append(py.Expr(else_val))
             self.emit(self.at(py.If(cond, then_stmts or [py.Pass()], else_stmts), n))
             return E.const(None)
@@ -1007,98 +768,16 @@ class Compiler:
         return E.name(t)
 
     def x_Match(self, n: A.Match) -> py.expr:
-        subject = self.spill(self.expr(n.subject))
-        if not isinstance(subject, py.Name):
-            t = self.fresh("m")
-            self.emit(E.assign(t, subject))
-            subject = E.name(t)
-        result = self.fresh("r")
-        arms: list[tuple[py.expr, list[py.stmt], A.MatchArm]] = []
-        complex_guard = False
-        for arm in n.arms:
-            with self.new_scope():
-                test = self.pattern(arm.pattern, subject)
-                gbuf: list[py.stmt] = []
-                if arm.guard is not None:
-                    self.in_guard = True
-                    try:
-                        with self.into(gbuf):
-                            guard = self.cond(arm.guard)
-                    finally:
-                        self.in_guard = False
-                body: list[py.stmt] = []
-                with self.into(body):
-                    value = self.expr(arm.body)
-                body.append(E.assign(result, value))
-                if arm.guard is not None and not gbuf:
-                    test = py.BoolOp(py.And(), [test, guard])
-                elif arm.guard is not None:
-                    complex_guard = True
-                    body = [*gbuf, py.If(guard, body, [])]
-            self.at(test, arm.pattern)
-            arms.append((test, body, arm))
-        if not complex_guard:
-            tail: list[py.stmt] = [E.assign(result, E.const(None))]
-            for test, body, arm in reversed(arms):
-                tail = [self.at(py.If(test, body, tail), arm.pattern)]
-            for s in tail:
-                self.emit(s)
-            return E.name(result)
-        done = self.fresh("done")
-        self.emit(E.assign(result, E.const(None)))
-        self.emit(E.assign(done, E.const(False)))
-        for test, body, arm in arms:
-            # the arm's body (and guard) set the flag when they produce the result
-            inner = body
-            last_if = inner[-1]
-            if isinstance(last_if, py.If):
-                last_if.body.append(E.assign(done, E.const(True)))
-            else:
-                inner.append(E.assign(done, E.const(True)))
-            gate = py.BoolOp(py.And(), [py.UnaryOp(py.Not(), E.name(done)), test])
-            self.emit(self.at(py.If(gate, inner, []), arm.pattern))
-        return E.name(result)
+        from conch.lang import patterns
+
+        return patterns.match(self, n)
 
     def pattern(self, p: A.Pattern, subject: py.expr) -> py.expr:
-        """A test of ``subject`` against ``p`` that binds the pattern's names as it goes."""
-        if isinstance(p, A.PWild):
-            return E.const(True)
-        if isinstance(p, A.PBind):
-            b = self.declare(p.name)
-            bind = py.NamedExpr(E.store(b.pyname), subject)
-            return py.BoolOp(py.Or(), [bind, E.const(True)])
-        if isinstance(p, A.PLit):
-            v = p.value
-            if type(v) is str:
-                return py.Compare(subject, [py.Eq()], [E.const(v)])
-            return E.call("$peq", [subject, E.const(v)])
-        if isinstance(p, A.PRange):
-            return E.call("$inrange", [subject, E.const(p.start), E.const(p.end), E.const(p.inclusive)])
-        if isinstance(p, A.POr):
-            return py.BoolOp(py.Or(), [self.pattern(o, subject) for o in p.options])
-        if isinstance(p, A.PArray):
-            t = self.fresh("a")
-            tests: list[py.expr] = [
-                py.Compare(py.NamedExpr(E.store(t), E.call("$asarray", [subject])), [py.IsNot()], [E.const(None)]),
-            ]
-            count = len(p.items)
-            length = E.call("$len", [E.name(t)])
-            tests.append(py.Compare(length, [py.GtE() if p.has_rest else py.Eq()], [E.const(count)]))
-            for i, item in enumerate(p.items):
-                sub = py.Subscript(E.name(t), E.const(i), py.Load())
-                tests.append(self.pattern(item, sub))
-            if p.rest:
-                b = self.declare(p.rest)
-                rest = py.Subscript(E.name(t), py.Slice(E.const(count), None, None), py.Load())
-                tests.append(py.BoolOp(py.Or(), [py.NamedExpr(E.store(b.pyname), rest), E.const(True)]))
-            return py.BoolOp(py.And(), tests)
-        if isinstance(p, A.PRecord):
-            tests = [E.call("$isrecord", [subject])]
-            for key, sub_p in p.fields:
-                tests.append(py.Compare(E.const(key), [py.In()], [subject]))
-                tests.append(self.pattern(sub_p, py.Subscript(subject, E.const(key), py.Load())))
-            return py.BoolOp(py.And(), tests)
-        raise _err("SyntaxError", "unsupported pattern", p)
+        """A test of ``subject`` against ``p`` that binds the pattern's names as it goes
+        (:mod:`conch.lang.patterns`, imported when a program first has a pattern)."""
+        from conch.lang import patterns
+
+        return patterns.pattern(self, p, subject)
 
     def x_Try(self, n: A.Try) -> py.expr:
         result = self.fresh("r")
@@ -1124,13 +803,13 @@ class Compiler:
 
     def x_Break(self, n: A.Break) -> py.expr:
         if self.loop_depth == 0:
-            raise _err("SyntaxError", "'break' outside a loop", n)
+            raise compile_error("SyntaxError", "'break' outside a loop", n)
         self.emit(self.at(py.Break(), n))
         return E.const(None)
 
     def x_Continue(self, n: A.Continue) -> py.expr:
         if self.loop_depth == 0:
-            raise _err("SyntaxError", "'continue' outside a loop", n)
+            raise compile_error("SyntaxError", "'continue' outside a loop", n)
         self.emit(self.at(py.Continue(), n))
         return E.const(None)
 
@@ -1145,4 +824,4 @@ class Compiler:
         return E.const(None)
 
     def x_Let(self, n: A.Let) -> py.expr:
-        raise _err("SyntaxError", "'let' is a statement", n)
+        raise compile_error("SyntaxError", "'let' is a statement", n)

@@ -15,8 +15,9 @@ import time
 from conch.lang import ast as A
 from conch.lang import context as ctxmod
 from conch.lang import runtime
-from conch.lang.compiler import FILENAME, MAIN, Compiled, Compiler
+from conch.lang.compiler import MAIN, Compiled, Compiler
 from conch.lang.context import Context
+from conch.lang.emit import FILENAME
 from conch.lang.errors import ConchError, did_you_mean, from_python
 from conch.lang.parser import parse, parse_expression
 from conch.lang.values import LazyList

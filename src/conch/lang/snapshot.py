@@ -65,8 +65,8 @@ import orjson
 
 from conch.lang import ast as A
 from conch.lang import emit as E
-from conch.lang.compiler import FILENAME, Compiler, compile_quietly, fix_missing_locations
-from conch.lang.emit import Binding, Func, Scope
+from conch.lang.compiler import Compiler
+from conch.lang.emit import FILENAME, Binding, Func, Scope, compile_quietly, fix_missing_locations
 from conch.lang.errors import ConchError
 from conch.lang.parser import parse, parse_expression
 from conch.lang.record import record

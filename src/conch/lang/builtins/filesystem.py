@@ -1,4 +1,10 @@
-"""Filesystem builtins: listing, reading, writing and searching files.
+"""Filesystem builtins: the category's path policy and the helpers its modules share, with
+the builtins that look at the tree (``ls``, ``stat``, ``exists``, ``glob``, ``find``, ``du``,
+``pwd``, ``cd``).
+
+The category's other builtins are in a module per job: ``filesystem_contents`` (``cat``,
+``open``, ``write``, ``append``), ``filesystem_edit`` (``mkdir``, ``touch``, ``rm``, ``mv``,
+``cp``) and ``filesystem_text`` (``head``, ``tail``, ``wc``, ``grep``).
 
 Every path goes through ``context.current().resolve_path``, which refuses, when the run has
 a workspace, any path whose real location (symlinks resolved) is outside it. Destinations of
@@ -25,22 +31,19 @@ Decisions where a shell leaves room:
 
 from __future__ import annotations
 
-import io
-import itertools
 import os
 import posixpath
 import stat as _stat
 
-from conch.lang import values
-from conch.lang.builtins.registry import REGISTRY, Example, builtin
-from conch.lang.builtins.types import Array, Bool, Int, Record, String, Table
+from conch.lang.builtins.registry import Example, builtin
+from conch.lang.builtins.types import Array, Bool, Record, String, Table
 from conch.lang.context import Context, current
-from conch.lang.errors import ConchError, check_at_least
+from conch.lang.errors import ConchError
 
 # pathlib, json, re, fnmatch, shutil, tempfile, csv, datetime and the like are imported
-# where used, and typing only by type checkers: a program naming one builtin imports this
-# module (``append`` and ``find`` are also collection builtins), and together they would be
-# most of its start-up.
+# where used, and typing only by type checkers: a program naming one filesystem builtin
+# imports this module (``find`` is also a collection builtin, ``append`` imports it through
+# filesystem_contents), and together they would be most of its start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
@@ -54,7 +57,7 @@ CAT = "filesystem"
 # -- errors ------------------------------------------------------------------------------
 
 
-def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
+def os_error(exc: OSError, shown: str | None = None) -> ConchError:
     """A conch error for an OSError, naming the path as the program spelled it."""
     if shown is None:
         from pathlib import Path
@@ -69,14 +72,14 @@ def _os_error(exc: OSError, shown: str | None = None) -> ConchError:
     return ConchError("IOError", f"{reason}: {shown}")
 
 
-def _fs(fn: Callable[..., Any]) -> Callable[..., Any]:
+def translate_os_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Translate stray OSErrors (the path is then taken from the exception)."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
-            raise _os_error(exc) from None
+            raise os_error(exc) from None
 
     # what functools.wraps does, without importing functools
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
@@ -86,18 +89,20 @@ def _fs(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _not_found(path: str) -> ConchError:
+def not_found(path: str) -> ConchError:
+    """The error for a path that does not exist, spelled as the program gave it."""
     return ConchError("FileNotFoundError", f"no such file or directory: {path}")
 
 
 # -- paths -------------------------------------------------------------------------------
 
 
-def _resolve(path: str) -> Path:
+def resolve(path: str) -> Path:
+    """Where ``path`` is on disk, refused outside the workspace (see the module's text)."""
     return current().resolve_path(path)
 
 
-def _resolve_entry(path: str) -> Path:
+def resolve_entry(path: str) -> Path:
     """The path of the entry itself, without following a final symlink (for ``rm``, ``mv``,
     ``stat``): the parent is resolved and checked, the last component is kept as is."""
     ctx = current()
@@ -120,7 +125,7 @@ def _escapes(path: str | os.PathLike[str], ctx: Context | None = None) -> bool:
     return real != root and root not in real.parents
 
 
-def _join(shown: str, name: str) -> str:
+def join_shown(shown: str, name: str) -> str:
     """How an entry under ``shown`` is spelled back to the program."""
     if shown in ("", "."):
         return name
@@ -135,14 +140,15 @@ def _scandir(directory: Path | str) -> list[os.DirEntry[str]]:
         return []
 
 
-def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+def is_real_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether an entry is a directory itself, not a symlink to one."""
     try:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
 
 
-def _walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.DirEntry[str], int]]:
+def walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.DirEntry[str], int]]:
     """Every entry below ``directory``, depth first in name order, as (shown path, entry,
     depth). Symlinked directories are yielded but not entered; symlinks pointing outside the
     workspace are left out."""
@@ -154,9 +160,9 @@ def _walk(directory: Path, shown: str, ctx: Context) -> Iterator[tuple[str, os.D
         for entry in _scandir(d):
             if entry.is_symlink() and _escapes(entry.path, ctx):
                 continue
-            child = _join(s, entry.name)
+            child = join_shown(s, entry.name)
             yield child, entry, depth
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 below.append((entry.path, child, depth + 1))
         stack.extend(reversed(below))
 
@@ -255,15 +261,15 @@ def _glob_in(
         for entry in _scandir(directory):
             if entry.name.startswith("."):
                 continue
-            child = _join(shown, entry.name)
+            child = join_shown(shown, entry.name)
             if not rest and not (entry.is_symlink() and _escapes(entry.path, ctx)):
                 yield child, Path(entry.path)
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 yield from _glob_in(Path(entry.path), child, segs, ctx)
         return
     if not _has_magic(seg):
         path = directory / seg
-        child = _join(shown, seg) if seg else shown
+        child = join_shown(shown, seg) if seg else shown
         if rest:
             if path.is_dir() and not path.is_symlink():
                 yield from _glob_in(path, child, rest, ctx)
@@ -276,9 +282,9 @@ def _glob_in(
             continue
         if not regex.match(entry.name):
             continue
-        child = _join(shown, entry.name)
+        child = join_shown(shown, entry.name)
         if rest:
-            if _is_real_dir(entry):
+            if is_real_dir(entry):
                 yield from _glob_in(Path(entry.path), child, rest, ctx)
         elif not (entry.is_symlink() and _escapes(entry.path, ctx)):
             yield child, Path(entry.path)
@@ -310,109 +316,6 @@ def _glob(pattern: str) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
-# -- text helpers --------------------------------------------------------------------------
-
-
-def _read_text(path: str) -> str:
-    real = _resolve(path)
-    try:
-        with open(real, encoding="utf-8", errors="replace", newline="") as fh:
-            return fh.read()
-    except IsADirectoryError:
-        raise ConchError("IOError", f"is a directory: {path}", hint=f'ls("{path}") lists it')
-    except OSError as exc:
-        raise _os_error(exc, path) from None
-
-
-def _is_text(value: Any) -> bool:
-    return type(value) is str and "\n" in value
-
-
-def _text_input(value: Any) -> tuple[str | None, list[str] | None]:
-    """(path, None) for a path, (None, lines) for text or an Array of lines."""
-    if values.is_array(value):
-        return None, [values.render(x) for x in values.as_list(value)]
-    if _is_text(value):
-        return None, value.splitlines()
-    return value, None
-
-
-_NO_TEXT_HINT = "a String without a newline is taken as a path; pass text as `text | lines`"
-
-
-def _open_lines(path: str) -> io.TextIOWrapper:
-    real = _resolve(path)
-    try:
-        return open(real, encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ConchError(
-            "FileNotFoundError", f"no such file or directory: {path}", hint=_NO_TEXT_HINT
-        ) from None
-    except IsADirectoryError:
-        raise ConchError("IOError", f"is a directory: {path}") from None
-    except OSError as exc:
-        raise _os_error(exc, path) from None
-
-
-# -- parsing and serialising by extension ------------------------------------------------
-
-
-def _format_of(path: str) -> str | None:
-    ext = posixpath.splitext(path)[1].lower()
-    return {
-        ".json": "json",
-        ".csv": "csv",
-        ".yaml": "yaml",
-        ".yml": "yaml",
-        ".toml": "toml",
-        ".jsonl": "jsonl",
-        ".ndjson": "jsonl",
-    }.get(ext)
-
-
-def _parse(fmt: str, text: str, path: str) -> Any:
-    # The data builtins (from_csv, ...) decide how values are typed, so `open("x.csv")` and
-    # `cat("x.csv") | from_csv` agree; JSON Lines has no builtin of its own.
-    try:
-        if fmt == "jsonl":
-            import json
-
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        return REGISTRY[f"from_{fmt}"].fn(text)
-    except ConchError as exc:
-        raise ConchError(exc.kind, f"{path}: {exc.message}", hint=exc.hint) from None
-    except ValueError as exc:
-        raise ConchError("ValueError", f"{path}: not valid {fmt}: {exc}") from None
-
-
-def _serialise(content: Any, path: str) -> str:
-    if type(content) is str:
-        return content
-    import json
-
-    fmt = _format_of(path)
-    if fmt in ("yaml", "toml", "csv"):
-        return str(REGISTRY[f"to_{fmt}"].fn(content))
-    if fmt == "jsonl" and values.is_array(content):
-        return "".join(
-            json.dumps(values.to_json_value(x), ensure_ascii=False) + "\n"
-            for x in values.as_list(content)
-        )
-    return json.dumps(values.to_json_value(content), ensure_ascii=False, indent=2) + "\n"
-
-
-def _umask() -> int:
-    # Read rather than set-and-restore: os.umask() is process-wide and racy under threads.
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
 # -- builtins ----------------------------------------------------------------------------
 
 
@@ -433,16 +336,16 @@ def _umask() -> int:
         Example('write(".hidden", ""); [len(ls()), len(ls(all=true))]', [0, 1]),
     ],
 )
-@_fs
+@translate_os_errors
 def ls(path: String = ".", all: Bool = False) -> Table:
     if _has_magic(path) or "{" in path:
         matches = _glob(path)
         return [_entry(shown, os.lstat(real)) for shown, real in matches]
-    real = _resolve(path)
+    real = resolve(path)
     try:
         st = os.stat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     if not _stat.S_ISDIR(st.st_mode):
         return [_entry(path, os.lstat(real))]
     try:
@@ -451,7 +354,7 @@ def ls(path: String = ".", all: Bool = False) -> Table:
         with os.scandir(real) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     out = []
     for entry in entries:
         if not all and entry.name.startswith("."):
@@ -460,295 +363,8 @@ def ls(path: String = ".", all: Bool = False) -> Table:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        out.append(_entry(_join(path, entry.name), st))
+        out.append(_entry(join_shown(path, entry.name), st))
     return out
-
-
-@builtin(
-    "cat",
-    category=CAT,
-    effect="read",
-    description="The contents of a text file as a String (invalid UTF-8 is replaced).",
-    examples=[Example('write("a.txt", "hi"); cat("a.txt")', "hi")],
-)
-def cat(path: String) -> String:
-    return _read_text(path)
-
-
-@builtin(
-    "open",
-    category=CAT,
-    effect="read",
-    description=(
-        "Read a file and parse it by extension: .json, .jsonl, .csv (a Table), .yaml/.yml, "
-        ".toml; any other file is returned as text. raw=true returns the text unparsed."
-    ),
-    examples=[
-        Example('write("d.json", {a: 1, b: [true]}); open("d.json")', {"a": 1, "b": [True]}),
-        Example('write("p.toml", "name = \\"x\\"\\n"); open("p.toml").name', "x"),
-        Example('write("c.yaml", "k: v\\n"); open("c.yaml")', {"k": "v"}),
-        Example('write("notes.md", "# hi"); open("notes.md")', "# hi"),
-        Example('write("d.json", "[1]"); open("d.json", raw=true)', "[1]"),
-    ],
-)
-def open_(path: String, raw: Bool = False) -> Any:
-    text = _read_text(path)
-    fmt = None if raw else _format_of(path)
-    if fmt is None:
-        return text
-    return _parse(fmt, text, path)
-
-
-@builtin(
-    "write",
-    category=CAT,
-    effect="write",
-    description=(
-        "Replace a file's contents atomically (temporary file, then rename). A String is "
-        "written as is; other values as .yaml/.toml/.csv by extension, JSON otherwise. "
-        "Returns {path, bytes}."
-    ),
-    examples=[
-        Example('write("a.txt", "héllo")', {"path": "a.txt", "bytes": 6}),
-        Example('write("a.json", [1, 2]); open("a.json")', [1, 2]),
-        Example('write("t.csv", [{a: "x"}, {a: "y"}]); open("t.csv") | .a', ["x", "y"]),
-    ],
-)
-@_fs
-def write(path: String, content: Any) -> Record:
-    ctx = current()
-    real = ctx.resolve_path(path)
-    data = _serialise(content, path).encode("utf-8")
-    if os.path.isdir(real):
-        raise ConchError("IOError", f"is a directory: {path}")
-    parent = real.parent
-    if not parent.is_dir():
-        raise ConchError(
-            "FileNotFoundError",
-            f"no such directory: {posixpath.dirname(path) or '.'}",
-            hint="create it first with mkdir",
-        )
-    try:
-        mode = _stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{real.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, real)
-    except BaseException:
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return {"path": path, "bytes": len(data)}
-
-
-@builtin(
-    "append",
-    category=CAT,
-    effect="write",
-    description=(
-        "Append to a file, creating it if needed. A String is appended as is; any other value "
-        "as one line of JSON. Returns {path, bytes} with the bytes appended."
-    ),
-    examples=[
-        Example('append("log.txt", "a\\n"); append("log.txt", "b\\n"); cat("log.txt")', "a\nb\n"),
-        Example('append("e.jsonl", {n: 1})', {"path": "e.jsonl", "bytes": 9}),
-    ],
-)
-@_fs
-def append(path: String, content: Any) -> Record:
-    real = _resolve(path)
-    if type(content) is str:
-        text = content
-    else:
-        import json
-
-        text = json.dumps(values.to_json_value(content), ensure_ascii=False) + "\n"
-    data = text.encode("utf-8")
-    try:
-        with open(real, "ab") as fh:
-            fh.write(data)
-    except IsADirectoryError:
-        raise ConchError("IOError", f"is a directory: {path}") from None
-    except OSError as exc:
-        raise _os_error(exc, path) from None
-    return {"path": path, "bytes": len(data)}
-
-
-@builtin(
-    "mkdir",
-    category=CAT,
-    effect="write",
-    description="Create a directory and any missing parents (no error if it exists). Returns the path.",
-    examples=[Example('mkdir("a/b/c"); exists("a/b/c")', True), Example('mkdir("d")', "d")],
-)
-@_fs
-def mkdir(path: String) -> String:
-    real = _resolve(path)
-    try:
-        real.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ConchError("IOError", f"exists and is not a directory: {path}") from None
-    return path
-
-
-@builtin(
-    "rm",
-    category=CAT,
-    effect="write",
-    description=(
-        "Remove a file, a symlink (not what it points to) or an empty directory; "
-        "recursive=true removes a directory and everything in it."
-    ),
-    examples=[
-        Example('write("a.txt", "x"); rm("a.txt"); exists("a.txt")', False),
-        Example(
-            'mkdir("d/e"); write("d/e/f.txt", "x"); rm("d", recursive=true); exists("d")', False
-        ),
-    ],
-)
-@_fs
-def rm(path: String, recursive: Bool = False) -> None:
-    ctx = current()
-    target = _resolve_entry(path)
-    if ctx.workspace is not None and target == ctx.workspace:
-        raise ConchError("PermissionError", "rm: refusing to remove the workspace root")
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        raise _not_found(path) from None
-    if not _stat.S_ISDIR(st.st_mode):
-        os.unlink(target)
-        return None
-    if recursive:
-        import shutil
-
-        # rmtree removes symlinks it meets without following them.
-        shutil.rmtree(target)
-        return None
-    try:
-        os.rmdir(target)
-    except OSError as exc:
-        if exc.errno in (39, 66):  # ENOTEMPTY (Linux, BSD)
-            raise ConchError(
-                "IOError", f"directory not empty: {path}", hint="rm(path, recursive=true)"
-            ) from None
-        raise
-    return None
-
-
-def _into(dst: str, src_name: str) -> tuple[Path, str]:
-    """The destination of mv/cp: inside ``dst`` when it is a directory. Both the directory
-    and the final path are checked against the workspace."""
-    ctx = current()
-    real = ctx.resolve_path(dst)
-    if real.is_dir():
-        shown = _join(dst, src_name)
-        return ctx.resolve_path(real / src_name), shown
-    return real, dst
-
-
-def _source_name(path: str, real: Path) -> str:
-    name = posixpath.basename(path.rstrip("/"))
-    return real.name if name in ("", ".", "..") else name
-
-
-@builtin(
-    "mv",
-    category=CAT,
-    effect="write",
-    description="Move or rename a file or directory; into a directory when the destination is one. Returns the new path.",
-    examples=[
-        Example(
-            'write("a.txt", "x"); mv("a.txt", "b.txt"); [exists("a.txt"), cat("b.txt")]',
-            [False, "x"],
-        ),
-        Example('write("a.txt", "x"); mkdir("d"); mv("a.txt", "d")', "d/a.txt"),
-    ],
-)
-@_fs
-def mv(src: String, dst: String) -> String:
-    ctx = current()
-    source = _resolve_entry(src)
-    if not os.path.lexists(source):
-        raise _not_found(src)
-    if ctx.workspace is not None and source == ctx.workspace:
-        raise ConchError("PermissionError", "mv: refusing to move the workspace root")
-    target, shown = _into(dst, _source_name(src, source))
-    if (
-        source.is_dir()
-        and not source.is_symlink()
-        and (target == source or source in target.parents)
-    ):
-        raise ConchError("IOError", f"mv: cannot move {src} into itself")
-    if target.is_dir():
-        raise ConchError("IOError", f"mv: destination exists and is a directory: {shown}")
-    import shutil
-
-    shutil.move(os.fspath(source), os.fspath(target))
-    return shown
-
-
-def _copy_tree(src: Path, dst: Path, ctx: Context) -> None:
-    import shutil
-
-    dst.mkdir(exist_ok=True)
-    for shown, entry, _depth in _walk(src, "", ctx):
-        if entry.is_symlink():
-            # Links pointing outside were skipped by _walk; the others are kept as links.
-            link = ctx.resolve_path((dst / shown).parent) / entry.name
-            if os.path.lexists(link):
-                os.unlink(link)
-            os.symlink(os.readlink(entry.path), link)
-            continue
-        target = ctx.resolve_path(dst / shown)
-        if _is_real_dir(entry):
-            target.mkdir(exist_ok=True)
-        else:
-            shutil.copy2(entry.path, target)
-
-
-@builtin(
-    "cp",
-    category=CAT,
-    effect="write",
-    description=(
-        "Copy a file, or a directory recursively; into a directory when the destination is "
-        "one. Symlinks inside a copied tree stay symlinks; those pointing outside the "
-        "workspace are skipped. Returns the new path."
-    ),
-    examples=[
-        Example('write("a.txt", "x"); cp("a.txt", "b.txt"); cat("b.txt")', "x"),
-        Example('mkdir("d/e"); write("d/e/f.txt", "y"); cp("d", "d2"); cat("d2/e/f.txt")', "y"),
-    ],
-)
-@_fs
-def cp(src: String, dst: String) -> String:
-    ctx = current()
-    source = _resolve(src)
-    if not source.exists():
-        raise _not_found(src)
-    target, shown = _into(dst, _source_name(src, source))
-    if source.is_dir():
-        if target == source or source in target.parents:
-            raise ConchError("IOError", f"cp: cannot copy {src} into itself")
-        if target.exists() and not target.is_dir():
-            raise ConchError("IOError", f"cp: destination is a file: {shown}")
-        _copy_tree(source, target, ctx)
-    else:
-        if target == source:
-            raise ConchError("IOError", f"cp: {src} and {shown} are the same file")
-        import shutil
-
-        shutil.copy2(source, target)
-    return shown
 
 
 @builtin(
@@ -759,7 +375,7 @@ def cp(src: String, dst: String) -> String:
     examples=[Example('write("a.txt", ""); [exists("a.txt"), exists("nope")]', [True, False])],
 )
 def exists(path: String) -> Bool:
-    return _resolve(path).exists()
+    return resolve(path).exists()
 
 
 @builtin(
@@ -779,11 +395,11 @@ def exists(path: String) -> Bool:
     ],
 )
 def stat(path: String) -> Record:
-    real = _resolve_entry(path)
+    real = resolve_entry(path)
     try:
         st = os.lstat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     entry = _entry(posixpath.basename(path.rstrip("/")) or real.name, st)
     return {
         "name": entry["name"],
@@ -815,7 +431,7 @@ def stat(path: String) -> Record:
         Example('write("a.txt", ""); write("b.md", ""); glob("*.{md,txt}")', ["a.txt", "b.md"]),
     ],
 )
-@_fs
+@translate_os_errors
 def glob(pattern: String) -> Array:
     return [shown for shown, _ in _glob(pattern)]
 
@@ -841,7 +457,7 @@ _TYPES = ("file", "dir", "symlink")
         Example('mkdir("a"); write("a/x.py", ""); find("*.py")', ["a/x.py"]),
     ],
 )
-@_fs
+@translate_os_errors
 def find(path: String = ".", name: String = "*", type: String | None = None) -> Array:
     if type is not None and type not in _TYPES:
         raise ConchError(
@@ -855,14 +471,14 @@ def find(path: String = ".", name: String = "*", type: String | None = None) -> 
     real = ctx.resolve_path(path)
     if not real.is_dir():
         if not real.exists():
-            raise _not_found(path)
+            raise not_found(path)
         raise ConchError("IOError", f"find: not a directory: {path}")
     out = []
-    for shown, entry, _depth in _walk(real, path, ctx):
+    for shown, entry, _depth in walk(real, path, ctx):
         if not fnmatch.fnmatchcase(entry.name, name):
             continue
         if type is not None:
-            kind = "symlink" if entry.is_symlink() else ("dir" if _is_real_dir(entry) else "file")
+            kind = "symlink" if entry.is_symlink() else ("dir" if is_real_dir(entry) else "file")
             if kind != type:
                 continue
         out.append(shown)
@@ -907,220 +523,10 @@ def cd(path: String | None = None) -> String:
         shown = path
     if not real.is_dir():
         if not real.exists():
-            raise _not_found(shown)
+            raise not_found(shown)
         raise ConchError("IOError", f"cd: not a directory: {shown}")
     ctx.cwd = real
     return real.as_posix()
-
-
-@builtin(
-    "head",
-    category=CAT,
-    effect="read",
-    description=(
-        "The first n lines of a file or a text (a String with a newline is text, any other "
-        "String a path), as a String; of an Array, its first n elements."
-    ),
-    examples=[
-        Example('write("a.txt", "1\\n2\\n3\\n"); head("a.txt", 2)', "1\n2"),
-        Example('"a\\nb\\nc" | head(1)', "a"),
-        Example("[1, 2, 3] | head(2)", [1, 2]),
-    ],
-)
-def head(input: String | Array, n: Int = 10) -> String | Array:
-    return _ends("head", input, n, last=False)
-
-
-def _ends(who: str, input: Any, n: int, last: bool) -> Any:
-    """The first (or ``last``) ``n`` elements of an Array, or lines of a text or a file; a
-    file is read line by line (only ``n`` lines are kept)."""
-    check_at_least(who, "n", n, 0)
-    array = values.is_array(input)
-    if last:
-        from collections import deque
-
-        if n == 0:  # (and a deque of no length would read everything)
-            return [] if array else ""
-    if array:
-        return list(deque(input, maxlen=n) if last else itertools.islice(input, n))
-    if _is_text(input):
-        lines = input.splitlines()
-        return "\n".join(lines[-n:] if last else lines[:n])
-    with _open_lines(input) as fh:
-        picked = deque(fh, maxlen=n) if last else itertools.islice(fh, n)
-        return "\n".join(line.rstrip("\r\n") for line in picked)
-
-
-@builtin(
-    "tail",
-    category=CAT,
-    effect="read",
-    description=(
-        "The last n lines of a file or a text (a String with a newline is text, any other "
-        "String a path), as a String; of an Array, its last n elements."
-    ),
-    examples=[
-        Example('write("a.txt", "1\\n2\\n3\\n"); tail("a.txt", 2)', "2\n3"),
-        Example('"a\\nb\\nc" | tail(1)', "c"),
-        Example("[1, 2, 3] | tail(2)", [2, 3]),
-    ],
-)
-def tail(input: String | Array, n: Int = 10) -> String | Array:
-    return _ends("tail", input, n, last=True)
-
-
-@builtin(
-    "wc",
-    category=CAT,
-    effect="read",
-    description=(
-        "Count {lines, words, bytes} of a file or a text (a String with a newline is text, "
-        "any other String a path); a last line without a newline counts as a line."
-    ),
-    examples=[
-        Example(
-            'write("a.txt", "one two\\nthree\\n"); wc("a.txt")',
-            {"lines": 2, "words": 3, "bytes": 14},
-        ),
-        Example('"a b\\nc" | wc', {"lines": 2, "words": 3, "bytes": 5}),
-    ],
-)
-def wc(input: String | Array) -> Record:
-    path, lines = _text_input(input)
-    if path is not None:
-        real = _resolve(path)
-        try:
-            data = real.read_bytes()
-        except IsADirectoryError:
-            raise ConchError("IOError", f"is a directory: {path}") from None
-        except FileNotFoundError:
-            raise ConchError(
-                "FileNotFoundError", f"no such file or directory: {path}", hint=_NO_TEXT_HINT
-            ) from None
-        except OSError as exc:
-            raise _os_error(exc, path) from None
-        text = data.decode("utf-8", errors="replace")
-        return {"lines": len(text.splitlines()), "words": len(text.split()), "bytes": len(data)}
-    assert lines is not None
-    text = input if type(input) is str else "\n".join(lines)
-    return {
-        "lines": len(lines),
-        "words": len(text.split()),
-        "bytes": len(text.encode("utf-8")),
-    }
-
-
-def _is_binary(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return b"\0" in fh.read(8192)
-    except OSError:
-        return True
-
-
-@builtin(
-    "grep",
-    category=CAT,
-    effect="read",
-    description=(
-        "Lines matching a regular expression. grep(pattern, path) searches a file, a directory "
-        "(recursively, skipping binary files and symlinks) or an Array of paths and returns a "
-        "Table {path, line, text}; on text (a String with a newline, or an Array of lines, "
-        'also piped: `cat("f") | grep("x")`) it returns {line, text}. Lines are 1-based.'
-    ),
-    examples=[
-        Example(
-            'write("a.txt", "foo\\nbar\\nfood\\n"); grep("^foo", "a.txt")',
-            [
-                {"path": "a.txt", "line": 1, "text": "foo"},
-                {"path": "a.txt", "line": 3, "text": "food"},
-            ],
-        ),
-        Example(
-            '"one\\ntwo\\nthree" | grep("t")',
-            [{"line": 2, "text": "two"}, {"line": 3, "text": "three"}],
-        ),
-        Example('grep("B", "a\\nb\\n", ignore_case=true) | .line', [2]),
-        Example('mkdir("d"); write("d/x.txt", "hit\\n"); grep("hit", "d") | .path', ["d/x.txt"]),
-    ],
-)
-@_fs
-def grep(pattern: String | Array, input: String | Array = ".", ignore_case: Bool = False) -> Table:
-    piped = values.is_array(pattern) or _is_text(pattern)
-    if piped:
-        # piped text: the subject came first
-        if type(input) is not str:
-            raise ConchError("TypeError", "grep: the pattern must be a String")
-        pattern, input = input, pattern
-    assert type(pattern) is str
-    import re
-    from pathlib import Path
-
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise ConchError(
-            "ValueError", f"grep: invalid regular expression {pattern!r}: {exc}"
-        ) from None
-    if piped or _is_text(input):
-        lines = (
-            [values.render(x) for x in values.as_list(input)]
-            if piped and values.is_array(input)
-            else input.splitlines()
-        )
-        return [{"line": i, "text": t} for i, t in enumerate(lines, 1) if regex.search(t)]
-    if values.is_array(input):
-        # An Array in second position: the paths to search.
-        targets = [values.render(x) for x in values.as_list(input)]
-    else:
-        targets = [input]
-    ctx = current()
-    files: list[tuple[str, Path]] = []
-    for target in targets:
-        real = ctx.resolve_path(target)
-        if real.is_dir():
-            for shown, entry, _depth in _walk(real, target, ctx):
-                if entry.is_file(follow_symlinks=False) and not _is_binary(entry.path):
-                    files.append((shown, Path(entry.path)))
-        elif real.exists():
-            files.append((target, real))
-        else:
-            raise ConchError(
-                "FileNotFoundError", f"no such file or directory: {target}", hint=_NO_TEXT_HINT
-            )
-    out = []
-    for shown, real in files:
-        ctx.check_cancelled()
-        try:
-            with open(real, encoding="utf-8", errors="replace") as fh:
-                for i, line in enumerate(fh, 1):
-                    text = line.rstrip("\r\n")
-                    if regex.search(text):
-                        out.append({"path": shown, "line": i, "text": text})
-        except OSError as exc:
-            raise _os_error(exc, shown) from None
-    return out
-
-
-@builtin(
-    "touch",
-    category=CAT,
-    effect="write",
-    description="Create an empty file, or set an existing one's modification time to now. Returns the path.",
-    examples=[Example('touch("a.txt"); [exists("a.txt"), cat("a.txt")]', [True, ""])],
-)
-@_fs
-def touch(path: String) -> String:
-    real = _resolve(path)
-    if real.exists():
-        os.utime(real)
-    else:
-        try:
-            with open(real, "ab"):
-                pass
-        except FileNotFoundError:
-            raise _not_found(path) from None
-    return path
 
 
 @builtin(
@@ -1138,21 +544,21 @@ def touch(path: String) -> String:
         )
     ],
 )
-@_fs
+@translate_os_errors
 def du(path: String = ".") -> Record:
     ctx = current()
     real = ctx.resolve_path(path)
     try:
         st = os.stat(real)
     except OSError as exc:
-        raise _os_error(exc, path) from None
+        raise os_error(exc, path) from None
     if not _stat.S_ISDIR(st.st_mode):
         return {"path": path, "bytes": st.st_size, "files": 1, "dirs": 0}
     total = files = dirs = 0
-    for _shown, entry, _depth in _walk(real, "", ctx):
+    for _shown, entry, _depth in walk(real, "", ctx):
         if entry.is_symlink():
             continue
-        if _is_real_dir(entry):
+        if is_real_dir(entry):
             dirs += 1
             continue
         try:

@@ -31,8 +31,20 @@ if TYPE_CHECKING:
     _F = TypeVar("_F", bound=Callable[..., Any])
 
 CATEGORIES = ("filesystem", "collections", "strings", "math", "data", "system", "ai", "http")
-# Builtin modules not named after their category: agent.py holds ``agent`` (category "ai").
-MODULE_CATEGORIES = {"agent": "ai"}
+# Builtin modules not named after their category, each with its category: agent.py holds
+# ``agent`` ("ai"); a category too large for one module has its builtins by job in
+# ``<category>_<job>.py``, its conventions and shared helpers in ``<category>.py``.
+MODULE_CATEGORIES = {
+    "agent": "ai",
+    "collections_transform": "collections",
+    "collections_slice": "collections",
+    "collections_order": "collections",
+    "collections_reshape": "collections",
+    "collections_records": "collections",
+    "filesystem_contents": "filesystem",
+    "filesystem_edit": "filesystem",
+    "filesystem_text": "filesystem",
+}
 
 _MISSING: Any = object()
 EMPTY: Any = object()  # a parameter without a default
@@ -605,9 +617,10 @@ def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
     type of the first argument."""
     members = [*(existing.overloads or [existing]), new]
     # In the order of CATEGORIES whatever order the modules were imported in, so that the
-    # entry (its head, the dispatch order) does not depend on which name was read first.
+    # entry (its head, the dispatch order) does not depend on which name was read first; by
+    # the category declared, which a module not named after its category also gives.
     order = {m: i for i, m in enumerate(CATEGORIES)}
-    members.sort(key=lambda m: order.get(_category_module(m) or "", len(order)))
+    members.sort(key=lambda m: order.get(m.category, len(order)))
     firsts: list[tuple[Callable[[Any], bool], Builtin]] = []
     for m in members:
         if m is not new and m.category == new.category:
