@@ -13,13 +13,19 @@ from conch.inference.models.store import ModelRecord
 SERVED_FORMATS = ("gguf", "onnx")
 
 
-def load_engine(record: ModelRecord, settings: Settings) -> Engine:
-    """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra)."""
+def load_engine(record: ModelRecord, settings: Settings, *, n_ctx: int | None = None) -> Engine:
+    """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra).
+
+    ``n_ctx``: the context the loader chose for it (e.g. lowered to fit a memory budget:
+    ``engines.llama.footprint.fit_context``); None: the settings' (``n_ctx``, per model too;
+    0 is the model's own)."""
     if record.format == "onnx":
         from conch.inference.engines.onnx import OnnxEmbeddingEngine
 
+        limit = n_ctx or settings.n_ctx
         return OnnxEmbeddingEngine(
-            record.path, model_id=record.id, n_threads=settings.n_threads_batch, max_length=settings.n_ctx,
+            record.path, model_id=record.id, n_threads=settings.n_threads_batch,
+            max_length=limit if limit > 0 else 1 << 30,  # 0: the model's own (max_position_embeddings)
         )
     if record.format == "gguf":
         from conch.inference.engines.llama.engine import LlamaEngine
@@ -30,7 +36,7 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
         engine = LlamaEngine(
             record.id,
             record.path,
-            n_ctx=runtime.n_ctx,
+            n_ctx=runtime.n_ctx if n_ctx is None else n_ctx,
             n_threads=settings.n_threads,
             n_threads_batch=settings.n_threads_batch,
             n_parallel=settings.n_parallel,

@@ -20,6 +20,7 @@ import asyncio
 import ctypes
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -35,19 +36,34 @@ from conch.inference.engines.base import (
     TokenEvent,
 )
 from conch.inference.engines.llama import sampling
-from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
+from conch.inference.engines.llama.backend import (
+    FA_TILE_ROWS,
+    ReferenceKernels,
+    fast_calls,
+    init_backend,
+    release_openmp_threads,
+)
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.job import Job
 from conch.inference.engines.llama.kv_pool import KVPool
-from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, NgramDrafter
+from conch.inference.engines.llama.speculative import (
+    MODEL_DRAFT_MAX,
+    NGRAM_OVER_MODEL,
+    PRIOR_ROW_COST,
+    NgramDrafter,
+    StepCost,
+)
 
 log = logging.getLogger(__name__)
 
 # Speculative drafts (speculative.py) are decoded only while few sequences generate: a drafted
 # position costs nearly a whole token of compute once a step is large, and is thrown away when
-# the draft is wrong. At most this many drafted tokens go into one step.
+# the draft is wrong. At most max(draft_max, this) drafted tokens go into one step.
 SPEC_MAX_STREAMS = 4
-SPEC_STEP_TOKENS = 32
+SPEC_STEP_TOKENS = 64
+# A drafted row's cost relative to a one-row step before any step was timed, when llama_decode
+# only queues the step (a GPU: a step of a few dozen rows costs about what one row costs).
+PRIOR_ROW_COST_QUEUED = 0.05
 
 
 def _deliver(events: list[tuple[Job, TokenEvent]]) -> None:
@@ -109,6 +125,8 @@ class Scheduler:
         draft_max: int = 0,
         draft: DraftModel | None = None,
         overlap_text: bool = False,
+        kernels: ReferenceKernels | None = None,
+        batch_invariant: bool = False,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -129,12 +147,20 @@ class Scheduler:
         # while the GPU computes the next step rather than between steps. On the CPU
         # llama_decode computes the step itself, and this would only hold every token back a step.
         self.overlap_text = overlap_text
+        # ggml's reference kernels (backend.ReferenceKernels) for every step without a long
+        # prompt chunk, so that a token's logits do not depend on what else its step held (one
+        # row or several: a verified draft is what a one-row step gives); for every step with
+        # batch_invariant. None: the fast kernels throughout (a GPU; not found).
+        self.kernels = kernels
+        self.batch_invariant = batch_invariant
+        # What a drafted row costs (speculative.StepCost), from the decode steps' own times.
+        self.step_cost = StepCost(PRIOR_ROW_COST_QUEUED if overlap_text else PRIOR_ROW_COST)
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
         self._outbox: list[tuple[Job, TokenEvent]] = []
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active,
-                           n_batch=n_batch, n_ubatch=n_ubatch)
+                           n_batch=n_batch, n_ubatch=n_ubatch, lone_rows=batch_invariant and kernels is None)
         self.n_vocab = int(model.n_vocab())
         self._row_type = ctypes.c_float * self.n_vocab  # a logits row, read in place
         # Greedy requests are sampled by numpy on the logits row (sampling.Greedy); False: by
@@ -371,6 +397,10 @@ class Scheduler:
                     sample_at.append((job, n - 1, [], False))
             batch.n_tokens = n
 
+            kernels = self.kernels
+            if kernels is not None:
+                kernels.set(self.batch_invariant or not prefilled or n < FA_TILE_ROWS)
+            started = time.perf_counter()
             rc = llama_cpp.llama_decode(ctx, batch)
             if rc != 0:
                 with self._cond:
@@ -396,6 +426,8 @@ class Scheduler:
             # it holding the GIL (fast_calls), so the event loop could not stream tokens
             # meanwhile. Waiting here, with the GIL released, overlaps the two.
             llama_cpp.llama_synchronize(ctx)
+            if not prefilled and self.draft_max:
+                self.step_cost.add(n, time.perf_counter() - started)
 
             overlap = self.overlap_text
             stopped = {job for job, _ in finished}
@@ -478,22 +510,28 @@ class Scheduler:
 
     def _draft_room(self, active: list[Job]) -> int:
         """Drafted tokens this step may hold: none when many sequences generate, else what the
-        batch and the KV pool have left after the step's own tokens."""
+        batch and the KV pool have left after the step's own tokens; with the reference kernels
+        and a prompt chunk in the step, only while the step stays under the tiled kernels'
+        64 rows (a verified draft must be computed as a one-row step would be)."""
         if not self.draft_max:
             return 0
         generating = sum(1 for j in active if j.n_past >= len(j.tokens))
         if not generating or generating > SPEC_MAX_STREAMS:
             return 0
         need = self._step_need(active)
-        return max(0, min(SPEC_STEP_TOKENS, self.n_batch - need, self.pool.free() - need))
+        room = min(max(self.draft_max, SPEC_STEP_TOKENS), self.n_batch - need, self.pool.free() - need)
+        if self.kernels is not None and not self.batch_invariant and need > generating:
+            room = min(room, FA_TILE_ROWS - 1 - need)
+        return max(0, room)
 
     def _drafts(self, active: list[Job], room: int) -> dict[int, tuple[list[int], bool]]:
         """This step's drafts: sequence -> (tokens, whether the draft model proposed them).
 
-        Prompt lookup first; with a draft model, a request whose lookup match is shorter than
-        NGRAM_OVER_MODEL tokens asks the draft model instead (speculative.py). While drafting
-        may happen (few sequences generate), the draft model's context follows every running
-        sequence: prompt chunks one step behind the target's, generated tokens as they come."""
+        n-gram drafts first, as long as each request's policy finds they pay (speculative.py);
+        with a draft model, a request whose n-gram match is shorter than NGRAM_OVER_MODEL tokens
+        asks the draft model instead. While drafting may happen (few sequences generate), the
+        draft model's context follows every running sequence: prompt chunks one step behind
+        the target's, generated tokens as they come."""
         out: dict[int, tuple[list[int], bool]] = {}
         draft = self.draft
         generating = [j for j in active if j.n_past >= len(j.tokens)]
@@ -502,14 +540,16 @@ class Scheduler:
         if draft is not None and len(generating) > SPEC_MAX_STREAMS:
             return out
         requests: list[DraftRequest] = []
+        row_cost = self.step_cost.row()
         for job in generating:
             # Never draft past the job's token budget: what cannot be emitted need not be checked.
             limit = min(self.draft_max, room, job.max_tokens - job.n_gen - 1)
             if limit > 0:
                 if job.drafter is None:
                     job.drafter = NgramDrafter(job.tokens + job.generated)
-                matched, tokens = job.drafter.match(limit)
+                matched, tokens = job.drafter.propose(limit, row_cost)
                 if draft is not None and job.model_drafts.enabled and matched < NGRAM_OVER_MODEL:
+                    limit = min(limit, MODEL_DRAFT_MAX)
                     room -= limit
                 else:
                     if tokens:
