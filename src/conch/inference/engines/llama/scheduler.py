@@ -20,7 +20,6 @@ import asyncio
 import ctypes
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -49,9 +48,9 @@ from conch.inference.engines.llama.kv_pool import KVPool
 from conch.inference.engines.llama.speculative import (
     MODEL_DRAFT_MAX,
     NGRAM_OVER_MODEL,
-    PRIOR_ROW_COST,
+    ROW_COST_CPU,
+    ROW_COST_GPU,
     NgramDrafter,
-    StepCost,
 )
 
 log = logging.getLogger(__name__)
@@ -61,9 +60,6 @@ log = logging.getLogger(__name__)
 # the draft is wrong. At most max(draft_max, this) drafted tokens go into one step.
 SPEC_MAX_STREAMS = 4
 SPEC_STEP_TOKENS = 64
-# A drafted row's cost relative to a one-row step before any step was timed, when llama_decode
-# only queues the step (a GPU: a step of a few dozen rows costs about what one row costs).
-PRIOR_ROW_COST_QUEUED = 0.05
 
 
 def _deliver(events: list[tuple[Job, TokenEvent]]) -> None:
@@ -153,8 +149,8 @@ class Scheduler:
         # batch_invariant. None: the fast kernels throughout (a GPU; not found).
         self.kernels = kernels
         self.batch_invariant = batch_invariant
-        # What a drafted row costs (speculative.StepCost), from the decode steps' own times.
-        self.step_cost = StepCost(PRIOR_ROW_COST_QUEUED if overlap_text else PRIOR_ROW_COST)
+        # What a drafted row costs relative to a one-row step (speculative.DraftPolicy).
+        self.row_cost = ROW_COST_GPU if overlap_text else ROW_COST_CPU
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
@@ -376,7 +372,7 @@ class Scheduler:
                         batch.seq_id[n][0] = job.seq
                         batch.logits[n] = 1
                         n += 1
-            prefilled: list[tuple[Job, int]] = []
+            takes: list[tuple[Job, int]] = []
             budget = min(self._prefill_budget(len(generating)), self.n_batch - n)
             for job in active:
                 remaining = len(job.tokens) - job.n_past
@@ -384,91 +380,133 @@ class Scheduler:
                     continue
                 take = min(remaining, budget)
                 budget -= take
-                for k in range(take):
-                    batch.token[n] = job.tokens[job.n_past + k]
-                    batch.pos[n] = job.n_past + k
-                    batch.n_seq_id[n] = 1
-                    batch.seq_id[n][0] = job.seq
-                    batch.logits[n] = 0
-                    n += 1
-                prefilled.append((job, take))
-                if take == remaining:
-                    batch.logits[n - 1] = 1
-                    sample_at.append((job, n - 1, [], False))
+                takes.append((job, take))
+            # With the reference kernels, a prompt chunk under 64 rows goes with the generating
+            # rows (reference kernels), a longer one apart (the fast, tiled kernels): each row's
+            # kernel then follows from its own sequence's chunk, never from what else the step
+            # holds, so a request's logits do not depend on which others arrived with it.
+            kernels = self.kernels
+            apart = kernels is not None and not self.batch_invariant
+            small = [t for t in takes if not apart or t[1] < FA_TILE_ROWS]
+            big = [t for t in takes if apart and t[1] >= FA_TILE_ROWS]
+            n_ref = 0
+            for group in (small, big):
+                for job, take in group:
+                    for k in range(take):
+                        batch.token[n] = job.tokens[job.n_past + k]
+                        batch.pos[n] = job.n_past + k
+                        batch.n_seq_id[n] = 1
+                        batch.seq_id[n][0] = job.seq
+                        batch.logits[n] = 0
+                        n += 1
+                    if take == len(job.tokens) - job.n_past:
+                        batch.logits[n - 1] = 1
+                        sample_at.append((job, n - 1, [], False))
+                if group is small:
+                    n_ref, sample_ref = n, len(sample_at)
+            prefilled = small + big
             batch.n_tokens = n
 
-            kernels = self.kernels
-            if kernels is not None:
-                kernels.set(self.batch_invariant or not prefilled or n < FA_TILE_ROWS)
-            started = time.perf_counter()
-            rc = llama_cpp.llama_decode(ctx, batch)
-            if rc != 0:
-                with self._cond:
-                    for job in active + untexted:
-                        self._finish(job, "error", f"llama_decode failed with status {rc}")
-                untexted = []
-                continue
-            for job, take in prefilled:
-                job.n_past += take
-            for job in generating:
-                job.n_past += 1
-
+            # One llama_decode for the step, or two: the rows on the reference kernels, then the
+            # long prompt chunks on the fast ones (the second pass over the weights costs about
+            # a one-row step, next to a chunk of 128 rows or more).
+            if big and n_ref:
+                parts = [(0, n_ref, sample_at[:sample_ref], generating, small),
+                         (n_ref, n - n_ref, sample_at[sample_ref:], [], big)]
+            else:
+                parts = [(0, n, sample_at, generating, prefilled)]
             finished: list[tuple[Job, str]] = []
-            if untexted:
-                # The GPU computes this step meanwhile. A stop string found now ends its job
-                # with this step's token of it computed for nothing (its cell is a valid prefix).
-                for job in untexted:
-                    if not job.finished and (reason := self._text(job)) is not None:
-                        finished.append((job, reason))
-                untexted = []
-                self._flush()
-            # On a GPU llama_decode only queues the step; the first sampler call would wait for
-            # it holding the GIL (fast_calls), so the event loop could not stream tokens
-            # meanwhile. Waiting here, with the GIL released, overlaps the two.
-            llama_cpp.llama_synchronize(ctx)
-            if not prefilled and self.draft_max:
-                self.step_cost.add(n, time.perf_counter() - started)
-
-            overlap = self.overlap_text
-            stopped = {job for job, _ in finished}
-            for job, idx, draft, from_model in sample_at:
-                if job in stopped:
-                    continue
-                # One sampler draw per emitted token, in order; a drafted token is kept while it
-                # is the token just drawn, and then the logits after it give the next draw.
-                kept = 0
-                while True:
-                    reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
-                    # Text now unless overlapped: a job that ends (its last event carries it; a
-                    # stop string wins over the budget) and a stream's first text (all of its TTFT).
-                    if reason is not None or not overlap or not job.text:
-                        reason = self._text(job) or reason
-                    if reason is not None:
-                        finished.append((job, reason))
-                        break
-                    if kept < len(draft) and job.last_token == draft[kept]:
-                        kept += 1
-                        continue
+            failed = False
+            for lo, count, entries, stepped, chunks in parts:
+                if kernels is not None:
+                    kernels.set(self.batch_invariant or not any(take >= FA_TILE_ROWS for _, take in chunks))
+                rc = llama_cpp.llama_decode(ctx, batch if count == n else self._batch_view(lo, count))
+                if rc != 0:
+                    with self._cond:
+                        for job in active + untexted:
+                            self._finish(job, "error", f"llama_decode failed with status {rc}")
+                    untexted = []
+                    failed = True
                     break
-                if draft:
-                    job.n_past += kept
-                    if kept < len(draft):  # the cells of the drafted tokens not kept
-                        llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
-                    self.stats.draft_tokens += len(draft)
-                    self.stats.draft_accepted_tokens += kept
-                    if from_model:
-                        job.model_drafts.judge(len(draft), kept)
-                    elif job.drafter is not None:
-                        job.drafter.judge(len(draft), kept)
-                if self.draft is not None and job.seq >= 0:
-                    # The draft model's cells past what the target kept (its rejected drafts).
-                    self.draft.trim(job.seq, job.n_past)
-                if overlap and job.unsent and reason is None:
-                    untexted.append(job)
+                for job, take in chunks:
+                    job.n_past += take
+                for job in stepped:
+                    job.n_past += 1
+                if untexted:
+                    # The GPU computes this step meanwhile. A stop string found now ends its job
+                    # with this step's token of it computed for nothing (its cell is a valid prefix).
+                    for job in untexted:
+                        if not job.finished and (reason := self._text(job)) is not None:
+                            finished.append((job, reason))
+                    untexted = []
+                    self._flush()
+                # On a GPU llama_decode only queues the step; the first sampler call would wait
+                # for it holding the GIL (fast_calls), so the event loop could not stream tokens
+                # meanwhile. Waiting here, with the GIL released, overlaps the two.
+                llama_cpp.llama_synchronize(ctx)
+                self._sample_part(fast, ctx, entries, lo, finished, untexted)
+            if failed:
+                continue
             if finished:
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
+
+    def _batch_view(self, lo: int, count: int) -> Any:
+        """Rows ``lo .. lo + count`` of the step's batch as a batch of their own (no copy)."""
+        llama_cpp = init_backend()
+        batch = self._batch
+        view = llama_cpp.llama_batch()
+        view.n_tokens = count
+        for name, size in (("token", 4), ("pos", 4), ("n_seq_id", 4), ("seq_id", ctypes.sizeof(ctypes.c_void_p)),
+                           ("logits", 1)):
+            field = getattr(batch, name)
+            address = ctypes.cast(field, ctypes.c_void_p).value or 0
+            setattr(view, name, ctypes.cast(address + lo * size, type(field)))
+        return view
+
+    def _sample_part(self, fast: Any, ctx: Any, entries: list[tuple[Job, int, list[int], bool]], lo: int,
+                     finished: list[tuple[Job, str]], untexted: list[Job]) -> None:
+        """Sample the jobs whose rows the last llama_decode computed (``lo``: its first row in
+        the step's batch), accepting drafted tokens while they are what is drawn."""
+        llama_cpp = init_backend()
+        overlap = self.overlap_text
+        stopped = {job for job, _ in finished}
+        for job, row, draft, from_model in entries:
+            if job in stopped:
+                continue
+            idx = row - lo
+            # One sampler draw per emitted token, in order; a drafted token is kept while it
+            # is the token just drawn, and then the logits after it give the next draw.
+            kept = 0
+            while True:
+                reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
+                # Text now unless overlapped: a job that ends (its last event carries it; a
+                # stop string wins over the budget) and a stream's first text (all of its TTFT).
+                if reason is not None or not overlap or not job.text:
+                    reason = self._text(job) or reason
+                if reason is not None:
+                    finished.append((job, reason))
+                    break
+                if kept < len(draft) and job.last_token == draft[kept]:
+                    kept += 1
+                    continue
+                break
+            if draft:
+                job.n_past += kept
+                if kept < len(draft):  # the cells of the drafted tokens not kept
+                    llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
+                self.stats.draft_tokens += len(draft)
+                self.stats.draft_accepted_tokens += kept
+                if from_model:
+                    job.model_drafts.judge(len(draft), kept)
+                elif job.drafter is not None:
+                    job.drafter.judge(len(draft), kept)
+            if self.draft is not None and job.seq >= 0:
+                # The draft model's cells past what the target kept (its rejected drafts).
+                self.draft.trim(job.seq, job.n_past)
+            if overlap and job.unsent and reason is None:
+                untexted.append(job)
 
     def _sample(self, fast: Any, ctx: Any, job: Job, idx: int) -> int:
         if job.greedy is not None:
@@ -510,19 +548,14 @@ class Scheduler:
 
     def _draft_room(self, active: list[Job]) -> int:
         """Drafted tokens this step may hold: none when many sequences generate, else what the
-        batch and the KV pool have left after the step's own tokens; with the reference kernels
-        and a prompt chunk in the step, only while the step stays under the tiled kernels'
-        64 rows (a verified draft must be computed as a one-row step would be)."""
+        batch and the KV pool have left after the step's own tokens."""
         if not self.draft_max:
             return 0
         generating = sum(1 for j in active if j.n_past >= len(j.tokens))
         if not generating or generating > SPEC_MAX_STREAMS:
             return 0
         need = self._step_need(active)
-        room = min(max(self.draft_max, SPEC_STEP_TOKENS), self.n_batch - need, self.pool.free() - need)
-        if self.kernels is not None and not self.batch_invariant and need > generating:
-            room = min(room, FA_TILE_ROWS - 1 - need)
-        return max(0, room)
+        return max(0, min(max(self.draft_max, SPEC_STEP_TOKENS), self.n_batch - need, self.pool.free() - need))
 
     def _drafts(self, active: list[Job], room: int) -> dict[int, tuple[list[int], bool]]:
         """This step's drafts: sequence -> (tokens, whether the draft model proposed them).
@@ -540,7 +573,7 @@ class Scheduler:
         if draft is not None and len(generating) > SPEC_MAX_STREAMS:
             return out
         requests: list[DraftRequest] = []
-        row_cost = self.step_cost.row()
+        row_cost = self.row_cost
         for job in generating:
             # Never draft past the job's token budget: what cannot be emitted need not be checked.
             limit = min(self.draft_max, room, job.max_tokens - job.n_gen - 1)

@@ -23,12 +23,14 @@ holds, so they are; tests/inference/test_speculative.py holds it on long outputs
 
 How much to draft (:class:`DraftPolicy`): a drafted position costs a row of the step (on the
 CPU ~0.4 of a one-row step for a small model: the weights are read once for every row, the
-arithmetic is per row) and pays only when it is kept. Per request and per kind of match (how
-long the tail's match is: a 2-token coincidence or a 20-token copied line), the policy keeps
-how often a drafted token was kept after its predecessors were, and drafts the length that
-maximises the expected tokens per unit of step cost, measured (``StepCost``); none when no
-length beats a plain step. So text that never repeats costs a dictionary lookup per token, and
-a copying or looping reply drafts long.
+arithmetic is per row; on a GPU a few dozen rows cost about what one does) and pays only when
+it is kept. Per request and per kind of match (how long the tail's match is: a 2-token
+coincidence or a 20-token copied line), the policy keeps how often a drafted token was kept
+after its predecessors were, and drafts the length that maximises the expected tokens per unit
+of step cost; none when no length beats a plain step. So text that never repeats costs a
+dictionary lookup per token, and a copying or looping reply drafts long. The row's cost is a
+constant per device, not a timing: a decision that depended on the clock would make the same
+request batch differently from one run to the next, and so change its output.
 
 With a draft model (draft_model.py) as well, a step takes the n-gram draft when its match is
 at least ``NGRAM_OVER_MODEL`` tokens long (the text is being copied: free to propose and
@@ -52,9 +54,12 @@ PRIOR_WEIGHT = 2.0
 DECAY = 0.95
 # A draft must promise this many tokens per unit of cost more than a plain step (noise margin).
 MIN_GAIN = 1.03
-# A drafted row's cost relative to a one-row step until steps of several sizes have been timed
-# (CPU, SmolLM2-135M, 2 cores: llama-server's 65-row steps cost 0.41 of a step per row).
-PRIOR_ROW_COST = 0.4
+# A drafted row's cost relative to a one-row step on the CPU (SmolLM2-135M, 2 cores:
+# llama-server's 65-row verification steps cost 0.41 of a one-row step per row).
+ROW_COST_CPU = 0.4
+# Where llama_decode only queues the step (every layer on a GPU): a step of a few dozen rows
+# costs about what a one-row step costs.
+ROW_COST_GPU = 0.05
 # The draft model's drafts (each costs a decode of the draft model): at most this many per step,
 # and off for a request whose drafts were kept less than MIN_ACCEPT_RATE after JUDGE_AFTER.
 MODEL_DRAFT_MAX = 16
@@ -79,43 +84,14 @@ class Acceptance:
             self.enabled = False
 
 
-class StepCost:
-    """What a step costs by its rows, fitted as ``a + b * rows`` over recent decode steps
-    (no prompt chunk); :meth:`row` is the cost of one more row relative to a one-row step."""
-
-    def __init__(self, prior_row: float) -> None:
-        self.prior_row = prior_row
-        self._w = self._n = self._t = self._nn = self._nt = 0.0
-
-    def add(self, rows: int, seconds: float) -> None:
-        d = 0.98
-        self._w = self._w * d + 1.0
-        self._n = self._n * d + rows
-        self._t = self._t * d + seconds
-        self._nn = self._nn * d + rows * rows
-        self._nt = self._nt * d + rows * seconds
-
-    def row(self) -> float:
-        if self._w < 8:
-            return self.prior_row
-        mean_n, mean_t = self._n / self._w, self._t / self._w
-        var = self._nn / self._w - mean_n * mean_n
-        if var < 4.0:  # steps of nearly one size: the slope is noise
-            return self.prior_row
-        b = (self._nt / self._w - mean_n * mean_t) / var
-        a = mean_t - b * mean_n
-        one = a + b
-        if one <= 0 or b <= 0:
-            return self.prior_row
-        return min(1.0, max(0.02, b / one))
-
-
 class DraftPolicy:
     """One request's record of kept drafts, per match-length bucket, and the length to draft."""
 
     def __init__(self) -> None:
         self._kept = [PRIOR_WEIGHT * p for p in PRIOR_KEEP]
         self._seen = [PRIOR_WEIGHT] * len(PRIOR_KEEP)
+        # (bucket, limit, row cost in hundredths) -> length: a step asks again until judged.
+        self._lengths: dict[tuple[int, int, int], int] = {}
 
     @staticmethod
     def bucket(match: int) -> int:
@@ -133,6 +109,10 @@ class DraftPolicy:
         """The draft length (0..limit) with the most expected tokens per unit of step cost."""
         if limit <= 0 or match <= 0:
             return 0
+        key = (self.bucket(match), limit, round(row_cost * 100))
+        known = self._lengths.get(key)
+        if known is not None:
+            return known
         p = self.keep_rate(match)
         best, best_gain = 0, MIN_GAIN
         expected, pk = 1.0, 1.0
@@ -144,12 +124,14 @@ class DraftPolicy:
                 best, best_gain = k, gain
             elif pk < 1e-3:
                 break
+        self._lengths[key] = best
         return best
 
     def judge(self, match: int, drafted: int, kept: int) -> None:
         """A draft of ``drafted`` tokens made on a ``match``-token match kept its first ``kept``:
         that many kept after their predecessors, and one refused unless all were kept."""
         b = self.bucket(match)
+        self._lengths.clear()
         self._kept[b] = self._kept[b] * DECAY + kept
         self._seen[b] = self._seen[b] * DECAY + kept + (1 if kept < drafted else 0)
 
@@ -175,7 +157,7 @@ class NgramDrafter:
                     index[tuple(hist[end - n : end])] = end
             hist.append(tok)
 
-    def propose(self, limit: int, row_cost: float = PRIOR_ROW_COST) -> tuple[int, list[int]]:
+    def propose(self, limit: int, row_cost: float = ROW_COST_CPU) -> tuple[int, list[int]]:
         """The match length and the draft worth decoding: as long as the policy finds it pays
         (up to ``limit``), none when no length does."""
         m, tokens = self.match(limit)
@@ -189,12 +171,12 @@ class NgramDrafter:
         match do not pay (:attr:`enabled`)."""
         m, tokens = self.match(limit)
         self.last_match = m
-        return tokens if self.policy.length(m, 1, PRIOR_ROW_COST) else []
+        return tokens if self.policy.length(m, 1, ROW_COST_CPU) else []
 
     @property
     def enabled(self) -> bool:
         """Whether a draft after the latest proposal's match would pay."""
-        return self.policy.length(max(self.last_match, 1), 1, PRIOR_ROW_COST) > 0
+        return self.policy.length(max(self.last_match, 1), 1, ROW_COST_CPU) > 0
 
     def judge(self, drafted: int, accepted: int) -> None:
         """The latest proposal's outcome: ``accepted`` of its ``drafted`` tokens kept."""
