@@ -5,8 +5,8 @@ interleaved (round by round, the order rotated) so that a busy machine slows all
 - the copying request: a ~300-token Python snippet returned with one identifier renamed (greedy,
   400 tokens at most), the kind of reply (code edits, quoted documents, echoed JSON) where drafts
   from the prompt pay when the model copies faithfully and cost when it rewrites;
-- the repeating request: a reply that repeats itself (a list of lines the small model keeps
-  going), where drafts from the text so far are kept nearly always.
+- the repeating request: a reply that repeats itself (the small model explaining a bicycle falls
+  into a loop after a few sentences), where drafts from the text so far are kept nearly always.
 
 Per system and request: median end-to-end tokens/s (completion tokens over the whole request)
 and decode tokens/s (after the first token), the tokens, and whether the text is the one the
@@ -70,7 +70,8 @@ def main(path):
 '''
 PROMPT = ("Rename the function compute_total to basket_total everywhere in this code. "
           "Reply with the whole code and nothing else.\n\n" + CODE)
-REPEAT = "Write a numbered list of 40 lines, each line reading: N. The keeper lights the lamp at dusk."
+# SmolLM2-135M's greedy answer to this falls into a loop after a few sentences.
+REPEAT = "Explain how a bicycle works, in detail."
 REQUESTS = {"copying": PROMPT, "repeating": REPEAT}
 SPECS = "ngram-simple,ngram-mod,ngram-map-k"
 

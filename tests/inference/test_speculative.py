@@ -126,16 +126,28 @@ def compute_total(items, tax_rate=0.2, discount=0.0):
     discounted = subtotal * (1.0 - discount)
     total = discounted * (1.0 + tax_rate)
     return round(total, 2)
+
+
+def load_items(path):
+    with open(path) as fh:
+        rows = json.load(fh)
+    return [Item(row["name"], float(row["price"]), int(row["quantity"])) for row in rows]
+
+
+def main(path):
+    items = load_items(path)
+    print("items:", len(items))
+    print("total:", compute_total(items))
 '''
 CORPUS = [
-    # copying: a rename over a code snippet
+    # copying: a rename over a code snippet (benchmarks/speculative.py's copying request)
     [{"role": "user", "content": "Rename the function compute_total to basket_total everywhere in this code. "
                                  f"Reply with the whole code and nothing else.\n\n{SNIPPET}"}],
-    # repeating: a list the small model keeps going
-    [{"role": "user", "content": "Write a numbered list of 40 lines, each line reading: N. The keeper lights the lamp at dusk."}],
-    # free text that rarely repeats, then falls into a loop
+    # a reply the small model falls into repeating (benchmarks/speculative.py's repeating request)
     [{"role": "user", "content": "Explain how a bicycle works, in detail."}],
+    # free text, and a count that never repeats a line
     [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}],
+    [{"role": "user", "content": "List the numbers from 1 to 100, separated by commas."}],
 ]
 
 
@@ -172,7 +184,7 @@ def test_long_greedy_outputs_are_identical_with_drafting_at_the_defaults(
         kept_by_prompt.append((spec.stats.draft_tokens - before[0], spec.stats.draft_accepted_tokens - before[1]))
         lengths.append(len(fast[1]))
     assert min(lengths) > 200  # long outputs: every context well past 512 cells
-    drafted, kept = kept_by_prompt[1]  # the repeating list: most of it drafted and kept
+    drafted, kept = kept_by_prompt[1]  # the repeating reply: most of it drafted and kept
     assert kept > 100 and kept >= 0.8 * drafted
     assert plain.stats.draft_tokens == 0
 
