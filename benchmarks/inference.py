@@ -450,6 +450,12 @@ class VsPlan:
     rounds: int = 2  # requests per stream, back to back
     streams: tuple[int, ...] = (4, 8, 16)
     repeat: int = 1  # whole runs of every server (order rotated); the medians are reported
+    # Every server up at once and each measurement taken on all of them in turn (order rotated
+    # per round), so that a busy machine's drift hits all alike; else one server at a time.
+    interleave: bool = False
+    # More conch servers: name -> CONCH_* settings (e.g. {"conch, batch_invariant": {"CONCH_BATCH_INVARIANT": "true"}}).
+    conch_variants: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    llama_server: bool = True  # llama-server at its defaults (and with conch's settings, unless interleaving)
 
 
 QUICK = VsPlan(decode_tokens=16, decode_runs=1, ttft_runs=3, prefill_runs=1, stream_tokens=16, rounds=1)
@@ -465,10 +471,10 @@ VS_TARGETS = (
     ("TTFT p50 under 16 streams", "ttft16_p50_ms", False, 1.0),
     ("TTFT p99 under 16 streams", "ttft16_p99_ms", False, 1.0),
     ("peak RSS through 8 streams", "rss8_mb", False, 1.3),
+    ("prefill tok/s, 2k prompt", "prefill_tps", True, 1.0),
 )
 VS_INFO = (  # ratios printed without a target
     ("TTFT p50, shared 1k system prompt", "ttft_shared_ms", False),
-    ("prefill tok/s, 2k prompt", "prefill_tps", True),
 )
 VS_ROWS = (
     ("decode tok/s, 1 stream", "decode_tps", ""),
@@ -501,34 +507,49 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1000
 
 
-def measure_vs(base: str, model: str, pid: int, plan: VsPlan) -> dict[str, Any]:
-    """Every figure of the yardstick on one running server (``pid``: its process, for RSS)."""
-    out: dict[str, Any] = {"errors": []}
-    body = serving.body
+def _vs_run(base: str, out: dict[str, Any], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    recs = asyncio.run(serving.sequential(base, payloads))
+    out["errors"] += [r["error"] for r in recs if r["error"]]
+    return recs
 
-    def run(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        recs = asyncio.run(serving.sequential(base, payloads))
-        out["errors"] += [r["error"] for r in recs if r["error"]]
-        return recs
 
-    run([body(model, "Warm-up: hello", 4)])  # loads conch's model; connects
-    recs = run([body(model, f"Request {100 + i}. {QUESTION}", 8) for i in range(plan.ttft_runs)])
+def _vs_ttft_idle(base: str, model: str, pid: int, plan: VsPlan, out: dict[str, Any]) -> None:
+    recs = _vs_run(base, out, [serving.body(model, f"Request {100 + i}. {QUESTION}", 8) for i in range(plan.ttft_runs)])
     out["ttft_idle_ms"] = _ms(serving.median([r["ttft_s"] for r in recs]))
-    recs = run([body(model, f"Request {200 + i}. {QUESTION}", plan.decode_tokens) for i in range(plan.decode_runs)])
+
+
+def _vs_decode(base: str, model: str, pid: int, plan: VsPlan, out: dict[str, Any]) -> None:
+    recs = _vs_run(base, out, [serving.body(model, f"Request {200 + i}. {QUESTION}", plan.decode_tokens)
+                               for i in range(plan.decode_runs)])
     out["decode_tps"] = serving.median([r["decode_tps"] for r in recs])
     out["decode_tokens"] = [r["tokens"] for r in recs]
-    recs = run([body(model, f"Question {i}: when was the lighthouse on cape {i * 3 % 23} built?", 8,
-                     system=SYSTEM_PROMPT) for i in range(plan.ttft_runs + 1)])
+
+
+def _vs_shared(base: str, model: str, pid: int, plan: VsPlan, out: dict[str, Any]) -> None:
+    tag = out.setdefault("_shared_round", 0)
+    out["_shared_round"] = tag + 1
+    # Another system prompt each round (a record number changed), so the first request prefills it.
+    system = SYSTEM_PROMPT.replace("Record 0:", f"Record {1000 + tag}:")
+    recs = _vs_run(base, out, [serving.body(model, f"Question {i}: when was the lighthouse on cape {i * 3 % 23} built?",
+                                            8, system=system) for i in range(plan.ttft_runs + 1)])
     out["ttft_shared_first_ms"] = _ms(recs[0]["ttft_s"])
     out["ttft_shared_ms"] = _ms(serving.median([r["ttft_s"] for r in recs[1:]]))
     out["shared_prompt_tokens"] = recs[0]["prompt_tokens"]
-    recs = run([body(model, _long_prompt(i), 4) for i in range(plan.prefill_runs)])
+
+
+def _vs_prefill(base: str, model: str, pid: int, plan: VsPlan, out: dict[str, Any]) -> None:
+    tag = out.setdefault("_prefill_round", 0)
+    out["_prefill_round"] = tag + 1
+    recs = _vs_run(base, out, [serving.body(model, _long_prompt(1000 * tag + i), 4) for i in range(plan.prefill_runs)])
     out["prefill_tps"] = serving.median([r["prompt_tokens"] / r["ttft_s"] for r in recs
                                          if r["prompt_tokens"] and r["ttft_s"]])
     out["prefill_prompt_tokens"] = recs[0]["prompt_tokens"]
-    for n in plan.streams:
-        def payload(s: int, r: int, n: int = n) -> dict[str, Any]:
-            return body(model, f"Stream {n}.{s}.{r}. {QUESTION}", plan.stream_tokens)
+
+
+def _vs_streams(n: int) -> Callable[[str, str, int, VsPlan, dict[str, Any]], None]:
+    def step(base: str, model: str, pid: int, plan: VsPlan, out: dict[str, Any]) -> None:
+        def payload(s: int, r: int) -> dict[str, Any]:
+            return serving.body(model, f"Stream {n}.{s}.{r}. {QUESTION}", plan.stream_tokens)
 
         recs, wall = asyncio.run(serving.closed_loop(base, n, plan.rounds, payload))
         ok = [r for r in recs if not r["error"]]
@@ -540,7 +561,23 @@ def measure_vs(base: str, model: str, pid: int, plan: VsPlan) -> dict[str, Any]:
         out[f"tokens{n}"] = [min((r["tokens"] for r in ok), default=0), max((r["tokens"] for r in ok), default=0)]
         if n == 8:
             out["rss8_mb"] = serving.peak_rss_mb(pid)
-    out["rss_peak_mb"] = serving.peak_rss_mb(pid)
+        out["rss_peak_mb"] = serving.peak_rss_mb(pid)
+
+    return step
+
+
+def vs_steps(plan: VsPlan) -> list[tuple[str, Callable[[str, str, int, VsPlan, dict[str, Any]], None]]]:
+    """The yardstick's measurements, in order; each fills its figures into a server's record."""
+    return [("TTFT idle", _vs_ttft_idle), ("decode", _vs_decode), ("shared system prompt", _vs_shared),
+            ("prefill", _vs_prefill), *[(f"{n} streams", _vs_streams(n)) for n in plan.streams]]
+
+
+def measure_vs(base: str, model: str, pid: int, plan: VsPlan) -> dict[str, Any]:
+    """Every figure of the yardstick on one running server (``pid``: its process, for RSS)."""
+    out: dict[str, Any] = {"errors": []}
+    _vs_run(base, out, [serving.body(model, "Warm-up: hello", 4)])  # loads conch's model; connects
+    for _, step in vs_steps(plan):
+        step(base, model, pid, plan, out)
     return out
 
 
@@ -597,27 +634,38 @@ def _llama_server_settings(log: Path) -> str:
     return "; ".join(found)
 
 
-def _run_vs(name: str, extra: list[str] | None, path: str, model: str, conch: dict[str, Any], binary: Path | None,
-            tmp: Path, plan: VsPlan) -> dict[str, Any]:
-    """One server (``extra`` None: conch; else llama-server with these flags) up, measured, stopped."""
+def _vs_command(name: str, extra: list[str] | None, path: str, conch: dict[str, Any], binary: Path | None,
+                tmp: Path, env_extra: dict[str, str] | None = None) -> tuple[list[str], dict[str, str], str, str, Path, str]:
+    """How to start one server (``extra`` None: conch, with ``env_extra`` settings; else llama-server
+    with these flags): command, environment, readiness path, settings line, log, base URL."""
     port = serving.free_port()
     base = f"http://127.0.0.1:{port}"
-    log = LOGS / f"vs-{name.split(',')[0]}{'-matched' if extra else ''}.log"
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")
+    log = LOGS / f"vs-{slug}{'-matched' if extra else ''}.log"
     log.unlink(missing_ok=True)
+    if extra is None:
+        if not conch:
+            raise RuntimeError("conch's defaults could not be read")
+        cmd = [sys.executable, "-m", "conch.cli.main", "models", "serve", "--port", str(port)]
+        sub = tmp / slug
+        sub.mkdir(exist_ok=True)
+        env = {**_conch_env(sub, Path(conch["src"])), **(env_extra or {})}
+        settings = (f"threads {conch['n_threads']}/{conch['n_threads_batch']}; {conch['n_parallel']} "
+                    f"slots, {conch['n_ctx_seq']} ctx/seq"
+                    f"{', unified KV of ' + str(conch['kv_total']) if conch['kv_unified'] else ''}"
+                    + "".join(f"; {k}={v}" for k, v in (env_extra or {}).items()))
+        return cmd, env, base + "/v1/models", settings, log, base
+    if binary is None:
+        raise RuntimeError("llama-server is not built")
+    cmd = [str(binary), "-m", path, "--port", str(port), *extra]
+    return cmd, _llama_server_env(), base + "/health", "", log, base
+
+
+def _run_vs(name: str, extra: list[str] | None, path: str, model: str, conch: dict[str, Any], binary: Path | None,
+            tmp: Path, plan: VsPlan, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """One server (``extra`` None: conch; else llama-server with these flags) up, measured, stopped."""
     try:
-        if extra is None:
-            if not conch:
-                raise RuntimeError("conch's defaults could not be read")
-            cmd = [sys.executable, "-m", "conch.cli.main", "models", "serve", "--port", str(port)]
-            env, ready = _conch_env(tmp, Path(conch["src"])), base + "/v1/models"
-            settings = (f"threads {conch['n_threads']}/{conch['n_threads_batch']}; {conch['n_parallel']} "
-                        f"slots, {conch['n_ctx_seq']} ctx/seq"
-                        f"{', unified KV of ' + str(conch['kv_total']) if conch['kv_unified'] else ''}")
-        else:
-            if binary is None:
-                raise RuntimeError("llama-server is not built")
-            cmd = [str(binary), "-m", path, "--port", str(port), *extra]
-            env, ready, settings = _llama_server_env(), base + "/health", ""
+        cmd, env, ready, settings, log, base = _vs_command(name, extra, path, conch, binary, tmp, env_extra)
         with serving.server(cmd, env, ready, log) as proc:
             res = measure_vs(base, model, proc.pid, plan)
         res["settings"] = settings or _llama_server_settings(log)
@@ -627,6 +675,42 @@ def _run_vs(name: str, extra: list[str] | None, path: str, model: str, conch: di
     except Exception as exc:  # one server failing must not hide the others
         print(f"    not run: {exc}", flush=True)
         return {"not_run": str(exc)}
+
+
+def _interleaved(runs: list[tuple[str, list[str] | None, dict[str, str] | None]], path: str, model: str,
+                 conch: dict[str, Any], binary: Path | None, tmp: Path, plan: VsPlan) -> dict[str, list[dict[str, Any]]]:
+    """Every server up at once; each measurement on all of them in turn, the order rotated per
+    round and per measurement; ``plan.repeat`` rounds."""
+    import contextlib
+
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in runs}
+    with contextlib.ExitStack() as stack:
+        up: dict[str, tuple[str, int, str, Path, list[str] | None]] = {}
+        for name, extra, env_extra in runs:
+            try:
+                cmd, env, ready, settings, log, base = _vs_command(name, extra, path, conch, binary, tmp, env_extra)
+                proc = stack.enter_context(serving.server(cmd, env, ready, log))
+                asyncio.run(serving.sequential(base, [serving.body(model if extra is None else "m", "Warm-up: hello", 4)]))
+                up[name] = (base, proc.pid, settings, log, extra)
+            except Exception as exc:
+                print(f"    {name}: not run: {exc}", flush=True)
+                rounds[name].append({"not_run": str(exc)})
+        names = list(up)
+        for rnd in range(plan.repeat):
+            got: dict[str, dict[str, Any]] = {name: {"errors": []} for name in names}
+            for i, (label, step) in enumerate(vs_steps(plan)):
+                k = (rnd + i) % max(1, len(names))
+                for name in names[k:] + names[:k]:
+                    base, pid, _, _, extra = up[name]
+                    step(base, model if extra is None else "m", pid, plan, got[name])
+                print(f"  round {rnd + 1}: {label} done (load average {os.getloadavg()[0]:.1f})", flush=True)
+            for name in names:
+                base, pid, settings, log, extra = up[name]
+                got[name]["settings"] = settings or _llama_server_settings(log)
+                got[name]["command"] = (" ".join(["llama-server -m MODEL --port PORT", *extra]) if extra is not None
+                                        else "conch models serve --port PORT")
+                rounds[name].append(got[name])
+    return rounds
 
 
 def _median_of_rounds(got: list[dict[str, Any]]) -> dict[str, Any]:
@@ -675,21 +759,24 @@ def vs_llama_server(plan: VsPlan = VsPlan(), conch_src: Path | None = None) -> d
             print(f"  conch: not run: {exc}", flush=True)
             conch = {}
         model = conch.get("model", "smollm2-135m-instruct")
-        runs: list[tuple[str, list[str] | None]] = [("conch", None)]
-        if binary is not None:
-            runs.append(("llama-server", []))
-            if conch:
+        runs: list[tuple[str, list[str] | None, dict[str, str] | None]] = [("conch", None, None)]
+        runs += [(name, None, dict(env)) for name, env in plan.conch_variants]
+        if binary is not None and plan.llama_server:
+            runs.append(("llama-server", [], None))
+            if conch and not plan.interleave:
                 runs.append(("llama-server, conch's settings",
                              ["-t", str(conch["n_threads"]), "-tb", str(conch["n_threads_batch"]),
                               "-np", str(conch["n_parallel"]), "-c", str(conch["kv_total"] or conch["n_ctx_seq"]),
-                              *(["--kv-unified"] if conch["kv_unified"] else [])]))
-        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in runs}
-        for rnd in range(plan.repeat):
+                              *(["--kv-unified"] if conch["kv_unified"] else [])], None))
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in runs}
+        if plan.interleave:
+            rounds = _interleaved(runs, path, model, conch, binary, tmp, plan)
+        for rnd in range(0 if plan.interleave else plan.repeat):
             k = rnd % len(runs)  # each round starts with the next server: load bursts hit all alike
-            for name, extra in runs[k:] + runs[:k]:
+            for name, extra, env_extra in runs[k:] + runs[:k]:
                 print(f"  {'round ' + str(rnd + 1) + ': ' if plan.repeat > 1 else ''}running {name} "
                       f"(load average {os.getloadavg()[0]:.1f}) ...", flush=True)
-                rounds[name].append(_run_vs(name, extra, path, model, conch, binary, tmp, plan))
+                rounds[name].append(_run_vs(name, extra, path, model, conch, binary, tmp, plan, env_extra))
             if plan.repeat > 1:
                 for name, got in rounds.items():
                     r = got[-1]
@@ -762,8 +849,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--conch-src", type=Path, help="the src folder conch runs from in the llama-server comparison")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of every server in the llama-server comparison, order rotated; medians reported")
+    ap.add_argument("--interleave", action="store_true",
+                    help="every server up at once, each measurement taken on all in turn (a busy machine)")
+    ap.add_argument("--conch-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="another conch server with these CONCH_* settings, e.g. 'exact:CONCH_BATCH_INVARIANT=true'")
+    ap.add_argument("--no-llama-server", action="store_true", help="conch (and its variants) only")
+    ap.add_argument("--streams", default="4,8,16", help="stream counts of the aggregate figures")
     a = ap.parse_args(argv or [])
-    plan = dataclasses.replace(QUICK if a.quick else VsPlan(), repeat=max(1, a.repeat))
+    variants = tuple((f"conch, {spec.split(':', 1)[0]}",
+                      tuple(tuple(kv.split("=", 1)) for kv in spec.split(":", 1)[1].split(",")))  # type: ignore[misc]
+                     for spec in a.conch_variant)
+    plan = dataclasses.replace(QUICK if a.quick else VsPlan(), repeat=max(1, a.repeat), interleave=a.interleave,
+                               conch_variants=variants, llama_server=not a.no_llama_server,
+                               streams=tuple(int(x) for x in a.streams.split(",") if x))
     if a.vs_llama_server:
         vs_llama_server(plan, a.conch_src)
         return

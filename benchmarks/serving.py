@@ -183,7 +183,7 @@ def body(model: str, prompt: str, max_tokens: int, system: str | None = None, st
 async def one(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> dict[str, Any]:
     """One streaming request, timed: ``ttft_s``, ``decode_tps``, ``tokens``, ``prompt_tokens``, ``error``."""
     rec: dict[str, Any] = {"t_send": time.time(), "t_first": None, "t_last": None, "tokens": None, "chunks": 0,
-                           "prompt_tokens": None, "error": None}
+                           "prompt_tokens": None, "error": None, "text": ""}
     try:
         async with client.stream("POST", url + "/v1/chat/completions", json=payload) as r:
             if r.status_code != 200:
@@ -204,7 +204,8 @@ async def one(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> d
                     rec["tokens"] = obj["usage"].get("completion_tokens")
                     rec["prompt_tokens"] = obj["usage"].get("prompt_tokens")
                 for ch in obj.get("choices") or []:
-                    if (ch.get("delta") or {}).get("content"):
+                    if content := (ch.get("delta") or {}).get("content"):
+                        rec["text"] += content
                         now = time.time()
                         rec["t_first"] = rec["t_first"] or now
                         rec["t_last"] = now

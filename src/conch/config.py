@@ -65,6 +65,7 @@ class ModelOverrides(BaseModel):
     n_ctx: int | None = None
     n_threads: int | None = None
     n_threads_batch: int | None = None
+    batch_invariant: bool | None = None
     # Another local GGUF model (its id) proposing speculative drafts for this one; it must
     # share this model's vocabulary (docs/inference.md, "Speculative decoding").
     draft_model: str | None = None
@@ -159,15 +160,19 @@ class Settings(BaseSettings):
     # memory to free before it is answered 503 insufficient_memory.
     memory_wait_s: float = 60.0
     max_queue: int = 64
-    n_ctx: int = 2048
+    # The context: one KV pool of n_ctx cells shared by every sequence (any one may use it all).
+    # 0: the model's training context (its GGUF metadata), as llama-server's `-c 0` default,
+    # lowered by the loader when it does not fit memory (docs/inference.md, "Context").
+    n_ctx: int = 0
     n_threads: int | None = None  # None: one per physical core, as llama-server (docs/inference.md)
     n_threads_batch: int | None = None  # prompt and multi-sequence steps; None: as n_threads
     n_parallel: int = 4
     cache_prompt: bool = True  # reuse KV of shared prompt prefixes (bitwise the same output, faster first token)
-    # Speculative decoding by prompt lookup (and a model_overrides draft_model): up to this many
-    # tokens drafted per step. Off by default: with the bundled model it did not pay on the CPU,
-    # and verified drafts round differently from one-row steps (docs/inference.md). 8 turns it on.
-    draft_max: int = 0
+    # Speculative decoding (n-gram drafts from the prompt and the text so far, and a
+    # model_overrides draft_model): at most this many tokens drafted per sequence and step; each
+    # request drafts only as long and as often as its drafts are kept often enough to pay
+    # (docs/inference.md, "Speculative decoding"). 0 turns drafting off.
+    draft_max: int = 32
     # Prompt prefixes of prompt_cache_min_tokens or more keep their KV under <data_dir>/kv-cache
     # across restarts, least recently used deleted past prompt_cache_disk_mb (0: off; docs/inference.md).
     prompt_cache_disk_mb: int = 512
@@ -207,9 +212,14 @@ class Settings(BaseSettings):
     # slower for several; docs/inference.md, "Which attention").
     flash_attn: Literal["auto", "on", "off"] = "auto"
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
-    # llama.cpp's micro-batch (n_ubatch). None: 512 on a GPU; on the CPU 63 with flash attention
-    # (keeps prefix reuse exact: docs/inference.md, "Exact prefix reuse"), 512 without.
+    # llama.cpp's micro-batch (n_ubatch). None: 512, as llama-server; 63 on the CPU with
+    # batch_invariant (docs/inference.md, "Prefill and prefix reuse").
     n_ubatch: int | None = None
+    # Every token's logits bitwise the same however its prompt was split, reused or restored
+    # (CPU: micro-batches under 64 rows, ggml's reference kernels). Off: prompts prefill in
+    # llama-server's 512-row micro-batches (~1.5x faster on the CPU) and a reused prefix gives
+    # the same greedy tokens as a fresh prefill, not the same bits (docs/inference.md).
+    batch_invariant: bool = False
     # Prompt tokens per step (llama.cpp's n_batch, llama-server's -b). None: 2048 on a GPU, 512 on
     # the CPU (docs/inference.md, "Defaults").
     n_batch: int | None = None

@@ -1,9 +1,9 @@
-"""Prompt-prefix reuse leaves every logit bitwise unchanged.
+"""With ``batch_invariant``, prompt-prefix reuse leaves every logit bitwise unchanged.
 
-The engine reuses cached prompt prefixes by default; that is only acceptable because a
-reused prefix holds exactly the KV cache a fresh prefill would compute. The test hashes the
-full logits row behind every sampled token and compares runs with and without reuse, with a
-shared prefix longer than two micro-batches and reuse points inside micro-batches.
+In that mode a reused prefix holds exactly the KV cache a fresh prefill would compute (at the
+defaults, the same greedy tokens: test_prefix_reuse_tokens.py). The test hashes the full
+logits row behind every sampled token and compares runs with and without reuse, with a shared
+prefix longer than two micro-batches and reuse points inside micro-batches.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ import pytest
 import conch.inference.engines.llama.backend as backend
 from conch.inference.engines.base import SamplingParams
 from conch.inference.engines.llama.engine import LlamaEngine
-from conch.inference.engines.llama.offload import RuntimeOptions, cpu_attention
+from conch.inference.engines.llama.offload import EXACT_UBATCH, RuntimeOptions, cpu_attention
+
+# batch_invariant on the CPU: flash attention in micro-batches under 64 rows.
+EXACT = RuntimeOptions(0, 0, "on", "f16", EXACT_UBATCH, 1024, False, batch_invariant=True)
 
 
 def _address(pointer: Any) -> int:
@@ -62,8 +65,9 @@ def _prompts() -> list[list[dict[str, str]]]:
 
 
 def _run(path: Path, *, cache_prompt: bool, monkeypatch: pytest.MonkeyPatch,
-         runtime: RuntimeOptions | None = None) -> list[list[str]]:
-    engine = LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt, runtime=runtime)
+         runtime: RuntimeOptions = EXACT) -> list[list[str]]:
+    engine = LlamaEngine("m", str(path), n_ctx=1024, n_parallel=4, cache_prompt=cache_prompt, runtime=runtime,
+                         draft_max=0)
     # The worker thread binds the fast calls when it starts (in load).
     hashing = _HashingCalls(backend.fast_calls(), N_VOCAB)
     monkeypatch.setattr(backend, "_fast", hashing)

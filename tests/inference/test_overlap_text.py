@@ -32,8 +32,9 @@ COPY = f"Rewrite this function, renaming result to out. Reply with the code only
 
 @pytest.fixture(scope="module")
 def engine(smollm2_path: Path) -> Iterator[le.LlamaEngine]:
-    # A small pool (2 x 640 cells) that four long streams outgrow: some get preempted.
-    eng = le.LlamaEngine("m", str(smollm2_path), n_ctx=640, n_parallel=4, draft_max=6)
+    # A small pool (1,280 cells: one context shared by all) that four long streams outgrow:
+    # some get preempted.
+    eng = le.LlamaEngine("m", str(smollm2_path), n_ctx=1280, n_parallel=4, draft_max=6)
     eng.load()
     assert eng.scheduler is not None and eng.scheduler.overlap_text is False  # CPU: off by default
     yield eng

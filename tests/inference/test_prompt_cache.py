@@ -20,6 +20,7 @@ import pytest
 from conch.config import Settings
 from conch.inference.engines.base import SamplingParams
 from conch.inference.engines.llama.engine import LlamaEngine
+from conch.inference.engines.llama.offload import EXACT_UBATCH, RuntimeOptions
 from conch.inference.engines.llama.prompt_cache import common_prefix
 from conch.inference.engines.load import load_engine
 from conch.inference.models.store import ModelRecord
@@ -39,8 +40,10 @@ def _messages(system: str, user: str = "Tell me what the keeper saw.") -> list[d
 
 
 def _engine(path: Path, cache_dir: Path | None, *, n_ctx: int = 2048, max_bytes: int = 1 << 30) -> LlamaEngine:
+    # batch_invariant: a restored prefix is then bitwise what a prefill computes (the compared
+    # log-probabilities would show the last bits); at the defaults, the same greedy tokens.
     engine = LlamaEngine("smollm2", str(path), n_ctx=n_ctx, n_parallel=2, prompt_cache_dir=cache_dir,
-                         prompt_cache_max_bytes=max_bytes)
+                         prompt_cache_max_bytes=max_bytes, draft_max=0, runtime=EXACT)
     engine.load()
     return engine
 
@@ -78,6 +81,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
 
 
+EXACT = RuntimeOptions(0, 0, "on", "f16", EXACT_UBATCH, 2048, False, batch_invariant=True)
 MEDIUM = _messages(_system(7, 330))  # ~350 prompt tokens: over the default 256
 
 

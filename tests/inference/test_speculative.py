@@ -101,3 +101,99 @@ def test_the_drafter_proposes_what_followed_the_tail_and_gives_up_when_wrong() -
     for _ in range(JUDGE_AFTER):
         d.judge(1, 0)
     assert not d.enabled and d.draft(2) == []
+
+
+# -- at the defaults: drafting on, long outputs --------------------------------------------------
+
+SNIPPET = '''import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int
+
+
+def compute_total(items, tax_rate=0.2, discount=0.0):
+    """The price of a basket, with tax, after a discount."""
+    subtotal = 0.0
+    for item in items:
+        if item.quantity <= 0:
+            continue
+        subtotal += item.price * item.quantity
+    discounted = subtotal * (1.0 - discount)
+    total = discounted * (1.0 + tax_rate)
+    return round(total, 2)
+
+
+def load_items(path):
+    with open(path) as fh:
+        rows = json.load(fh)
+    return [Item(row["name"], float(row["price"]), int(row["quantity"])) for row in rows]
+
+
+def main(path):
+    items = load_items(path)
+    print("items:", len(items))
+    print("total:", compute_total(items))
+'''
+CORPUS = [
+    # copying: a rename over a code snippet (benchmarks/speculative.py's copying request)
+    [{"role": "user", "content": "Rename the function compute_total to basket_total everywhere in this code. "
+                                 f"Reply with the whole code and nothing else.\n\n{SNIPPET}"}],
+    # a reply the small model falls into repeating (benchmarks/speculative.py's repeating request)
+    [{"role": "user", "content": "Explain how a bicycle works, in detail."}],
+    # free text, and a count that never repeats a line
+    [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}],
+    [{"role": "user", "content": "List the numbers from 1 to 100, separated by commas."}],
+]
+
+
+@pytest.fixture(scope="module")
+def at_defaults(smollm2_path: Path) -> Iterator[tuple[le.LlamaEngine, le.LlamaEngine]]:
+    """The engine as the server loads it (drafting on, the training context) and the same with
+    draft_max = 0."""
+    spec = le.LlamaEngine("spec", str(smollm2_path))
+    plain = le.LlamaEngine("plain", str(smollm2_path), draft_max=0)
+    assert spec.draft_max > 0 and spec.runtime == plain.runtime
+    spec.load()
+    plain.load()
+    yield spec, plain
+    spec.unload()
+    plain.unload()
+
+
+@pytest.mark.timeout(1800)
+def test_long_greedy_outputs_are_identical_with_drafting_at_the_defaults(
+    at_defaults: tuple[le.LlamaEngine, le.LlamaEngine],
+) -> None:
+    """Hundreds of tokens over contexts past 512 cells, where a one-row step's attention used to
+    round apart from a verified draft's: token for token the same, and the drafts pay where the
+    reply copies or repeats."""
+    spec, plain = at_defaults
+    assert spec.scheduler is not None and spec.scheduler.kernels is not None  # the reference kernels
+    params = SamplingParams(max_tokens=320, temperature=0.0, logprobs=0)
+    kept_by_prompt, lengths = [], []
+    for messages in CORPUS:
+        before = spec.stats.draft_tokens, spec.stats.draft_accepted_tokens
+        fast = _run(spec, messages, params)
+        slow = _run(plain, messages, params)
+        assert fast == slow, messages[0]["content"][:40]
+        kept_by_prompt.append((spec.stats.draft_tokens - before[0], spec.stats.draft_accepted_tokens - before[1]))
+        lengths.append(len(fast[1]))
+    assert min(lengths) > 200  # long outputs: every context well past 512 cells
+    drafted, kept = kept_by_prompt[1]  # the repeating reply: most of it drafted and kept
+    assert kept > 100 and kept >= 0.8 * drafted
+    assert plain.stats.draft_tokens == 0
+
+
+@pytest.mark.timeout(900)
+def test_long_seeded_sampling_is_unchanged_by_drafting(at_defaults: tuple[le.LlamaEngine, le.LlamaEngine]) -> None:
+    """One draw per emitted token from the request's own chain, drafted or not: a seeded
+    sampled reply is the same, so its distribution is the target's."""
+    spec, plain = at_defaults
+    for seed in (3, 11):
+        params = SamplingParams(max_tokens=200, temperature=0.7, top_p=0.9, seed=seed, logprobs=0)
+        assert _run(spec, CORPUS[1], params) == _run(plain, CORPUS[1], params)

@@ -28,7 +28,7 @@ class RunningServer:
         return self.url + "/v1"
 
     def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=120, **kw)
+        return httpx.Client(base_url=self.url, **{"timeout": 120, **kw})
 
     def openai(self, **kw: Any) -> Any:
         import openai

@@ -26,12 +26,16 @@ def test_defaults_follow_the_build() -> None:
     gpu = runtime_options(s, "m", gpu_backend=True)
     assert (gpu.n_gpu_layers, gpu.n_ubatch, gpu.on_gpu) == (-1, GPU_UBATCH, True)
     cpu = runtime_options(s, "m", gpu_backend=False)
-    assert (cpu.n_gpu_layers, cpu.n_ubatch, cpu.on_gpu) == (0, EXACT_UBATCH, False)
+    assert (cpu.n_gpu_layers, cpu.n_ubatch, cpu.on_gpu) == (0, CPU_UBATCH, False)
     # asking for layers without a GPU backend runs on the CPU
     forced = runtime_options(Settings(n_gpu_layers=99), "m", gpu_backend=False)
-    assert (forced.n_gpu_layers, forced.n_ubatch) == (0, EXACT_UBATCH)
+    assert (forced.n_gpu_layers, forced.n_ubatch) == (0, CPU_UBATCH)
     # n_gpu_layers = 0 on a GPU build: the CPU's micro-batch
-    assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == EXACT_UBATCH
+    assert runtime_options(Settings(n_gpu_layers=0), "m", gpu_backend=True).n_ubatch == CPU_UBATCH
+    # batch_invariant: the CPU's micro-batches under 64 rows (exact prefix reuse)
+    exact = runtime_options(Settings(batch_invariant=True), "m", gpu_backend=False)
+    assert (exact.n_ubatch, exact.batch_invariant) == (EXACT_UBATCH, True)
+    assert runtime_options(Settings(n_gpu_layers=0, batch_invariant=True), "m", gpu_backend=True).n_ubatch == EXACT_UBATCH
 
 
 def test_prompt_batch_follows_the_device() -> None:
@@ -50,10 +54,16 @@ def test_prompt_batch_follows_the_device() -> None:
 
 
 def test_auto_flash_attention_on_the_cpu() -> None:
-    """On the CPU ``auto`` is flash attention in micro-batches under 64 rows (exact reuse);
-    ``off`` takes 512 (exact too); a GPU leaves it to llama.cpp; a micro-batch set is kept."""
+    """On the CPU ``auto`` is flash attention in llama-server's micro-batches of 512, under 64
+    rows with ``batch_invariant`` (exact reuse); ``off`` takes 512 (exact too); a GPU leaves it
+    to llama.cpp; a micro-batch set is kept."""
     cpu = runtime_options(Settings(), "m", gpu_backend=False)
-    assert (cpu.flash_attn, cpu.n_ubatch) == ("on", EXACT_UBATCH)
+    assert (cpu.flash_attn, cpu.n_ubatch) == ("on", CPU_UBATCH)
+    exact = runtime_options(Settings(batch_invariant=True), "m", gpu_backend=False)
+    assert (exact.flash_attn, exact.n_ubatch) == ("on", EXACT_UBATCH)
+    per_model = Settings(model_overrides={"x": ModelOverrides(batch_invariant=True)})
+    assert runtime_options(per_model, "x", gpu_backend=False).n_ubatch == EXACT_UBATCH
+    assert runtime_options(per_model, "y", gpu_backend=False).n_ubatch == CPU_UBATCH
     off = runtime_options(Settings(flash_attn="off"), "m", gpu_backend=False)
     assert (off.flash_attn, off.n_ubatch) == ("off", CPU_UBATCH)
     assert runtime_options(Settings(), "m", gpu_backend=True).flash_attn == "auto"

@@ -46,15 +46,20 @@ class LoadPlan:
 
 def load_plan(record: ModelRecord, settings: Settings, n_ctx_train: int | None) -> LoadPlan:
     """The context a GGUF model will get, as the llama.cpp engine sizes it (LlamaEngine.load):
-    ``n_ctx`` capped by the training context, and one unified KV pool of two contexts when
-    several sequences share it. Kept beside the engine's arithmetic: change both together."""
+    ``n_ctx`` capped by the training context (0: the training context, lowered to fit the
+    machine as llama-server's --fit), one KV pool of ``n_ctx`` cells that every sequence
+    shares. Kept beside the engine's arithmetic: change both together."""
+    from conch.inference.engines.llama.footprint import default_context, resolve_n_ctx
     from conch.inference.engines.llama.offload import runtime_options
 
     runtime = runtime_options(settings, record.id)
-    n_ctx = min(runtime.n_ctx, n_ctx_train) if n_ctx_train else runtime.n_ctx
     n_parallel = max(1, settings.n_parallel)
+    n_ctx = 0
+    if runtime.n_ctx <= 0 and not runtime.on_gpu:  # the training context, fitted to the machine
+        n_ctx = default_context(record.path, runtime, n_seqs=n_parallel, draft_max=settings.draft_max)
+    n_ctx = n_ctx or resolve_n_ctx(runtime.n_ctx, n_ctx_train or 0)
     return LoadPlan(
-        n_ctx=n_ctx, kv_cells=n_ctx * (2 if n_parallel > 1 else 1), n_parallel=n_parallel,
+        n_ctx=n_ctx, kv_cells=n_ctx, n_parallel=n_parallel,
         n_ubatch=min(runtime.n_batch, runtime.n_ubatch), flash_attn=runtime.flash_attn != "off",
         kv_cache_type=runtime.kv_cache_type, n_gpu_layers=runtime.n_gpu_layers if runtime.on_gpu else 0,
         n_threads=_override(settings, record.id, "n_threads"),
@@ -62,15 +67,21 @@ def load_plan(record: ModelRecord, settings: Settings, n_ctx_train: int | None) 
     )
 
 
-def load_engine(record: ModelRecord, settings: Settings) -> Engine:
-    """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra)."""
+def load_engine(record: ModelRecord, settings: Settings, *, n_ctx: int | None = None) -> Engine:
+    """A loaded engine for ``record`` (blocking; raises ``RuntimeMissing`` without the extra).
+
+    ``n_ctx``: the context the loader chose for it (e.g. lowered to fit a memory budget:
+    ``engines.llama.footprint.fit_context``); None: the settings' (``n_ctx``, per model too;
+    0 is the model's own)."""
     n_threads = _override(settings, record.id, "n_threads")
     n_threads_batch = _override(settings, record.id, "n_threads_batch")
     if record.format == "onnx":
         from conch.inference.engines.onnx import OnnxEmbeddingEngine
 
+        limit = n_ctx or _override(settings, record.id, "n_ctx")
         return OnnxEmbeddingEngine(
-            record.path, model_id=record.id, n_threads=n_threads_batch, max_length=_override(settings, record.id, "n_ctx"),
+            record.path, model_id=record.id, n_threads=n_threads_batch,
+            max_length=limit if limit > 0 else 1 << 30,  # 0: the model's own (max_position_embeddings)
         )
     if record.format == "gguf":
         from conch.inference.engines.llama.engine import LlamaEngine
@@ -81,7 +92,7 @@ def load_engine(record: ModelRecord, settings: Settings) -> Engine:
         engine = LlamaEngine(
             record.id,
             record.path,
-            n_ctx=runtime.n_ctx,
+            n_ctx=runtime.n_ctx if n_ctx is None else n_ctx,
             n_threads=n_threads,
             n_threads_batch=n_threads_batch,
             n_parallel=settings.n_parallel,

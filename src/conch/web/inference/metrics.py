@@ -64,7 +64,7 @@ class _ServingCollector(Collector):
             ("generation_seconds", "Wall time of completed generations.", m.gen_seconds),
             ("embedded_inputs", "Inputs embedded.", m.embedded_inputs),
             # Speculative decoding, summed over the loaded models
-            ("draft_tokens", "Tokens drafted by prompt lookup (speculative decoding).",
+            ("draft_tokens", "Tokens drafted for speculative decoding (n-gram or draft-model drafts).",
              sum(getattr(e.stats, "draft_tokens", 0) for e in engines)),
             ("draft_accepted_tokens", "Drafted tokens kept (each equal to the token drawn).",
              sum(getattr(e.stats, "draft_accepted_tokens", 0) for e in engines)),

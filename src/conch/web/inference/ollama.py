@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import conch
+from conch.config import Settings
 from conch.errors import DomainError
 from conch.inference.api import ollama as o
 from conch.inference.api.completions import CompletionRequest
@@ -73,6 +74,18 @@ def _model_id(store: ModelStore, name: str) -> str:
     return name
 
 
+def _context_of(settings: Settings, store: ModelStore, model: str) -> int | None:
+    """The context the model is served with (``n_ctx``, per model too; 0: its training
+    context), for ``num_ctx``; None where it cannot be known before loading."""
+    over = settings.model_overrides.get(model)
+    n_ctx = over.n_ctx if over is not None and over.n_ctx else settings.n_ctx
+    record = store.get(model) if model else None
+    trained = record.context_length if record is not None else None
+    if n_ctx > 0:
+        return min(n_ctx, trained) if trained else n_ctx
+    return trained
+
+
 async def _read_model_request(request: Request, store: ModelStore) -> dict[str, Any]:
     """The JSON body, its ``model`` named as in conch's store."""
     body = await read_json(request)
@@ -113,7 +126,7 @@ async def _generation(kind: str, model: str, stream_out: bool, start: float, chu
 async def chat(request: Request, serving: ChatDep, settings: SettingsDep, store: StoreDep) -> Any:
     start = time.perf_counter()
     body = await _read_model_request(request, store)
-    req = validated(ChatCompletionRequest, o.chat_request(body, settings.n_ctx))
+    req = validated(ChatCompletionRequest, o.chat_request(body, _context_of(settings, store, body["model"])))
     stream_out = body.get("stream", True) is not False
     return await _generation("chat", body["model"], stream_out, start, lambda: serving.stream(req))
 
@@ -133,7 +146,7 @@ async def generate(request: Request, chat: ChatDep, completions: CompletionDep, 
         done = {"model": body["model"], "created_at": o.now_iso(), "response": "", "done": True,
                 "done_reason": "load"}
         return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
-    kind, translated = o.generate_request(body, settings.n_ctx)
+    kind, translated = o.generate_request(body, _context_of(settings, store, body["model"]))
     if kind == "chat":
         source: Callable[[], Any] = functools.partial(chat.stream, validated(ChatCompletionRequest, translated))
     else:

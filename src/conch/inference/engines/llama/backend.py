@@ -4,27 +4,63 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
+import struct
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _backend_lock = threading.Lock()
 _backend_ready = False
 _fast: Any = None
+_log_capture = threading.local()
+_log_callback: Any = None
 
 
 def init_backend() -> Any:
     """Import llama_cpp once, quiet its native logging, and initialise the backend."""
-    global _backend_ready
+    global _backend_ready, _log_callback
     import llama_cpp
 
     with _backend_lock:
         if not _backend_ready:
-            import llama_cpp._logger  # installs the log callback that honours the level below
+            import llama_cpp._logger as lc_logger  # its callback honours the level below
 
             logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+            forward = lc_logger.llama_log_callback
+
+            # llama.cpp's log goes on to llama_cpp's callback as before; a thread inside
+            # llama_log() also keeps its lines (a context's creation reports its buffers there).
+            @llama_cpp.llama_log_callback
+            def callback(level: int, text: bytes, user_data: Any) -> None:
+                lines = getattr(_log_capture, "lines", None)
+                if lines is not None:
+                    lines.append(text.decode("utf-8", "replace"))
+                forward(level, text, user_data)
+
+            _log_callback = callback  # a ctypes callback must outlive its registration
+            llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
     return llama_cpp
+
+
+@contextmanager
+def llama_log() -> Iterator[list[str]]:
+    """The lines llama.cpp logs on this thread meanwhile, at every level (an enclosing block
+    sees the lines of the blocks inside it too)."""
+    init_backend()  # the callback that keeps them
+    lines: list[str] = []
+    outer: list[str] | None = getattr(_log_capture, "lines", None)
+    _log_capture.lines = lines
+    try:
+        yield lines
+    finally:
+        _log_capture.lines = outer
+        if outer is not None:
+            outer.extend(lines)
 
 
 def fast_calls() -> Any:
@@ -94,6 +130,115 @@ def _find_omp_pause() -> Any:
     fn.argtypes = [ctypes.c_int]
     fn.restype = ctypes.c_int
     return fn
+
+
+# ggml's CPU flash attention computes a micro-batch of this many query rows or more with its
+# tiled kernel (GGML_FA_TILE_Q), fewer with its one-row-at-a-time kernel.
+FA_TILE_ROWS = 64
+_CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+
+
+class ReferenceKernels:
+    """Switches one llama.cpp context's CPU backend to ggml's reference kernels and back.
+
+    ggml's CPU backend picks a kernel by the shape of a micro-batch: flash attention over one
+    query row and 512+ KV cells sums the cells in one chunk per thread and merges the chunks
+    (split-KV), over 64+ rows it runs a tiled kernel, and K-quant matrix products take a tiled
+    path from 8 rows on. Each rounds differently, so a token's logits depended on how many other
+    rows shared its micro-batch, and the split-KV sum on where its cells sit in the KV pool.
+    With the reference kernels (``ggml_backend_cpu_set_use_ref``) every row is computed alone,
+    in the same order, whatever else the micro-batch holds: a token decoded in a one-row step,
+    in a step with drafted tokens after it or beside other streams gets bitwise the same
+    logits, and its sum over the KV cells depends only on their order, not their place.
+
+    The scheduler turns them on for steps under :data:`FA_TILE_ROWS` rows (decode steps,
+    verified drafts) and off for long prompt chunks, where the tiled kernels are what makes
+    prefill fast. Setting it is a store into the backend's context, read at the next compute.
+    """
+
+    def __init__(self, backend: int, setter: Any) -> None:
+        self._backend = backend
+        self._setter = setter
+        self._on: bool | None = None
+
+    def set(self, on: bool) -> None:
+        if on is not self._on:
+            self._setter(self._backend, on)
+            self._on = on
+
+
+def reference_kernels(ctx: Any) -> ReferenceKernels | None:
+    """The switch for the CPU backend of the llama.cpp context ``ctx`` (a ``llama_context *``),
+    or None where it cannot be found (another platform, a ggml without the switch).
+
+    llama.h does not hand out a context's backends, so the backend is found in the context
+    object itself: the word pointing to a ggml backend whose guid is the CPU backend's and whose
+    device is the CPU device. Memory is read through ``/proc/self/mem``, which answers an error
+    instead of faulting on an address that is not mapped."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        ggml = ctypes.CDLL("libggml.so.0")  # already loaded by libllama: the same copy
+        base = ctypes.CDLL("libggml-base.so.0")
+    except OSError:
+        return None
+    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_init_by_type.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    ggml.ggml_backend_init_by_type.restype = ctypes.c_void_p
+    for name, args, res in (
+        ("ggml_backend_guid", [ctypes.c_void_p], ctypes.c_void_p),
+        ("ggml_backend_free", [ctypes.c_void_p], None),
+        ("ggml_backend_get_device", [ctypes.c_void_p], ctypes.c_void_p),
+        ("ggml_backend_name", [ctypes.c_void_p], ctypes.c_char_p),
+        ("ggml_backend_dev_backend_reg", [ctypes.c_void_p], ctypes.c_void_p),
+        ("ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
+    ):
+        fn = getattr(base, name)
+        fn.argtypes, fn.restype = args, res
+    device = ggml.ggml_backend_dev_by_type(_CPU_DEVICE)
+    if not device:
+        return None
+    address = base.ggml_backend_reg_get_proc_address(base.ggml_backend_dev_backend_reg(device),
+                                                     b"ggml_backend_cpu_set_use_ref")
+    if not address:
+        return None
+    setter = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_bool)(address)
+    probe = ggml.ggml_backend_init_by_type(_CPU_DEVICE, None)
+    if not probe:
+        return None
+    guid = base.ggml_backend_guid(probe)
+    base.ggml_backend_free(probe)
+    start = ctx if isinstance(ctx, int) else ctypes.cast(ctx, ctypes.c_void_p).value
+    if not start or not guid:
+        return None
+    try:
+        fd = os.open("/proc/self/mem", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        blob = b""
+        for size in (4096, 2048, 1024):  # the object is ~1 KB; past it the heap may end
+            try:
+                blob = os.pread(fd, size, start)
+                break
+            except OSError:
+                continue
+        for off in range(0, len(blob) - 7, 8):
+            (word,) = struct.unpack_from("<Q", blob, off)
+            if word < 4096 or word >= 1 << 63:
+                continue
+            try:
+                head = os.pread(fd, 8, word)
+            except OSError:
+                continue
+            if len(head) != 8 or struct.unpack("<Q", head)[0] != guid:
+                continue
+            if base.ggml_backend_get_device(word) == device and base.ggml_backend_name(word) == b"CPU":
+                return ReferenceKernels(word, setter)
+    finally:
+        os.close(fd)
+    return None
 
 
 def open_model(path: str, *, n_gpu_layers: int | None = None, main_gpu: int = 0) -> Any:

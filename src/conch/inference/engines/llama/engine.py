@@ -3,16 +3,17 @@
 :class:`LlamaEngine` implements the :class:`~conch.inference.engines.base.Engine` protocol and
 puts together the parts, each in its own module: ``backend`` (start-up), ``scheduler``
 (continuous batching on a worker thread), ``kv_pool`` (the shared KV cache and prefix reuse),
-``sampling`` (sampler chains, stop strings), ``templates`` and ``grammar`` (chat prompts and
-their constraints) and ``embeddings``.
+``sampling`` (sampler chains, stop strings), ``speculative`` and ``draft_model`` (drafted
+tokens), ``templates`` and ``grammar`` (chat prompts and their constraints), ``embeddings``
+and ``footprint`` (the memory it takes).
 
-Every micro-batch llama.cpp computes holds fewer than 64 tokens (``n_ubatch``): from 64
-query rows on, ggml's CPU flash attention switches to a tiled kernel whose rounding depends on
-the batch and on where the sequence sits in the KV pool. Below it, each token's logits are
-bitwise the same however its prompt was split, so a cached prompt prefix can be reused
-without changing any output, as long as the sequence's cells sit where a fresh run puts them
-(a one-row generation step's attention over 512+ cells sums by cell index: docs/inference.md). That holds on the CPU; a model on a GPU
-gets 512-token micro-batches by default (``n_ubatch``, conch.inference.engines.llama.offload, docs/gpu.md).
+The context is llama-server's at its defaults: the model's training context (``n_ctx`` 0) as
+one KV pool shared by every sequence, any one of which may fill it. On the CPU prompts are
+decoded in llama-server's micro-batches of 512 rows; decode steps and verified drafts run on
+ggml's reference kernels (``backend.ReferenceKernels``), so a token's logits do not depend on
+what else its step held. ``batch_invariant`` keeps every micro-batch under 64 rows, and then
+every token's logits are bitwise the same however its prompt was split or reused
+(docs/inference.md, "Prefill and prefix reuse").
 """
 
 from __future__ import annotations
@@ -37,19 +38,28 @@ from conch.inference.engines.llama import sampling
 from conch.inference.engines.llama.backend import (
     fast_calls,
     init_backend,
+    llama_log,
     open_context,
     open_model,
+    reference_kernels,
     release_openmp_threads,
 )
 from conch.inference.engines.llama.device import math_threads
 from conch.inference.engines.llama.draft_model import DraftModel, check_same_vocab
 from conch.inference.engines.llama.embeddings import Embedder
+from conch.inference.engines.llama.footprint import (
+    Footprint,
+    buffers_from_log,
+    default_context,
+    resolve_n_ctx,
+)
 from conch.inference.engines.llama.grammar import plan_constraints
 from conch.inference.engines.llama.offload import (
     Placement,
     RuntimeOptions,
     cpu_attention,
     load_placed,
+    read_shape,
 )
 from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
@@ -69,14 +79,14 @@ class LlamaEngine:
         model_id: str,
         path: str,
         *,
-        n_ctx: int = 2048,
+        n_ctx: int = 0,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
         n_parallel: int = 4,
         cache_prompt: bool = True,
         n_batch: int | None = None,
         max_queue: int = 64,
-        draft_max: int = 0,
+        draft_max: int = 32,
         chat_template: str | None = None,
         runtime: RuntimeOptions | None = None,
         prompt_cache_dir: str | os.PathLike[str] | None = None,
@@ -101,12 +111,15 @@ class LlamaEngine:
         self._prompt_cache_max_bytes = prompt_cache_max_bytes
         self._prompt_cache_min_tokens = prompt_cache_min_tokens
         self.prompt_cache: PromptCache | None = None
+        # The context: n_ctx (0: the model's training context), known once the model is open.
         self.n_ctx = n_ctx
+        # What the loaded model takes (footprint.py): measured at load, None before.
+        self.footprint: Footprint | None = None
         self.n_embd = 0
         self.n_vocab = 0
         self.stats = EngineStats()
         # GPU offload, flash attention, KV cache type, micro-batch (conch.inference.engines.llama.offload)
-        flash_attn, n_ubatch = cpu_attention("auto")
+        flash_attn, n_ubatch = cpu_attention("auto", False)
         self.runtime = runtime or RuntimeOptions(0, 0, flash_attn, "f16", n_ubatch, n_ctx, False)
         # Prompt tokens per step: the runtime's (2048 on a GPU, 512 on the CPU) unless given.
         self.n_batch = n_batch or self.runtime.n_batch
@@ -132,7 +145,16 @@ class LlamaEngine:
         if opts.kv_cache_type != "f16" and opts.flash_attn == "off":
             raise EngineError(f'kv_cache_type = "{opts.kv_cache_type}" needs flash_attn = "auto" or "on": '
                               "llama.cpp quantizes the V cache only with flash attention")
-        kv_tokens = self._n_ctx_req * (2 if self.n_parallel > 1 else 1)
+        kv_tokens = self._n_ctx_req
+        if kv_tokens <= 0 and not opts.on_gpu:
+            # The training context unless model and KV would not fit the machine's memory, as
+            # llama-server's --fit (footprint.default_context); a loader with a memory budget
+            # passes its own n_ctx.
+            kv_tokens = self._n_ctx_req = default_context(self.path, opts, n_seqs=self.n_parallel,
+                                                          draft_max=self.draft_max)
+        elif kv_tokens <= 0:  # the training context, for the GPU fit plan
+            shape = read_shape(self.path)
+            kv_tokens = resolve_n_ctx(0, shape.n_ctx_train if shape is not None else 0)
         try:
             # As many layers on the GPU as fit; fewer (down to none) when llama.cpp cannot allocate.
             _, self.placement = load_placed(self.model_id, self.path, opts, kv_tokens, self._load_with,
@@ -152,8 +174,8 @@ class LlamaEngine:
     def _load_at(self, n_gpu_layers: int) -> None:
         llama_cpp = init_backend()
         self._model = model = open_model(self.path, n_gpu_layers=n_gpu_layers, main_gpu=self.runtime.main_gpu)
-        n_ctx_train = model.n_ctx_train()
-        self.n_ctx = min(self._n_ctx_req, n_ctx_train) if n_ctx_train > 0 else self._n_ctx_req
+        # As llama-server: the training context unless one is asked for, never more.
+        self.n_ctx = resolve_n_ctx(self._n_ctx_req, int(model.n_ctx_train()))
         has_decoder = bool(llama_cpp.llama_model_has_decoder(model.model))
         has_encoder = bool(llama_cpp.llama_model_has_encoder(model.model))
         self.n_embd = model.n_embd()
@@ -176,23 +198,36 @@ class LlamaEngine:
             n_threads_batch=self.n_threads_batch, bidirectional=bidirectional,
             encoder_only=has_encoder and not has_decoder,
         )
+        weights = int(model.size())
+        kv_bytes = compute = 0
         if has_decoder and not has_encoder and not bidirectional:
-            # One KV pool shared by all sequences (unified): any sequence may grow to n_ctx,
-            # and the pool holds two full contexts. Short chats fit many at once; when the pool
+            # One KV pool shared by all sequences (unified), as llama-server's: n_ctx cells, and
+            # any sequence may grow to all of them. Short chats fit many at once; when the pool
             # runs out, the newest sequence is preempted and replayed later.
-            # A pool of n_parallel full contexts would cost ~24 MB per 1k tokens for nothing.
-            kv_total = self.n_ctx * (2 if self.n_parallel > 1 else 1)
-            self._ctx = open_context(model, **self._context_params(kv_total))
+            kv_total = self.n_ctx
+            with llama_log() as lines:
+                self._ctx = open_context(model, **self._context_params(kv_total))
+            kv_bytes, compute = buffers_from_log(lines)
             draft = self._open_draft(n_gpu_layers, kv_total) if self.runtime.draft_model and self.draft_max else None
+            if self._draft_model is not None:
+                weights += int(self._draft_model.size())
+            # ggml's reference kernels for small steps, where they make a token's logits
+            # independent of the rest of its step (backend.ReferenceKernels); None: not found.
+            kernels = reference_kernels(self._ctx.ctx) if n_gpu_layers == 0 or not self.runtime.gpu_backend else None
+            if kernels is None and not self.runtime.on_gpu:
+                log.info("model %s: ggml's reference kernels not found; decode steps use the fast ones "
+                         "(drafting keeps greedy output only up to near-ties)", self.model_id)
             self.scheduler = Scheduler(
                 model, self._ctx, name=self.model_id, n_batch=self.n_batch, n_parallel=self.n_parallel,
                 kv_total=kv_total, max_queue=self.max_queue, cache_prompt=self.cache_prompt, stats=self.stats,
                 draft_max=self.draft_max, draft=draft, n_ubatch=self.n_ubatch,
                 prefill_chunk=self.runtime.prefill_chunk,
                 overlap_text=self._decode_is_queued(n_gpu_layers),
+                kernels=kernels, batch_invariant=self.runtime.batch_invariant,
             )
             self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             self.scheduler.start()
+        self.footprint = Footprint(weights, kv_bytes, compute, self.n_ctx, measured=True)
 
     def _decode_is_queued(self, n_gpu_layers: int) -> bool:
         """Whether llama_decode returns before the step is computed: every layer and the output
@@ -299,6 +334,7 @@ class LlamaEngine:
                 part.close()
         self._embedder = self._ctx = self._model = self._draft_ctx = self._draft_model = None
         self.placement = None
+        self.footprint = None
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -9,13 +9,23 @@ With a :class:`~conch.inference.engines.llama.prompt_cache.PromptCache` (``disk`
 engine), long prefixes are also saved when their sequence is released, and a request whose
 prompt a saved prefix covers further than any in memory gets it loaded into its sequence.
 
-Lone rows. ggml's CPU flash attention computes a micro-batch of *one* row over 512 KV cells
-or more on another path (split-KV: the cells cut into one chunk per thread, each summed in
-FP16) than a micro-batch of several rows (one FP16 sum over all cells). The two differ well
-beyond the last bit. So a reused prefix is cut back until the re-decoded tail ends the way a
-fresh prefill of the prompt ends (its last micro-batch one row or several), and only cells a
-prefill computed alongside other rows count as exact (``seq_exact``): the last prompt token
-and generated tokens (decoded one row per step) are left out of what goes to disk.
+How exact a reused prefix is. By default (llama-server's micro-batches of 512 on the CPU) a
+prompt's rows run ggml's tiled kernels, whose rounding depends on how the prompt was split and
+where its cells sit, so a reused prefix holds what a fresh prefill computes up to the last
+bits: the greedy tokens are the same (tests/inference/test_prefix_reuse_tokens.py), and the
+whole common prefix is reused, generated tokens included, as llama-server does. With
+``batch_invariant`` every micro-batch stays under 64 rows and runs ggml's reference kernels
+(``backend.ReferenceKernels``): every cell is bitwise what any other split computes, so reuse
+never changes an output (tests/inference/test_engine_exact.py).
+
+Lone rows (``batch_invariant`` where the reference kernels were not found). ggml's CPU flash
+attention computes a micro-batch of *one* row over 512 KV cells or more on another path
+(split-KV: the cells cut into one chunk per thread, each summed in FP16) than a micro-batch of
+several rows (one FP16 sum over all cells). The two differ well beyond the last bit. So a reused
+prefix is cut back until the re-decoded tail ends the way a fresh prefill of the prompt ends
+(its last micro-batch one row or several), and only cells a prefill computed alongside other
+rows count as exact (``seq_exact``): the last prompt token and generated tokens (decoded one
+row per step) are left out of what goes to disk.
 
 Restored cells. The split-KV path cuts the pool's cells by index, so a lone row's result
 depends on where its sequence's cells sit (and on how far the used cells reach), not only on
@@ -45,7 +55,7 @@ if TYPE_CHECKING:
 
 class KVPool:
     def __init__(self, ctx: Any, *, kv_total: int, n_seqs: int, cache_prompt: bool, active: list[Job],
-                 n_batch: int, n_ubatch: int) -> None:
+                 n_batch: int, n_ubatch: int, lone_rows: bool = False) -> None:
         self._ctx = ctx
         self.kv_total = kv_total
         self.cache_prompt = cache_prompt
@@ -62,6 +72,8 @@ class KVPool:
         # decide where a prefill's micro-batches end.
         self.n_batch = n_batch
         self.n_ubatch = n_ubatch
+        # Whether a lone row rounds apart from several (see "Lone rows"): reuse then keeps to it.
+        self.lone_rows = lone_rows
         # Long prefixes saved across restarts (prompt_cache.py); None: memory only.
         self.disk: PromptCache | None = None
 
@@ -107,6 +119,8 @@ class KVPool:
     def fit_keep(self, n: int, keep: int) -> int:
         """``keep`` (cells reused of an ``n``-token prompt) cut back until the re-decoded tail
         ends as a fresh prefill ends, so the first token's logits are the same (see "Lone rows")."""
+        if not self.lone_rows:
+            return keep
         lone = self._lone_tail(n, 0)
         while keep > 0 and self._lone_tail(n, keep) != lone:
             keep -= 1
@@ -118,10 +132,10 @@ class KVPool:
         llama_cpp = init_backend()
         n = len(job.tokens)
         best, best_len = self._best_cached(job.tokens)
-        # At least one prompt token is decoded again: its logits give the first sample. On the
-        # CPU, with flash attention in micro-batches under 64 rows (the default) or without it,
-        # the reused prefix holds exactly the KV a fresh prefill would compute, so reuse never
-        # changes an output (offload.cpu_attention).
+        # At least one prompt token is decoded again: its logits give the first sample. With
+        # batch_invariant (or without flash attention) the reused prefix holds exactly the KV a
+        # fresh prefill would compute, so reuse never changes an output; by default, up to the
+        # last bits (see "How exact a reused prefix is").
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 # llama.cpp's micro-batch, as llama-server's default. On a GPU a 64-stream decode step is one
 # micro-batch instead of two (+12 % aggregate at 64 streams, a quarter of the first-token time
-# under 16-stream load; H100, 2026-11-22). On the CPU, with flash attention off.
+# under 16-stream load; H100, 2026-11-22). On the CPU a prompt's micro-batches of 512 run ggml's
+# tiled flash attention (~1.5x the prefill of micro-batches under 64: docs/inference.md).
 CPU_UBATCH = GPU_UBATCH = 512
 # Prompt tokens the scheduler hands llama.cpp in one step (llama.cpp's logical batch, n_batch).
 # On a GPU, llama-server's 2048: a step of a few hundred tokens costs a GPU little more than a
@@ -31,26 +32,28 @@ CPU_BATCH, GPU_BATCH = 512, 2048
 # Prompt tokens per step while other sequences are generating (chunked prefill) on the CPU; on a
 # GPU one micro-batch (n_ubatch), which costs the generating streams about one decode step.
 CPU_PREFILL_CHUNK = 128
-# Below 64 query rows ggml's CPU flash attention keeps to one path whose rows do not depend on
-# how they were batched (from 64 it switches to a tiled one that does): the CPU's default.
+# Below 64 query rows ggml's CPU flash attention keeps to one kernel whose rows do not depend on
+# how they were batched (from 64 it switches to a tiled one that depends on the split and on
+# where cells sit): the CPU's micro-batch with ``batch_invariant``.
 EXACT_UBATCH = 63
 
 
-def cpu_attention(flash_attn: str) -> tuple[str, int]:
+def cpu_attention(flash_attn: str, batch_invariant: bool = False) -> tuple[str, int]:
     """``flash_attn`` on the CPU, ``auto`` resolved, with its default micro-batch.
 
-    ``auto`` is on, in micro-batches under 64 rows: ggml's CPU flash attention skips the cells
-    a row may not see, so several streams in the unified KV pool each attend over their own
-    cells only; plain attention computes every row over every sequence's cells, and so took
-    more time at 4 and 8 streams (2026-11-26: 113–131 against 133–157 tokens/s) although it
-    prefilled ~1.4x and generated ~1.1x the tokens per CPU-second of one stream. Flash
-    attention is also what a quantized KV cache needs, and what keeps a verified draft
-    (several rows a step) bitwise what one-row steps give. Under 64 rows its results do not
-    depend on how rows were batched, so a reused prefix is exact; ``off`` is exact at any
-    micro-batch and takes llama-server's 512 (docs/inference.md, "Exact prefix reuse")."""
+    ``auto`` is on: ggml's CPU flash attention skips the cells a row may not see, so several
+    streams in the unified KV pool each attend over their own cells only; plain attention
+    computes every row over every sequence's cells, and so took more time at 4 and 8 streams
+    (2026-11-26: 113–131 against 133–157 tokens/s). Its micro-batch is llama-server's 512:
+    prompts then run the tiled kernel, ~1.5x the prefill of micro-batches under 64 rows; a
+    reused prefix gives the greedy tokens a fresh prefill gives (tests/inference/
+    test_prefix_reuse_tokens.py). ``batch_invariant`` keeps every micro-batch under 64 rows,
+    where each token's logits are bitwise the same however its prompt was split or reused;
+    ``off`` is that at any micro-batch and takes 512 (docs/inference.md, "Prefill and prefix
+    reuse")."""
     if flash_attn == "off":
         return "off", CPU_UBATCH
-    return "on", EXACT_UBATCH
+    return "on", EXACT_UBATCH if batch_invariant else CPU_UBATCH
 
 # Compute buffers, CUDA graphs and the driver's own share: kept free when planning.
 _MARGIN_BYTES = 768 * 1024 * 1024
@@ -71,6 +74,7 @@ class RuntimeOptions:
     draft_model: str | None = None  # another local model's id proposing speculative drafts
     draft_path: str | None = None  # its GGUF file; None: no ready local GGUF model has that id
     n_batch: int = CPU_BATCH  # prompt tokens per step (llama.cpp's n_batch)
+    batch_invariant: bool = False  # logits bitwise independent of batching (docs/inference.md)
 
     @property
     def prefill_chunk(self) -> int:
@@ -101,8 +105,9 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
         layers = 0  # nothing to offload to: say so instead of pretending
     draft = getattr(over, "draft_model", None) if over is not None else None
     flash_attn, ubatch = str(pick("flash_attn")), pick("n_ubatch")
+    invariant = bool(pick("batch_invariant"))
     if layers == 0:
-        flash_attn, cpu_ubatch = cpu_attention(flash_attn)
+        flash_attn, cpu_ubatch = cpu_attention(flash_attn, invariant)
         ubatch = cpu_ubatch if ubatch is None else ubatch
     elif ubatch is None:
         ubatch = GPU_UBATCH
@@ -113,7 +118,7 @@ def runtime_options(settings: Any, model_id: str, *, gpu_backend: bool | None = 
         n_gpu_layers=int(layers), main_gpu=int(pick("main_gpu")), flash_attn=flash_attn,
         kv_cache_type=str(pick("kv_cache_type")), n_ubatch=max(1, int(ubatch)), n_ctx=int(pick("n_ctx")),
         gpu_backend=gpu_backend, draft_model=draft, draft_path=draft_model_path(settings, draft) if draft else None,
-        n_batch=max(1, int(batch)),
+        n_batch=max(1, int(batch)), batch_invariant=invariant,
     )
 
 
@@ -140,6 +145,13 @@ class ModelShape:
     layer_bytes: int  # all repeating blocks together
     output_bytes: int
     kv_width: int  # K and V elements per token per layer
+    # For the host-memory footprint (footprint.py): every tensor's bytes, the training context,
+    # and the widths that size llama.cpp's compute buffers.
+    total_bytes: int = 0
+    n_ctx_train: int = 0
+    n_vocab: int = 0
+    n_embd: int = 0
+    n_ff: int = 0
 
     def kv_bytes(self, n_tokens: int, kv_type: str, layers: int | None = None) -> int:
         n = self.n_layer if layers is None else layers
@@ -182,8 +194,12 @@ def read_shape(path: str | Path) -> ModelShape | None:
             return None
         k_len = num("attention.key_length") or n_embd // n_head
         v_len = num("attention.value_length") or n_embd // n_head
-        layer_bytes = output_bytes = embd_bytes = 0
+        layer_bytes = output_bytes = embd_bytes = total = 0
+        n_vocab = 0
         for t in reader.tensors:
+            total += int(t.n_bytes)
+            if t.name == "token_embd.weight":
+                n_vocab = int(max(t.shape)) if len(t.shape) else 0
             if t.name.startswith("blk."):
                 layer_bytes += int(t.n_bytes)
             elif t.name.startswith("output."):
@@ -191,7 +207,9 @@ def read_shape(path: str | Path) -> ModelShape | None:
             elif t.name == "token_embd.weight":
                 embd_bytes = int(t.n_bytes)
         # Tied embeddings: the output layer reuses token_embd, which then goes to the GPU too.
-        return ModelShape(n_layer, layer_bytes, output_bytes or embd_bytes, n_head_kv * (k_len + v_len))
+        return ModelShape(n_layer, layer_bytes, output_bytes or embd_bytes, n_head_kv * (k_len + v_len),
+                          total_bytes=total, n_ctx_train=num("context_length") or 0, n_vocab=n_vocab,
+                          n_embd=n_embd, n_ff=num("feed_forward_length") or 4 * n_embd)
     except Exception:
         return None
 
@@ -360,5 +378,8 @@ def gpu_shortfall(settings: Any, model_id: str, path: str) -> int:
     if shape is None or free is None:
         return 0
     want = shape.n_layer if opts.n_gpu_layers < 0 else min(opts.n_gpu_layers, shape.n_layer)
-    kv_tokens = opts.n_ctx * (2 if getattr(settings, "n_parallel", 1) > 1 else 1)
+    # One pool of n_ctx cells (0: the training context), as the engine opens it.
+    kv_tokens = opts.n_ctx if opts.n_ctx > 0 else (shape.n_ctx_train or 4096)
+    if shape.n_ctx_train:
+        kv_tokens = min(kv_tokens, shape.n_ctx_train)
     return max(0, shape.need_bytes(want, kv_tokens, opts.kv_cache_type) - free[0])

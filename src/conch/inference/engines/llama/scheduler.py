@@ -35,19 +35,31 @@ from conch.inference.engines.base import (
     TokenEvent,
 )
 from conch.inference.engines.llama import sampling
-from conch.inference.engines.llama.backend import fast_calls, init_backend, release_openmp_threads
+from conch.inference.engines.llama.backend import (
+    FA_TILE_ROWS,
+    ReferenceKernels,
+    fast_calls,
+    init_backend,
+    release_openmp_threads,
+)
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.job import Job
 from conch.inference.engines.llama.kv_pool import KVPool
-from conch.inference.engines.llama.speculative import NGRAM_OVER_MODEL, NgramDrafter
+from conch.inference.engines.llama.speculative import (
+    MODEL_DRAFT_MAX,
+    NGRAM_OVER_MODEL,
+    ROW_COST_CPU,
+    ROW_COST_GPU,
+    NgramDrafter,
+)
 
 log = logging.getLogger(__name__)
 
 # Speculative drafts (speculative.py) are decoded only while few sequences generate: a drafted
 # position costs nearly a whole token of compute once a step is large, and is thrown away when
-# the draft is wrong. At most this many drafted tokens go into one step.
+# the draft is wrong. At most max(draft_max, this) drafted tokens go into one step.
 SPEC_MAX_STREAMS = 4
-SPEC_STEP_TOKENS = 32
+SPEC_STEP_TOKENS = 64
 
 
 def _deliver(events: list[tuple[Job, TokenEvent]]) -> None:
@@ -109,6 +121,8 @@ class Scheduler:
         draft_max: int = 0,
         draft: DraftModel | None = None,
         overlap_text: bool = False,
+        kernels: ReferenceKernels | None = None,
+        batch_invariant: bool = False,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -129,12 +143,20 @@ class Scheduler:
         # while the GPU computes the next step rather than between steps. On the CPU
         # llama_decode computes the step itself, and this would only hold every token back a step.
         self.overlap_text = overlap_text
+        # ggml's reference kernels (backend.ReferenceKernels) for every step without a long
+        # prompt chunk, so that a token's logits do not depend on what else its step held (one
+        # row or several: a verified draft is what a one-row step gives); for every step with
+        # batch_invariant. None: the fast kernels throughout (a GPU; not found).
+        self.kernels = kernels
+        self.batch_invariant = batch_invariant
+        # What a drafted row costs relative to a one-row step (speculative.DraftPolicy).
+        self.row_cost = ROW_COST_GPU if overlap_text else ROW_COST_CPU
         self._cond = threading.Condition()
         self._pending: deque[Job] = deque()
         self._active: list[Job] = []
         self._outbox: list[tuple[Job, TokenEvent]] = []
         self.pool = KVPool(ctx, kv_total=kv_total, n_seqs=n_parallel, cache_prompt=cache_prompt, active=self._active,
-                           n_batch=n_batch, n_ubatch=n_ubatch)
+                           n_batch=n_batch, n_ubatch=n_ubatch, lone_rows=batch_invariant and kernels is None)
         self.n_vocab = int(model.n_vocab())
         self._row_type = ctypes.c_float * self.n_vocab  # a logits row, read in place
         # Greedy requests are sampled by numpy on the logits row (sampling.Greedy); False: by
@@ -350,7 +372,7 @@ class Scheduler:
                         batch.seq_id[n][0] = job.seq
                         batch.logits[n] = 1
                         n += 1
-            prefilled: list[tuple[Job, int]] = []
+            takes: list[tuple[Job, int]] = []
             budget = min(self._prefill_budget(len(generating)), self.n_batch - n)
             for job in active:
                 remaining = len(job.tokens) - job.n_past
@@ -358,86 +380,134 @@ class Scheduler:
                     continue
                 take = min(remaining, budget)
                 budget -= take
-                for k in range(take):
-                    batch.token[n] = job.tokens[job.n_past + k]
-                    batch.pos[n] = job.n_past + k
-                    batch.n_seq_id[n] = 1
-                    batch.seq_id[n][0] = job.seq
-                    batch.logits[n] = 0
-                    n += 1
-                prefilled.append((job, take))
-                if take == remaining:
-                    batch.logits[n - 1] = 1
-                    sample_at.append((job, n - 1, [], False))
+                takes.append((job, take))
+            # With the reference kernels, a prompt chunk under 64 rows goes with the generating
+            # rows (reference kernels), a longer one apart (the fast, tiled kernels): each row's
+            # kernel then follows from its own sequence's chunk, never from what else the step
+            # holds, so a request's logits do not depend on which others arrived with it.
+            kernels = self.kernels
+            apart = kernels is not None and not self.batch_invariant
+            small = [t for t in takes if not apart or t[1] < FA_TILE_ROWS]
+            big = [t for t in takes if apart and t[1] >= FA_TILE_ROWS]
+            n_ref = 0
+            for group in (small, big):
+                for job, take in group:
+                    for k in range(take):
+                        batch.token[n] = job.tokens[job.n_past + k]
+                        batch.pos[n] = job.n_past + k
+                        batch.n_seq_id[n] = 1
+                        batch.seq_id[n][0] = job.seq
+                        batch.logits[n] = 0
+                        n += 1
+                    if take == len(job.tokens) - job.n_past:
+                        batch.logits[n - 1] = 1
+                        sample_at.append((job, n - 1, [], False))
+                if group is small:
+                    n_ref, sample_ref = n, len(sample_at)
+            prefilled = small + big
             batch.n_tokens = n
 
-            rc = llama_cpp.llama_decode(ctx, batch)
-            if rc != 0:
-                with self._cond:
-                    for job in active + untexted:
-                        self._finish(job, "error", f"llama_decode failed with status {rc}")
-                untexted = []
-                continue
-            for job, take in prefilled:
-                job.n_past += take
-                self.stats.prefill_tokens += take
-            for job in generating:
-                job.n_past += 1
-
+            # One llama_decode for the step, or two: the rows on the reference kernels, then the
+            # long prompt chunks on the fast ones (the second pass over the weights costs about
+            # a one-row step, next to a chunk of 128 rows or more).
+            if big and n_ref:
+                parts = [(0, n_ref, sample_at[:sample_ref], generating, small),
+                         (n_ref, n - n_ref, sample_at[sample_ref:], [], big)]
+            else:
+                parts = [(0, n, sample_at, generating, prefilled)]
             finished: list[tuple[Job, str]] = []
-            if untexted:
-                # The GPU computes this step meanwhile. A stop string found now ends its job
-                # with this step's token of it computed for nothing (its cell is a valid prefix).
-                for job in untexted:
-                    if not job.finished and (reason := self._text(job)) is not None:
-                        finished.append((job, reason))
-                untexted = []
-                self._flush()
-            # On a GPU llama_decode only queues the step; the first sampler call would wait for
-            # it holding the GIL (fast_calls), so the event loop could not stream tokens
-            # meanwhile. Waiting here, with the GIL released, overlaps the two.
-            llama_cpp.llama_synchronize(ctx)
-
-            overlap = self.overlap_text
-            stopped = {job for job, _ in finished}
-            for job, idx, draft, from_model in sample_at:
-                if job in stopped:
-                    continue
-                # One sampler draw per emitted token, in order; a drafted token is kept while it
-                # is the token just drawn, and then the logits after it give the next draw.
-                kept = 0
-                while True:
-                    reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
-                    # Text now unless overlapped: a job that ends (its last event carries it; a
-                    # stop string wins over the budget) and a stream's first text (all of its TTFT).
-                    if reason is not None or not overlap or not job.text:
-                        reason = self._text(job) or reason
-                    if reason is not None:
-                        finished.append((job, reason))
-                        break
-                    if kept < len(draft) and job.last_token == draft[kept]:
-                        kept += 1
-                        continue
+            failed = False
+            for lo, count, entries, stepped, chunks in parts:
+                if kernels is not None:
+                    kernels.set(self.batch_invariant or not any(take >= FA_TILE_ROWS for _, take in chunks))
+                rc = llama_cpp.llama_decode(ctx, batch if count == n else self._batch_view(lo, count))
+                if rc != 0:
+                    with self._cond:
+                        for job in active + untexted:
+                            self._finish(job, "error", f"llama_decode failed with status {rc}")
+                    untexted = []
+                    failed = True
                     break
-                if draft:
-                    job.n_past += kept
-                    if kept < len(draft):  # the cells of the drafted tokens not kept
-                        llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
-                    self.stats.draft_tokens += len(draft)
-                    self.stats.draft_accepted_tokens += kept
-                    if from_model:
-                        job.model_drafts.judge(len(draft), kept)
-                    elif job.drafter is not None:
-                        job.drafter.judge(len(draft), kept)
-                if self.draft is not None and job.seq >= 0:
-                    # The draft model's cells past what the target kept (its rejected drafts).
-                    self.draft.trim(job.seq, job.n_past)
-                if overlap and job.unsent and reason is None:
-                    untexted.append(job)
+                for job, take in chunks:
+                    job.n_past += take
+                    self.stats.prefill_tokens += take
+                for job in stepped:
+                    job.n_past += 1
+                if untexted:
+                    # The GPU computes this step meanwhile. A stop string found now ends its job
+                    # with this step's token of it computed for nothing (its cell is a valid prefix).
+                    for job in untexted:
+                        if not job.finished and (reason := self._text(job)) is not None:
+                            finished.append((job, reason))
+                    untexted = []
+                    self._flush()
+                # On a GPU llama_decode only queues the step; the first sampler call would wait
+                # for it holding the GIL (fast_calls), so the event loop could not stream tokens
+                # meanwhile. Waiting here, with the GIL released, overlaps the two.
+                llama_cpp.llama_synchronize(ctx)
+                self._sample_part(fast, ctx, entries, lo, finished, untexted)
+            if failed:
+                continue
             if finished:
                 with self._cond:
                     for job, reason in finished:
                         self._finish(job, reason)
+
+    def _batch_view(self, lo: int, count: int) -> Any:
+        """Rows ``lo .. lo + count`` of the step's batch as a batch of their own (no copy)."""
+        llama_cpp = init_backend()
+        batch = self._batch
+        view = llama_cpp.llama_batch()
+        view.n_tokens = count
+        for name, size in (("token", 4), ("pos", 4), ("n_seq_id", 4), ("seq_id", ctypes.sizeof(ctypes.c_void_p)),
+                           ("logits", 1)):
+            field = getattr(batch, name)
+            address = ctypes.cast(field, ctypes.c_void_p).value or 0
+            setattr(view, name, ctypes.cast(address + lo * size, type(field)))
+        return view
+
+    def _sample_part(self, fast: Any, ctx: Any, entries: list[tuple[Job, int, list[int], bool]], lo: int,
+                     finished: list[tuple[Job, str]], untexted: list[Job]) -> None:
+        """Sample the jobs whose rows the last llama_decode computed (``lo``: its first row in
+        the step's batch), accepting drafted tokens while they are what is drawn."""
+        llama_cpp = init_backend()
+        overlap = self.overlap_text
+        stopped = {job for job, _ in finished}
+        for job, row, draft, from_model in entries:
+            if job in stopped:
+                continue
+            idx = row - lo
+            # One sampler draw per emitted token, in order; a drafted token is kept while it
+            # is the token just drawn, and then the logits after it give the next draw.
+            kept = 0
+            while True:
+                reason = self._take(job, self._sample(fast, ctx, job, idx + kept), idx + kept)
+                # Text now unless overlapped: a job that ends (its last event carries it; a
+                # stop string wins over the budget) and a stream's first text (all of its TTFT).
+                if reason is not None or not overlap or not job.text:
+                    reason = self._text(job) or reason
+                if reason is not None:
+                    finished.append((job, reason))
+                    break
+                if kept < len(draft) and job.last_token == draft[kept]:
+                    kept += 1
+                    continue
+                break
+            if draft:
+                job.n_past += kept
+                if kept < len(draft):  # the cells of the drafted tokens not kept
+                    llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
+                self.stats.draft_tokens += len(draft)
+                self.stats.draft_accepted_tokens += kept
+                if from_model:
+                    job.model_drafts.judge(len(draft), kept)
+                elif job.drafter is not None:
+                    job.drafter.judge(len(draft), kept)
+            if self.draft is not None and job.seq >= 0:
+                # The draft model's cells past what the target kept (its rejected drafts).
+                self.draft.trim(job.seq, job.n_past)
+            if overlap and job.unsent and reason is None:
+                untexted.append(job)
 
     def _sample(self, fast: Any, ctx: Any, job: Job, idx: int) -> int:
         if job.greedy is not None:
@@ -486,15 +556,16 @@ class Scheduler:
         if not generating or generating > SPEC_MAX_STREAMS:
             return 0
         need = self._step_need(active)
-        return max(0, min(SPEC_STEP_TOKENS, self.n_batch - need, self.pool.free() - need))
+        return max(0, min(max(self.draft_max, SPEC_STEP_TOKENS), self.n_batch - need, self.pool.free() - need))
 
     def _drafts(self, active: list[Job], room: int) -> dict[int, tuple[list[int], bool]]:
         """This step's drafts: sequence -> (tokens, whether the draft model proposed them).
 
-        Prompt lookup first; with a draft model, a request whose lookup match is shorter than
-        NGRAM_OVER_MODEL tokens asks the draft model instead (speculative.py). While drafting
-        may happen (few sequences generate), the draft model's context follows every running
-        sequence: prompt chunks one step behind the target's, generated tokens as they come."""
+        n-gram drafts first, as long as each request's policy finds they pay (speculative.py);
+        with a draft model, a request whose n-gram match is shorter than NGRAM_OVER_MODEL tokens
+        asks the draft model instead. While drafting may happen (few sequences generate), the
+        draft model's context follows every running sequence: prompt chunks one step behind
+        the target's, generated tokens as they come."""
         out: dict[int, tuple[list[int], bool]] = {}
         draft = self.draft
         generating = [j for j in active if j.n_past >= len(j.tokens)]
@@ -503,14 +574,16 @@ class Scheduler:
         if draft is not None and len(generating) > SPEC_MAX_STREAMS:
             return out
         requests: list[DraftRequest] = []
+        row_cost = self.row_cost
         for job in generating:
             # Never draft past the job's token budget: what cannot be emitted need not be checked.
             limit = min(self.draft_max, room, job.max_tokens - job.n_gen - 1)
             if limit > 0:
                 if job.drafter is None:
                     job.drafter = NgramDrafter(job.tokens + job.generated)
-                matched, tokens = job.drafter.match(limit)
+                matched, tokens = job.drafter.propose(limit, row_cost)
                 if draft is not None and job.model_drafts.enabled and matched < NGRAM_OVER_MODEL:
+                    limit = min(limit, MODEL_DRAFT_MAX)
                     room -= limit
                 else:
                     if tokens:
