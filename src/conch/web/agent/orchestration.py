@@ -211,9 +211,11 @@ def _last_event_id(request: Request, last_event_id: int | None) -> int:
     return max(0, last_event_id or 0)
 
 
-def _stream(orch: Orchestrator, stream: str, after: int) -> EventStreamResponse:
+def _stream(orch: Orchestrator, stream: str, after: int, deltas: bool) -> EventStreamResponse:
     async def chunks() -> AsyncGenerator[bytes, None]:
-        async for seq, name, data in orch.events(stream, after):
+        # Live-only events (seq None) go without an ``id:`` line: a client's Last-Event-ID
+        # stays the last stored event's, which is where a reconnection resumes.
+        async for seq, name, data in orch.events(stream, after, deltas=deltas):
             yield encode_event(data, event=name, id=seq)
 
     return EventStreamResponse(chunks())
@@ -268,10 +270,18 @@ def _runs(
         request: Request,
         run_id: str = Path(alias=param),
         last_event_id: int | None = Query(default=None),
+        deltas: bool = Query(
+            default=False,
+            description="Tasks only: the model's turns as they are generated too (`model_start`, "
+            "`delta`, `model_end`, `model_retry`), live and never stored: no `id:` line, not "
+            "replayed on a reconnection.",
+        ),
     ) -> Response:
+        if deltas and kind != "task":
+            raise Invalid("deltas: only a task's event stream has model deltas", where="deltas")
         after = _last_event_id(request, last_event_id)
         await _call(get(orch, run_id))
-        return _stream(orch, f"{kind}:{run_id}", after)
+        return _stream(orch, f"{kind}:{run_id}", after, deltas)
 
     one: dict[int | str, dict[str, Any]] = {}
     many: dict[int | str, dict[str, Any]] = {}
