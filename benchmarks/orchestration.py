@@ -32,6 +32,17 @@ a ``conch serve`` process on SQLite against the scripted model (it answers at on
 - approval round trip: one task whose 20 ``len`` calls each ask (``{"tools": {"len":
   "ask"}}``); at each ``interrupt`` event, the time from sending ``POST .../approve`` to the
   approved call's ``step`` event. Target: p50 <= 50 ms.
+
+Agents: live deltas (issue 35; ``--deltas-only`` runs just these), the same servers and model:
+- tasks no one watches: the checkpoint-overhead batch (20 concurrent 10-step tasks), this
+  tree's server against conch at the parent of the commit that added live deltas
+  (``src/conch/orchestration/live.py``), in alternation, 5 rounds each: tasks/s and CPU per
+  step. Target: the cost per step does not grow (this tree >= 0.95x the base's tasks/s,
+  within the noise of a shared machine; the CPU per step is the steadier figure).
+- a watched task: one task of 20 ``len`` steps and a final answer, with a subscriber that
+  asked for deltas (the model streams each reply in 3-character chunks, as fast as it can)
+  and without one: the median step ``elapsed_ms`` (steps 1-20; the first reply is held
+  until the subscriber has joined), 3 rounds each, and the live events it got.
 """
 
 from __future__ import annotations
@@ -220,10 +231,10 @@ class _Events:
                 raise RuntimeError(f"the task ended before the awaited event: {name} {data}")
 
 
-def _old_src(tmp: Path) -> tuple[Path, str]:
-    """conch's ``src`` at the parent of the commit that added checkpoints, and its commit."""
+def _old_src(tmp: Path, added_file: str = CHECKPOINTS_FILE) -> tuple[Path, str]:
+    """conch's ``src`` at the parent of the commit that added ``added_file``, and its commit."""
     added = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%h", "--", CHECKPOINTS_FILE],
+        ["git", "log", "--diff-filter=A", "--format=%h", "--", added_file],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.split()[-1]  # fmt: skip
     parent = subprocess.run(
@@ -277,13 +288,13 @@ def _batch(url: str, goal: str, n: int, pid: int | None = None) -> tuple[float, 
     return elapsed, (after - cpu if after is not None and cpu is not None else None)
 
 
-def checkpoint_overhead(model: Any, tmp: Path) -> dict[str, Any]:
+def checkpoint_overhead(model: Any, tmp: Path, added_file: str = CHECKPOINTS_FILE) -> dict[str, Any]:  # fmt: skip
     from testsupport.scripted_model import final, tool
 
     goal = model.script_by_position(
         "bench checkpoints", *[tool("len", value=[1, 2, 3]) for _ in range(9)], final("done")
     )
-    old_src, parent = _old_src(tmp / "old")
+    old_src, parent = _old_src(tmp / "old", added_file)
     servers = {}
     try:
         for name, src in (("with", SRC), ("without", old_src)):
@@ -392,6 +403,100 @@ def approval_round_trip(model: Any, tmp: Path) -> dict[str, Any]:
     return {"p50_ms": 1000 * statistics.median(trips),
             "p95_ms": 1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
             "approve_p50_ms": 1000 * statistics.median(answers), "n": len(trips)}  # fmt: skip
+
+
+LIVE_FILE = "src/conch/orchestration/live.py"
+WATCHED_STEPS = 20
+WATCHED_ROUNDS = 3
+
+
+def watched_task(model: Any, tmp: Path) -> dict[str, Any]:
+    """Step times of one 21-step task with and without a subscriber asking for deltas."""
+    import httpx
+
+    from testsupport.scripted_model import final, tool
+
+    proc, url, _ = _serve(SRC, tmp / "data-watched", tmp / "watched.log", models_url=model.v1)
+    step_ms: dict[str, list[float]] = {"watched": [], "unwatched": []}
+    live_events: list[int] = []
+    try:
+        for i in range(2 * WATCHED_ROUNDS):
+            mode = ("watched", "unwatched")[i % 2]
+            goal = model.script_by_position(
+                f"bench watched {i}",
+                # Held until the subscriber has joined: the turns after it stream.
+                {"delay_first": 1.0, "content": tool("len", value=[1, 2, 3])},
+                *[tool("len", value=[1, 2, 3]) for _ in range(WATCHED_STEPS - 1)],
+                final("done"),
+            )
+            with httpx.Client(base_url=url, timeout=60) as c:
+                body = {"goal": goal, "tools": ["len"], "max_steps": WATCHED_STEPS + 2}
+                task_id = c.post(TASKS, json=body).json()["id"]
+                query = "?deltas=true" if mode == "watched" else ""
+                n_live = 0
+                with c.stream("GET", f"{TASKS}/{task_id}/events{query}") as r:
+                    name = ""
+                    for line in r.iter_lines():
+                        if line.startswith("event: "):
+                            name = line[7:]
+                            n_live += name in ("model_start", "delta", "model_end")
+                        if name in ("complete", "error") and line.startswith("data: "):
+                            break
+                record = c.get(f"{TASKS}/{task_id}").json()
+            if record["status"] != "succeeded":
+                raise RuntimeError(f"watched task: {record['status']} {record['error']}")
+            step_ms[mode].append(statistics.median(s["elapsed_ms"] for s in record["steps"][1:]))
+            if mode == "watched":
+                live_events.append(n_live)
+                asked = model.requests_for(goal)
+                if not all(q.get("stream") for q in asked[1:]):
+                    raise RuntimeError("a watched task's model requests did not stream")
+    finally:
+        _stop(proc)
+    return {k: statistics.median(v) for k, v in step_ms.items()} | {
+        "rounds": step_ms, "live_events": live_events,
+    }  # fmt: skip
+
+
+def delta_runs() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from testsupport.scripted_model import ScriptedModel
+
+    model = ScriptedModel().start()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            (tmp / "old").mkdir()
+            return {
+                "unwatched": checkpoint_overhead(model, tmp, LIVE_FILE),
+                "watched": watched_task(model, tmp),
+            }
+    finally:
+        model.stop()
+
+
+def print_deltas(r: dict[str, Any]) -> None:
+    o, w = r["unwatched"], r["watched"]
+    ms = o["cpu_ms_per_step"]
+    print(f"{'agents: live deltas':<48}{'figure':>12}{'target':>12}  ")
+    rows = [
+        ("unwatched tasks/s, this tree", f"{o['with']:.2f}", "", ""),
+        (f"unwatched tasks/s, before ({o['without_commit']})", f"{o['without']:.2f}", "", ""),
+        ("this / before", f"{o['ratio']:.2f}x", ">= 0.95x", o["ratio"] >= 0.95),
+    ]  # fmt: skip
+    if len(ms) == 2:
+        rows.append(("CPU per step, this / before",
+                     f"{ms['with']:.2f}/{ms['without']:.2f} ms", "", ""))  # fmt: skip
+    rows += [
+        ("watched task: step p50", f"{w['watched']:.1f} ms", "", ""),
+        ("unwatched task: step p50", f"{w['unwatched']:.1f} ms", "", ""),
+    ]
+    for name, figure, target, ok in rows:
+        verdict = "" if target == "" else ("met" if ok else "MISSED")
+        print(f"{name:<48}{figure:>12}{target:>12}  {verdict}")
+    rounds = ", ".join(f"{k} " + "/".join(f"{x:.2f}" for x in v) for k, v in o["rounds"].items())
+    print(f"(unwatched: tasks/s per round: {rounds}; watched: live events per task "
+          f"{w['live_events']}, step p50 per round {w['rounds']})")  # fmt: skip
 
 
 def agent_runs() -> dict[str, Any]:
@@ -545,6 +650,10 @@ def peer(script: str, name: str) -> dict[str, Any] | str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if "--deltas-only" in (argv or []):
+        deltas = delta_runs()
+        print_deltas(deltas)
+        return {"deltas": deltas}
     if "--agents-only" in (argv or []):
         agents = agent_runs()
         print_agents(agents)
@@ -584,6 +693,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     results["agents"] = agent_runs()
     print_agents(results["agents"])
+    results["deltas"] = delta_runs()
+    print_deltas(results["deltas"])
     return results
 
 

@@ -69,6 +69,14 @@ def create(c: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     return r.json()  # type: ignore[no-any-return]
 
 
+def asked_first(scripted: ScriptedModel, goal: str) -> None:
+    """Until the task's first model request has come in (so its turn is under way)."""
+    deadline = time.monotonic() + 30
+    while not scripted.requests_for(goal):
+        assert time.monotonic() < deadline, "the task did not ask the model"
+        time.sleep(0.01)
+
+
 def live(events: list[Event], name: str, step: int | None = None) -> list[dict[str, Any]]:
     return [d for n, _i, d in events if n == name and (step is None or d.get("step") == step)]
 
@@ -88,6 +96,7 @@ def test_json_task_streams_its_turns_to_a_watcher(server: Server, scripted: Scri
     with server.client() as c:
         task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 3})
         path = f"{API}/tasks/{task['id']}/events"
+        asked_first(scripted, goal)
         watcher = Reader(server, path + "?deltas=true")
         plain = Reader(server, path)
         events, without = watcher.join(), plain.join()
@@ -144,6 +153,7 @@ def test_native_tool_call_forms_live(server: Server, scripted: ScriptedModel) ->
     )
     with server.client() as c:
         task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 4, "model": MODEL})
+        asked_first(scripted, goal)
         events = Reader(server, f"{API}/tasks/{task['id']}/events?deltas=true").join()
         record = wait_for(c, f"{API}/tasks/{task['id']}", finished)
     assert record["status"] == "succeeded" and record["result"] == "three", record

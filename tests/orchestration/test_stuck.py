@@ -39,6 +39,7 @@ def check_stuck(record: dict[str, Any], tool_name: str, args: dict[str, Any]) ->
     assert error["error"]["kind"] == "FileNotFoundError"
     assert tool_name in error["message"] and "4 times" in error["message"]
     assert error["error"]["message"] in error["message"]
+    assert "Which model for agents" in error["hint"]
     # Four steps of the ten allowed; the note said once, at the third.
     assert len(record["steps"]) == 4
     notes = [NOTE in o for o in observations(record)]
@@ -91,6 +92,7 @@ def test_calls_that_fail_differently_are_not_stuck(server: Server, scripted: Scr
         record = run(c, {"goal": goal, "tools": ["cat", "len"], "max_steps": 7})
     assert record["status"] == "failed"
     assert record["error"]["kind"] == "LimitError", record["error"]
+    assert "max_steps" in record["error"]["hint"]
     assert len(record["steps"]) == 7
     assert [NOTE in o for o in observations(record)] == [False] * 4 + [True, False, False]
 

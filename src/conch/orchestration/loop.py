@@ -62,6 +62,17 @@ __all__ = [
 # The third time one call fails the same way the model is told so; the fourth ends the task.
 NOTE_AT = 3
 STUCK_AT = 4
+# What a person whose task ended so can change (a new user's first task, on the bundled
+# 135M model, ends one of these two ways).
+STUCK_HINT = (
+    "a model that repeats a failing call is usually too small for tool use: give the task a "
+    'model that can use tools ("model": "ollama:qwen2.5:7b", or any OpenAI-compatible '
+    'provider); docs/orchestration.md, "Which model for agents"'
+)
+LIMIT_HINT = (
+    "raise max_steps, or give the task a more capable model; docs/orchestration.md, "
+    '"Which model for agents"'
+)
 
 
 class Repeats:
@@ -101,6 +112,7 @@ class Repeats:
                     "call": {"tool": r["tool"], "args": r["args"]},
                     "count": n,
                     "error": {"kind": kind, "message": message},
+                    "hint": STUCK_HINT,
                 }
         return stuck
 
@@ -240,6 +252,7 @@ async def run_loop(
     out.error = {
         "kind": "LimitError",
         "message": f"no final answer within max_steps={max_steps} steps{strategy.limit_note}",
+        "hint": LIMIT_HINT,
     }
     return out
 

@@ -23,6 +23,7 @@ from conch.orchestration.errors import Invalid
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.orchestration.turns import TASK_ERRORS
 from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
@@ -158,8 +159,10 @@ class TaskRecord(BaseModel):
     steps: list[TaskStep]
     result: Any = None
     error: dict[str, Any] | None = Field(
-        default=None, description="`{kind, message, reason?}`; reason `interrupted` when the "
-        "task's checkpoint could not be read back after its server stopped."
+        default=None, description="`{kind, message, hint?, ...}`, `kind` one of "
+        + ", ".join(f"`{k}` ({v})" for k, v in TASK_ERRORS.items())
+        + "; reason `interrupted` when the task's checkpoint could not be read back after "
+        "its server stopped."
     )  # fmt: skip
     created_at: str
     started_at: str | None
@@ -228,7 +231,9 @@ def _schema_body(model: type[BaseModel]) -> dict[str, Any]:
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "Server-Sent Events: start, step, complete | error (with id: lines)",
+        "description": "Server-Sent Events: start, step, complete | error (with id: lines); "
+        "a task's also interrupt and resume, and with `?deltas=true` the live-only model_start, "
+        "delta, model_end, model_retry and delta_gap (no id: lines, never replayed)",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
