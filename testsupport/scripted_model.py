@@ -25,7 +25,9 @@ A request with ``"stream": true`` is answered as OpenAI streams (Server-Sent Eve
 ``reasoning_content`` deltas, as DeepSeek and vLLM send thinking text), its text and its
 tool calls (name first, then the arguments) in pieces of ``stream_chunk`` characters, each
 after ``stream_delay`` seconds (a dict reply's own ``stream_delay`` overrides it), the finish
-reason, and the usage when ``stream_options.include_usage`` asks for it.
+reason, and the usage when ``stream_options.include_usage`` asks for it. A dict reply's
+``stream_error`` ends its stream after the text with an error chunk (``data: {"error":
+{...}}``), as conch's inference server does when generation fails mid-stream.
 
 The server can be stopped and started again on the same port (:meth:`ScriptedModel.stop`,
 then :meth:`ScriptedModel.start` with ``port``), its scripts kept: a model server that is
@@ -149,8 +151,10 @@ class ScriptedModel:
         finish = "stop"
         reasoning = ""
         delay = self.stream_delay
+        stream_error = None
         if isinstance(reply, dict):
             reasoning = str(reply.get("reasoning") or "")
+            stream_error = reply.get("stream_error")
             delay = float(reply.get("stream_delay", delay))
             if reply.get("delay"):
                 await asyncio.sleep(reply["delay"])
@@ -175,7 +179,9 @@ class ScriptedModel:
         message["content"] = text
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = self._chunks(body, message, reasoning, finish, include_usage, delay)
+            chunks = self._chunks(
+                body, message, reasoning, finish, include_usage, delay, stream_error
+            )
             return StreamingResponse(chunks, media_type="text/event-stream")  # type: ignore[return-value]
         return JSONResponse(
             {
@@ -202,6 +208,7 @@ class ScriptedModel:
         finish: str,
         include_usage: bool,
         delay: float,
+        error: str | None = None,
     ) -> Any:
         """The reply as OpenAI's stream chunks (``data: {...}`` lines, then ``[DONE]``)."""
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
@@ -229,6 +236,10 @@ class ScriptedModel:
             if delay:
                 await asyncio.sleep(delay)
             yield chunk({"content": piece})
+        if error is not None:
+            failure = {"error": {"message": error, "type": "server_error"}}
+            yield f"data: {json.dumps(failure)}\n\n".encode()
+            return
         for k, c in enumerate(message.get("tool_calls") or []):
             fn = c["function"]
             yield chunk({"tool_calls": [{"index": k, "id": c["id"], "type": "function",

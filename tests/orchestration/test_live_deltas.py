@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conch.orchestration.live import FEED_LIMIT, Live
 from testsupport.scripted_model import USAGE, ScriptedModel, call, final, native, tool
 from testsupport.servers import Server, finished, wait_for
 
@@ -249,3 +250,42 @@ def test_model_server_that_stays_away_fails_the_task(make_server: Any) -> None:
     assert record["error"]["kind"] == "ProviderError"
     assert "model_retry_s" in record["error"]["message"], record["error"]
     assert 1.4 <= took < 20
+
+
+def test_a_stream_that_fails_midway_fails_the_turn(server: Server, scripted: ScriptedModel) -> None:
+    goal = scripted.script(
+        "live: broken stream",
+        {"delay": 3, "content": tool("len", value=[1])},
+        {"content": '{"fin', "stream_error": "the engine failed", "stream_delay": 0.01},
+    )
+    with server.client() as c:
+        task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 3})
+        asked_first(scripted, goal)
+        events = Reader(server, f"{API}/tasks/{task['id']}/events?deltas=true").join()
+        record = wait_for(c, f"{API}/tasks/{task['id']}", finished)
+    assert record["status"] == "failed"
+    assert record["error"]["kind"] == "ProviderError"
+    assert "the engine failed" in record["error"]["message"]
+    # Not a server that is not up: asked once, not again.
+    assert len(scripted.requests_for(goal)) == 2
+    end = live(events, "model_end", 1)[0]
+    assert "the engine failed" in end["error"] and end["tokens"] == 2
+    assert [n for n, _i, _d in events][-1] == "error"
+
+
+def test_a_subscriber_that_falls_behind_is_told() -> None:
+    hub = Live()
+    assert hub.begin("task:x", 0, 0, None) is None  # no one watches: nothing to stream to
+    hub.end("task:x", None, {"completion_tokens": 3})
+    feed = hub.subscribe("task:x")
+    turn = hub.begin("task:x", 1, 1, None)
+    assert turn is not None
+    for _ in range(FEED_LIMIT + 10):
+        turn.delta({"type": "text", "text": "a"})
+    got = feed.take()
+    assert len(got) == FEED_LIMIT + 1
+    assert got[0][0] == "model_start" and got[-1] == ("delta_gap", {"dropped": 11})
+    hub.end("task:x", turn, {"completion_tokens": 3})
+    assert feed.take()[0][1]["tokens"] == FEED_LIMIT + 10
+    hub.unsubscribe("task:x", feed)
+    assert not hub.watched("task:x")

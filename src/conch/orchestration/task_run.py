@@ -7,6 +7,10 @@ replies and call results answering the loop's requests in order (:class:`Journal
 only what never completed is asked or run again. The run writes every model reply and tool
 call to the checkpoint before anything it leads to happens, and stops (status ``waiting``)
 at a call that needs a person's approval.
+
+Each model request streams to the task's live subscribers when, as it starts, the task has
+some (:mod:`.live`), and is asked again with backoff while the model server is not up, for
+at most ``model_retry_s`` (after a restart the agent server may be up before it).
 """
 
 from __future__ import annotations
