@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conch.orchestration.live import FEED_LIMIT, Live
+from conch.orchestration.live import FEED_LIMIT, RESTREAM_S, Live
 from testsupport.scripted_model import USAGE, ScriptedModel, call, final, native, tool
 from testsupport.servers import Server, finished, wait_for
 
@@ -88,16 +88,18 @@ def stored(events: list[Event]) -> list[Event]:
 
 def test_json_task_streams_its_turns_to_a_watcher(server: Server, scripted: ScriptedModel) -> None:
     answer = final("two")
-    goal = scripted.script(
+    goal = scripted.script_by_position(
         "live: count two",
-        # Asked before anyone watches (and held 3 s, so that the watcher joins mid-turn).
-        {"delay": 3, "content": tool("len", value=[1, 2])},
+        # Asked before anyone watches, and held long enough for the watcher to join after
+        # RESTREAM_S: it is not asked again, and not streamed.
+        {"delay_first": RESTREAM_S + 3, "content": tool("len", value=[1, 2])},
         {"content": answer, "reasoning": "The list has two items.", "stream_delay": 0.01},
     )
     with server.client() as c:
         task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 3})
         path = f"{API}/tasks/{task['id']}/events"
         asked_first(scripted, goal)
+        time.sleep(RESTREAM_S + 0.5)
         watcher = Reader(server, path + "?deltas=true")
         plain = Reader(server, path)
         events, without = watcher.join(), plain.join()
@@ -116,7 +118,7 @@ def test_json_task_streams_its_turns_to_a_watcher(server: Server, scripted: Scri
     assert first[0]["started_at"].endswith("Z") and first[0]["task_elapsed_ms"] >= 0
     assert not live(events, "delta", 0)
     end0 = live(events, "model_end", 0)[0]
-    assert end0["usage"] == USAGE and end0["elapsed_ms"] >= 1000
+    assert end0["usage"] == USAGE and end0["elapsed_ms"] >= 1000 * RESTREAM_S
     # The second turn streams: its thinking and its text, as generated, before its step.
     start1 = live(events, "model_start", 1)[0]
     assert start1["streamed"] is True and start1["turn"] == 1
@@ -144,17 +146,50 @@ def test_json_task_streams_its_turns_to_a_watcher(server: Server, scripted: Scri
     assert record["steps"][1]["usage"] == USAGE
 
 
+def test_a_watcher_that_joins_at_once_sees_the_first_turn(
+    server: Server, scripted: ScriptedModel
+) -> None:
+    """A client that creates a task and opens its stream at once: the first model request,
+    begun before anyone watched, is asked again, streamed (the same turn: nothing recorded
+    twice)."""
+    goal = scripted.script_by_position(
+        "live: watched from the start",
+        {"delay_first": 10, "content": tool("len", value=[1, 2]), "stream_delay": 0.005},
+        {"content": final("two"), "stream_delay": 0.005},
+    )
+    with server.client() as c:
+        task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 3})
+        asked_first(scripted, goal)
+        started = time.monotonic()
+        events = Reader(server, f"{API}/tasks/{task['id']}/events?deltas=true").join()
+        took = time.monotonic() - started
+        record = wait_for(c, f"{API}/tasks/{task['id']}", finished)
+    assert record["status"] == "succeeded", record
+    assert took < 8  # the held first request was dropped, not waited for
+    starts = live(events, "model_start")
+    assert [(d["step"], d["turn"], d["streamed"]) for d in starts] == [(0, 0, True), (1, 1, True)]
+    text = "".join(d["text"] for d in live(events, "delta", 0) if d["type"] == "text")
+    assert text == tool("len", value=[1, 2])
+    assert [d["step"] for d in live(events, "model_end")] == [0, 1]
+    asked = scripted.requests_for(goal)
+    assert [r.get("stream", False) for r in asked] == [False, True, True]
+    assert asked[0]["messages"] == asked[1]["messages"]  # the same turn, asked again
+    assert len(record["steps"]) == 2 and record["steps"][0]["observation"] == "2"
+    assert record["usage"]["total_tokens"] == 2 * USAGE["total_tokens"]
+
+
 def test_native_tool_call_forms_live(server: Server, scripted: ScriptedModel) -> None:
     scripted.tool_models.add(MODEL)
-    goal = scripted.script(
+    goal = scripted.script_by_position(
         "live: native calls",
-        native(call("len", value=[1]), delay=3),
+        native(call("len", value=[1]), delay_first=RESTREAM_S + 3),
         native(call("len", value=[1, 2, 3]), reasoning="Count them.", stream_delay=0.005),
         {"content": "three", "stream_delay": 0.005},
     )
     with server.client() as c:
         task = create(c, {"goal": goal, "tools": ["len"], "max_steps": 4, "model": MODEL})
         asked_first(scripted, goal)
+        time.sleep(RESTREAM_S + 0.5)
         events = Reader(server, f"{API}/tasks/{task['id']}/events?deltas=true").join()
         record = wait_for(c, f"{API}/tasks/{task['id']}", finished)
     assert record["status"] == "succeeded" and record["result"] == "three", record
@@ -253,9 +288,9 @@ def test_model_server_that_stays_away_fails_the_task(make_server: Any) -> None:
 
 
 def test_a_stream_that_fails_midway_fails_the_turn(server: Server, scripted: ScriptedModel) -> None:
-    goal = scripted.script(
+    goal = scripted.script_by_position(
         "live: broken stream",
-        {"delay": 3, "content": tool("len", value=[1])},
+        {"delay_first": 10, "content": tool("len", value=[1])},
         {"content": '{"fin', "stream_error": "the engine failed", "stream_delay": 0.01},
     )
     with server.client() as c:
@@ -267,7 +302,8 @@ def test_a_stream_that_fails_midway_fails_the_turn(server: Server, scripted: Scr
     assert record["error"]["kind"] == "ProviderError"
     assert "the engine failed" in record["error"]["message"]
     # Not a server that is not up: asked once, not again.
-    assert len(scripted.requests_for(goal)) == 2
+    asked = [r.get("stream", False) for r in scripted.requests_for(goal)]
+    assert asked == [False, True, True]  # the first turn asked again for the watcher
     end = live(events, "model_end", 1)[0]
     assert "the engine failed" in end["error"] and end["tokens"] == 2
     assert [n for n, _i, _d in events][-1] == "error"

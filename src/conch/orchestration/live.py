@@ -7,9 +7,12 @@ and are neither replayed to a subscriber that joins later nor to one that resume
 ``Last-Event-ID``. Only the server running the task has them.
 
 A turn streams from the model only when, as it starts, someone watches its task
-(:meth:`Live.begin`); a task no one watches pays two dictionary operations per model turn.
-A subscriber that joins during a turn hears that the turn is under way (``model_start`` with
-``streamed: false``) and its end, and the deltas from the next turn on.
+(:meth:`Live.begin`); a task no one watches pays a few dictionary operations per model turn.
+A subscriber that joins during a turn that started less than :data:`RESTREAM_S` ago has the
+turn asked again, streamed (:meth:`Live.hold`): the common case of a client that creates a
+task and at once opens its stream, which would otherwise miss the whole first turn, at the
+cost of at most that much model time. One that joins later hears that the turn is under way
+(``model_start`` with ``streamed: false``) and its end, and the deltas from the next turn on.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from conch.orchestration.store.records import iso
 # Live events a subscriber holds before it reads them; beyond that, deltas are dropped and
 # the subscriber is told how many (``delta_gap``) rather than the server holding them all.
 FEED_LIMIT = 4096
+# A model request not streamed is asked again, streamed, for a subscriber that joins within
+# this many seconds of its start (the work thrown away is at most this much).
+RESTREAM_S = 3.0
 
 
 class Feed:
@@ -78,21 +84,36 @@ class LiveTurn:
         )
 
 
+class _Turn:
+    """A model turn under way: its step and number, when it and its task started, and its
+    request while it is not streamed (:meth:`Live.hold`)."""
+
+    __slots__ = ("at", "request", "since", "step", "turn")
+
+    def __init__(self, step: int, turn: int, at: float, since: float | None) -> None:
+        self.step, self.turn, self.at, self.since = step, turn, at, since
+        self.request: asyncio.Future[Any] | None = None
+
+
 class Live:
     """The live subscribers of each task stream, and the model turn each task is in."""
 
     def __init__(self) -> None:
         self._feeds: dict[str, set[Feed]] = {}
-        # stream -> (step, turn, wall-clock start, task start) of the model turn under way
-        self._turns: dict[str, tuple[int, int, float, float | None]] = {}
+        # stream -> the model turn under way
+        self._turns: dict[str, _Turn] = {}
 
     def subscribe(self, stream: str) -> Feed:
         feed = Feed()
         self._feeds.setdefault(stream, set()).add(feed)
-        under_way = self._turns.get(stream)
-        if under_way is not None:
-            step, turn, at, since = under_way
-            feed.put("model_start", _start(step, turn, at, since, streamed=False))
+        t = self._turns.get(stream)
+        if t is not None:
+            young = time.time() - t.at < RESTREAM_S
+            if young and t.request is not None and not t.request.done():
+                # Asked again, streamed: its ``model_start`` comes then.
+                t.request.cancel()
+            else:
+                feed.put("model_start", _start(t.step, t.turn, t.at, t.since, streamed=False))
         return feed
 
     def unsubscribe(self, stream: str, feed: Feed) -> None:
@@ -113,11 +134,30 @@ class Live:
         """A model turn of step ``step`` starts (``since``: when the task started); a
         :class:`LiveTurn` to stream it through when someone watches the task, else None."""
         at = time.time()
-        self._turns[stream] = (step, turn, at, since)
+        self._turns[stream] = _Turn(step, turn, at, since)
         if stream not in self._feeds:
             return None
         self.publish(stream, "model_start", _start(step, turn, at, since, streamed=True))
         return LiveTurn(self, stream, {"step": step, "turn": turn})
+
+    def hold(self, stream: str, request: asyncio.Future[Any]) -> None:
+        """``request`` is the turn just begun, not streamed: a subscriber that joins within
+        :data:`RESTREAM_S` cancels it (to be asked again, streamed: :meth:`restarted`)."""
+        t = self._turns.get(stream)
+        if t is not None:
+            t.request = request
+
+    def restarted(self, stream: str, request: asyncio.Future[Any]) -> bool:
+        """Whether ``request`` was cancelled by a subscriber that joined (then the turn is
+        forgotten, to begin again); False for any other end."""
+        t = self._turns.get(stream)
+        if t is None or t.request is not request or not request.cancelled():
+            return False
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return False  # the run itself is being cancelled
+        del self._turns[stream]
+        return True
 
     def end(
         self,
@@ -127,10 +167,10 @@ class Live:
         error: str | None = None,
     ) -> None:
         """The turn begun last for ``stream`` ended (with the reply's usage, or an error)."""
-        under_way = self._turns.pop(stream, None)
-        if under_way is None or stream not in self._feeds:
+        t = self._turns.pop(stream, None)
+        if t is None or stream not in self._feeds:
             return
-        step, turn, at, since = under_way
+        step, turn, at, since = t.step, t.turn, t.at, t.since
         now = time.time()
         data: dict[str, Any] = {
             "step": step, "turn": turn, "elapsed_ms": int((now - at) * 1000),

@@ -347,14 +347,23 @@ class TaskRun:
         live = self.rt.live
 
         async def once() -> Reply:
-            watching = live.begin(self.stream, self.next_step, turn, self.since)
-            try:
-                reply = await ask(None if watching is None else watching.delta)
-            except BaseException as exc:
-                live.end(self.stream, watching, None, error=f"{type(exc).__name__}: {exc}")
-                raise
-            live.end(self.stream, watching, reply.usage)
-            return reply
+            while True:
+                watching = live.begin(self.stream, self.next_step, turn, self.since)
+                request = asyncio.ensure_future(ask(None if watching is None else watching.delta))
+                if watching is None:
+                    live.hold(self.stream, request)
+                try:
+                    reply = await request
+                except asyncio.CancelledError:
+                    if live.restarted(self.stream, request):
+                        continue  # someone began to watch at once: asked again, streamed
+                    live.end(self.stream, watching, None, error="cancelled")
+                    raise
+                except BaseException as exc:
+                    live.end(self.stream, watching, None, error=f"{type(exc).__name__}: {exc}")
+                    raise
+                live.end(self.stream, watching, reply.usage)
+                return reply
 
         return await self._patiently(once, turn)
 
