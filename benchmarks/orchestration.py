@@ -32,6 +32,24 @@ a ``conch serve`` process on SQLite against the scripted model (it answers at on
 - approval round trip: one task whose 20 ``len`` calls each ask (``{"tools": {"len":
   "ask"}}``); at each ``interrupt`` event, the time from sending ``POST .../approve`` to the
   approved call's ``step`` event. Target: p50 <= 50 ms.
+
+Agents: live deltas (issue 35; ``--deltas-only`` runs just these), the same servers and model:
+- tasks no one watches: the checkpoint-overhead batch (20 concurrent 10-step tasks), this
+  tree's server against conch at the parent of the commit that added live deltas
+  (``src/conch/orchestration/live.py``), in alternation, 5 rounds each: tasks/s and CPU per
+  step (no target: on a shared machine two servers running the same code differ by 25%).
+- a watched task: one task of 20 ``len`` steps and a final answer, with a subscriber that
+  asked for deltas (the model streams each reply in 3-character chunks, as fast as it can)
+  and without one: the median step ``elapsed_ms`` (steps 1-20; the first reply is held
+  until the subscriber has joined), 3 rounds each, and the live events it got.
+- the loop's own cost per step, in-process, without the model, the sandbox or the database
+  (which the batch above includes, and whose noise on a shared machine hides a few
+  percent): ``run_loop`` with a model and a tool that answer at once, 200 tasks of 50 steps
+  in each protocol, this tree against the same base (a process each, alternated, best of
+  5); and what a task run adds to each model turn of a task no one watches (the live
+  bookkeeping and the retry wrapper: ``TaskRun._ask`` against calling the model directly).
+  Target: the cost per step does not grow: the loop alone within 5% of the base's, and the
+  task run's addition under 1% of the CPU a step costs end to end.
 """
 
 from __future__ import annotations
@@ -220,10 +238,10 @@ class _Events:
                 raise RuntimeError(f"the task ended before the awaited event: {name} {data}")
 
 
-def _old_src(tmp: Path) -> tuple[Path, str]:
-    """conch's ``src`` at the parent of the commit that added checkpoints, and its commit."""
+def _old_src(tmp: Path, added_file: str = CHECKPOINTS_FILE) -> tuple[Path, str]:
+    """conch's ``src`` at the parent of the commit that added ``added_file``, and its commit."""
     added = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%h", "--", CHECKPOINTS_FILE],
+        ["git", "log", "--diff-filter=A", "--format=%h", "--", added_file],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.split()[-1]  # fmt: skip
     parent = subprocess.run(
@@ -277,13 +295,13 @@ def _batch(url: str, goal: str, n: int, pid: int | None = None) -> tuple[float, 
     return elapsed, (after - cpu if after is not None and cpu is not None else None)
 
 
-def checkpoint_overhead(model: Any, tmp: Path) -> dict[str, Any]:
+def checkpoint_overhead(model: Any, tmp: Path, added_file: str = CHECKPOINTS_FILE) -> dict[str, Any]:  # fmt: skip
     from testsupport.scripted_model import final, tool
 
     goal = model.script_by_position(
         "bench checkpoints", *[tool("len", value=[1, 2, 3]) for _ in range(9)], final("done")
     )
-    old_src, parent = _old_src(tmp / "old")
+    old_src, parent = _old_src(tmp / "old", added_file)
     servers = {}
     try:
         for name, src in (("with", SRC), ("without", old_src)):
@@ -392,6 +410,217 @@ def approval_round_trip(model: Any, tmp: Path) -> dict[str, Any]:
     return {"p50_ms": 1000 * statistics.median(trips),
             "p95_ms": 1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
             "approve_p50_ms": 1000 * statistics.median(answers), "n": len(trips)}  # fmt: skip
+
+
+LIVE_FILE = "src/conch/orchestration/live.py"
+WATCHED_STEPS = 20
+WATCHED_ROUNDS = 3
+
+
+def watched_task(model: Any, tmp: Path) -> dict[str, Any]:
+    """Step times of one 21-step task with and without a subscriber asking for deltas."""
+    import httpx
+
+    from testsupport.scripted_model import final, tool
+
+    proc, url, _ = _serve(SRC, tmp / "data-watched", tmp / "watched.log", models_url=model.v1)
+    step_ms: dict[str, list[float]] = {"watched": [], "unwatched": []}
+    live_events: list[int] = []
+    try:
+        for i in range(2 * WATCHED_ROUNDS):
+            mode = ("watched", "unwatched")[i % 2]
+            goal = model.script_by_position(
+                f"bench watched {i}",
+                # Held until the subscriber has joined: the turns after it stream.
+                {"delay_first": 1.0, "content": tool("len", value=[1, 2, 3])},
+                *[tool("len", value=[1, 2, 3]) for _ in range(WATCHED_STEPS - 1)],
+                final("done"),
+            )
+            with httpx.Client(base_url=url, timeout=60) as c:
+                body = {"goal": goal, "tools": ["len"], "max_steps": WATCHED_STEPS + 2}
+                task_id = c.post(TASKS, json=body).json()["id"]
+                query = "?deltas=true" if mode == "watched" else ""
+                n_live = 0
+                with c.stream("GET", f"{TASKS}/{task_id}/events{query}") as r:
+                    name = ""
+                    for line in r.iter_lines():
+                        if line.startswith("event: "):
+                            name = line[7:]
+                            n_live += name in ("model_start", "delta", "model_end")
+                        if name in ("complete", "error") and line.startswith("data: "):
+                            break
+                record = c.get(f"{TASKS}/{task_id}").json()
+            if record["status"] != "succeeded":
+                raise RuntimeError(f"watched task: {record['status']} {record['error']}")
+            step_ms[mode].append(statistics.median(s["elapsed_ms"] for s in record["steps"][1:]))
+            if mode == "watched":
+                live_events.append(n_live)
+                asked = model.requests_for(goal)
+                if not all(q.get("stream") for q in asked[1:]):
+                    raise RuntimeError("a watched task's model requests did not stream")
+    finally:
+        _stop(proc)
+    return {k: statistics.median(v) for k, v in step_ms.items()} | {
+        "rounds": step_ms, "live_events": live_events,
+    }  # fmt: skip
+
+
+LOOP_COST = r"""
+import asyncio, json, sys, time
+from conch.orchestration.loop import run_loop
+from conch.orchestration.turns import Reply
+
+N_TASKS, STEPS = 200, 50
+ACTION = json.dumps({"tool": "len", "args": {"value": [1, 2, 3]}})
+FINAL = json.dumps({"final": "done"})
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+async def one(protocol):
+    turns = 0
+    async def chat(messages, constraint):
+        nonlocal turns
+        turns += 1
+        if protocol == "native":
+            if turns >= STEPS:
+                return Reply("done", dict(USAGE))
+            return Reply("", dict(USAGE), [{"id": f"c{turns}", "name": "len",
+                                            "arguments": '{"value": [1, 2, 3]}'}])
+        return Reply(ACTION if turns < STEPS else FINAL, dict(USAGE))
+    async def tool(name, args):
+        return {"success": True, "result": 3}
+    async def on_step(step):
+        pass
+    out = await run_loop(protocol, goal="g", tools=["len"], max_steps=STEPS, system="s",
+                         chat=chat, call_tool=tool, on_step=on_step)
+    assert out.status == "succeeded", out.error
+
+async def main():
+    result = {}
+    for protocol in ("json", "native"):
+        await one(protocol)  # warm
+        best = None
+        for _ in range(5):
+            started = time.process_time()
+            for _ in range(N_TASKS):
+                await one(protocol)
+            per_step = (time.process_time() - started) / (N_TASKS * STEPS) * 1e6
+            best = per_step if best is None else min(best, per_step)
+        result[protocol] = best
+    print(json.dumps(result))
+
+asyncio.run(main())
+"""
+
+TASK_RUN_COST = r"""
+import asyncio, json, tempfile, time
+from pathlib import Path
+from conch import db
+from conch.config import Settings
+from conch.orchestration.runtime import Runtime
+from conch.orchestration.task_run import TaskRun
+from conch.orchestration.turns import Reply
+
+N = 200_000
+
+async def main():
+    with tempfile.TemporaryDirectory() as d:
+        settings = Settings(data_dir=Path(d))
+        rt = Runtime(settings, db.engine_for(settings.effective_database_url))
+        run = TaskRun(rt, None, "task_bench", None, None)
+        reply = Reply("{}", {"completion_tokens": 5})
+        async def ask(on_delta):
+            return reply
+        best = {}
+        for name in ("direct", "task_run"):
+            for _ in range(3):
+                started = time.process_time()
+                if name == "direct":
+                    for i in range(N):
+                        await ask(None)
+                else:
+                    for i in range(N):
+                        await run._ask(ask, i)
+                us = (time.process_time() - started) / N * 1e6
+                best[name] = min(us, best.get(name, us))
+        rt.close()
+    print(json.dumps({"added_us_per_turn": best["task_run"] - best["direct"], **best}))
+
+asyncio.run(main())
+"""
+
+
+def _in_process(script: str, src: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
+    env["PYTHONPATH"] = str(src)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def loop_cost(tmp: Path) -> dict[str, Any]:
+    """The loop's own CPU per step, this tree and the base; what a task run adds per turn."""
+    old_src, parent = _old_src(tmp / "old-loop", LIVE_FILE)
+    runs: dict[str, list[dict[str, float]]] = {"with": [], "without": []}
+    for i in range(4):
+        for name in ("with", "without") if i % 2 == 0 else ("without", "with"):
+            runs[name].append(_in_process(LOOP_COST, SRC if name == "with" else old_src))
+    per_step = {name: {p: min(r[p] for r in rs) for p in ("json", "native")}
+                for name, rs in runs.items()}  # fmt: skip
+    return {"us_per_step": per_step, "without_commit": parent,
+            "task_run": _in_process(TASK_RUN_COST, SRC)}  # fmt: skip
+
+
+def delta_runs() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from testsupport.scripted_model import ScriptedModel
+
+    model = ScriptedModel().start()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            (tmp / "old").mkdir()
+            (tmp / "old-loop").mkdir()
+            return {
+                "loop": loop_cost(tmp),
+                "unwatched": checkpoint_overhead(model, tmp, LIVE_FILE),
+                "watched": watched_task(model, tmp),
+            }
+    finally:
+        model.stop()
+
+
+def print_deltas(r: dict[str, Any]) -> None:
+    o, w = r["unwatched"], r["watched"]
+    ms = o["cpu_ms_per_step"]
+    print(f"{'agents: live deltas':<48}{'figure':>12}{'target':>12}  ")
+    loop = r["loop"]
+    rows: list[tuple[str, str, str, Any]] = []
+    for protocol in ("json", "native"):
+        this, before = loop["us_per_step"]["with"][protocol], loop["us_per_step"]["without"][protocol]
+        rows.append((f"loop alone, {protocol}: this / before ({loop['without_commit']})",
+                     f"{this / before:.2f}x", "<= 1.05x", this / before <= 1.05))  # fmt: skip
+    added = loop["task_run"]["added_us_per_turn"]
+    step_us = 1000 * min(ms.values()) if ms else 1000.0
+    rows += [
+        ("task run, per unwatched turn: added", f"{added:.2f} us", "< 1% step",
+         added < 0.01 * step_us),
+        ("unwatched tasks/s, this tree", f"{o['with']:.2f}", "", ""),
+        (f"unwatched tasks/s, before ({o['without_commit']})", f"{o['without']:.2f}", "", ""),
+    ]  # fmt: skip
+    if len(ms) == 2:
+        rows.append(("CPU per step, this / before",
+                     f"{ms['with']:.2f}/{ms['without']:.2f} ms", "", ""))  # fmt: skip
+    rows += [
+        ("watched task: step p50", f"{w['watched']:.1f} ms", "", ""),
+        ("unwatched task: step p50", f"{w['unwatched']:.1f} ms", "", ""),
+    ]
+    for name, figure, target, ok in rows:
+        verdict = "" if target == "" else ("met" if ok else "MISSED")
+        print(f"{name:<48}{figure:>12}{target:>12}  {verdict}")
+    rounds = ", ".join(f"{k} " + "/".join(f"{x:.2f}" for x in v) for k, v in o["rounds"].items())
+    print(f"(unwatched: tasks/s per round: {rounds}; watched: live events per task "
+          f"{w['live_events']}, step p50 per round {w['rounds']}; loop alone, us per step: "
+          f"{loop['us_per_step']})")  # fmt: skip
 
 
 def agent_runs() -> dict[str, Any]:
@@ -545,6 +774,10 @@ def peer(script: str, name: str) -> dict[str, Any] | str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if "--deltas-only" in (argv or []):
+        deltas = delta_runs()
+        print_deltas(deltas)
+        return {"deltas": deltas}
     if "--agents-only" in (argv or []):
         agents = agent_runs()
         print_agents(agents)
@@ -584,6 +817,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     results["agents"] = agent_runs()
     print_agents(results["agents"])
+    results["deltas"] = delta_runs()
+    print_deltas(results["deltas"])
     return results
 
 

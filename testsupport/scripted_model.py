@@ -19,6 +19,19 @@ no capabilities (as OpenAI does) but answers a request carrying ``tools`` with a
 them; any other lists ``["chat"]`` (as conch's inference server does for a local model), so
 the agent server uses JSON actions. A scripted reply ``native(call(...), ...)`` answers with
 native ``tool_calls`` (OpenAI shape, ``finish_reason: "tool_calls"``).
+
+A request with ``"stream": true`` is answered as OpenAI streams (Server-Sent Events of
+``chat.completion.chunk``): the role, then the reply's ``reasoning`` (a dict reply's, as
+``reasoning_content`` deltas, as DeepSeek and vLLM send thinking text), its text and its
+tool calls (name first, then the arguments) in pieces of ``stream_chunk`` characters, each
+after ``stream_delay`` seconds (a dict reply's own ``stream_delay`` overrides it), the finish
+reason, and the usage when ``stream_options.include_usage`` asks for it. A dict reply's
+``stream_error`` ends its stream after the text with an error chunk (``data: {"error":
+{...}}``), as conch's inference server does when generation fails mid-stream.
+
+The server can be stopped and started again on the same port (:meth:`ScriptedModel.stop`,
+then :meth:`ScriptedModel.start` with ``port``), its scripts kept: a model server that is
+not up yet, or goes away for a while.
 """
 
 from __future__ import annotations
@@ -35,10 +48,12 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 Reply = str | dict[str, Any]
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
 def final(answer: str) -> str:
@@ -72,6 +87,9 @@ class ScriptedModel:
     effect_spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     tool_models: set[str] = field(default_factory=set)
     no_tools: set[str] = field(default_factory=set)
+    # Streamed replies: characters per chunk, and the pause before each.
+    stream_chunk: int = 3
+    stream_delay: float = 0.0
     _asked: dict[tuple[str, int], int] = field(default_factory=dict)
     _turns: dict[str, int] = field(default_factory=dict)
     _server: Any = None
@@ -131,7 +149,13 @@ class ScriptedModel:
             reply = final("done")
         message: dict[str, Any] = {"role": "assistant"}
         finish = "stop"
+        reasoning = ""
+        delay = self.stream_delay
+        stream_error = None
         if isinstance(reply, dict):
+            reasoning = str(reply.get("reasoning") or "")
+            stream_error = reply.get("stream_error")
+            delay = float(reply.get("stream_delay", delay))
             if reply.get("delay"):
                 await asyncio.sleep(reply["delay"])
             if reply.get("status"):
@@ -153,6 +177,12 @@ class ScriptedModel:
         else:
             text = reply
         message["content"] = text
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            chunks = self._chunks(
+                body, message, reasoning, finish, include_usage, delay, stream_error
+            )
+            return StreamingResponse(chunks, media_type="text/event-stream")  # type: ignore[return-value]
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -166,9 +196,62 @@ class ScriptedModel:
                         "finish_reason": finish,
                     }
                 ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                "usage": USAGE,
             }
         )
+
+    async def _chunks(
+        self,
+        body: dict[str, Any],
+        message: dict[str, Any],
+        reasoning: str,
+        finish: str,
+        include_usage: bool,
+        delay: float,
+        error: str | None = None,
+    ) -> Any:
+        """The reply as OpenAI's stream chunks (``data: {...}`` lines, then ``[DONE]``)."""
+        cid, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
+        model = body.get("model", "scripted")
+        n = max(1, self.stream_chunk)
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None,
+                  usage: Any = None) -> bytes:
+            choices = [] if delta is None else [
+                {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            ]  # fmt: skip
+            data = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                    "model": model, "choices": choices, "usage": usage}  # fmt: skip
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        def pieces(text: str) -> list[str]:
+            return [text[i : i + n] for i in range(0, len(text), n)]
+
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in pieces(reasoning):
+            if delay:
+                await asyncio.sleep(delay)
+            yield chunk({"reasoning_content": piece})
+        for piece in pieces(message.get("content") or ""):
+            if delay:
+                await asyncio.sleep(delay)
+            yield chunk({"content": piece})
+        if error is not None:
+            failure = {"error": {"message": error, "type": "server_error"}}
+            yield f"data: {json.dumps(failure)}\n\n".encode()
+            return
+        for k, c in enumerate(message.get("tool_calls") or []):
+            fn = c["function"]
+            yield chunk({"tool_calls": [{"index": k, "id": c["id"], "type": "function",
+                                         "function": {"name": fn["name"], "arguments": ""}}]})  # fmt: skip
+            for piece in pieces(fn["arguments"]):
+                if delay:
+                    await asyncio.sleep(delay)
+                yield chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+        yield chunk({}, finish)
+        if include_usage:
+            yield chunk(None, usage=USAGE)  # type: ignore[arg-type]
+        yield b"data: [DONE]\n\n"
 
     async def _effect(self, request: Request) -> JSONResponse:
         name = request.path_params["name"]
@@ -189,7 +272,12 @@ class ScriptedModel:
             info["capabilities"] = ["chat"]
         return JSONResponse(info)
 
-    def start(self) -> ScriptedModel:
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1]) if self.url else 0
+
+    def start(self, port: int = 0) -> ScriptedModel:
+        """Serve on loopback (``port``: this one, e.g. the port of an earlier start)."""
         import uvicorn
 
         app = Starlette(
@@ -203,7 +291,8 @@ class ScriptedModel:
         # sockets whose protocol says TCP, and a socket.socket() says 0. With Nagle on, each
         # reply on a kept-alive connection waits ~40 ms for the client's delayed ACK.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         port = sock.getsockname()[1]
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)

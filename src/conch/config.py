@@ -194,6 +194,9 @@ class Settings(BaseSettings):
     orchestration_max_concurrent_steps: int = 64
     # agent tasks running at once on this server; the others stay pending in order
     orchestration_max_concurrent_tasks: int = 16
+    # an agent task whose model server (or its provider) is not up yet (no connection, 502,
+    # 503, 504) asks again with backoff for this long before it fails with ProviderError
+    model_retry_s: float = Field(default=30.0, ge=0)
     # agent tool calls: {default, effects: {EFFECT: RULE}, tools: {BUILTIN: RULE}}, RULE one
     # of allow | ask | deny (docs/orchestration.md); agents and tasks override it. Empty:
     # every call runs. A call waiting for approval longer than approval_timeout_s is rejected.

@@ -6,6 +6,11 @@ says how a turn is asked for and read and how it continues the conversation; the
 the steps, the token usage, the notes and the step limit. :func:`run_agent_loop` (JSON
 actions) and :func:`run_native_loop` (the model API's tool calls) are its two entry points.
 
+A model that repeats a tool call that fails the same way each time (same tool, arguments and
+error) is told so in the observation of its third such call (:data:`NOTE_AT`), and a fourth
+ends the task as failed with ``StuckError`` (:class:`Repeats`) rather than letting it spend
+its remaining steps.
+
 The loop knows nothing of HTTP, databases or processes: the model call, the tool call and
 what to do with each step are functions given to it. Given the same model replies and tool
 results it makes the same calls in the same order, which is what lets the orchestrator
@@ -16,6 +21,7 @@ tool call stop the loop to wait for a person: :class:`Interrupt`).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +57,64 @@ __all__ = [
     "transcript",
 ]
 
+
+
+# The third time one call fails the same way the model is told so; the fourth ends the task.
+NOTE_AT = 3
+STUCK_AT = 4
+# What a person whose task ended so can change (a new user's first task, on the bundled
+# 135M model, ends one of these two ways).
+STUCK_HINT = (
+    "a model that repeats a failing call is usually too small for tool use: give the task a "
+    'model that can use tools ("model": "ollama:qwen2.5:7b", or any OpenAI-compatible '
+    'provider); docs/orchestration.md, "Which model for agents"'
+)
+LIMIT_HINT = (
+    "raise max_steps, or give the task a more capable model; docs/orchestration.md, "
+    '"Which model for agents"'
+)
+
+
+class Repeats:
+    """The tool calls of a run that failed, counted by what they were and how they failed.
+    Counted from the steps as the loop meets them, replayed ones included, so a resumed or
+    forked task notices what its first run noticed, and adds the same note."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+
+    def see(self, done: list[Done]) -> dict[str, Any] | None:
+        """Count the failed calls of a turn; add the note to the observation of a call that
+        failed the same way for the :data:`NOTE_AT`-th time; the ``StuckError`` once one has
+        for the :data:`STUCK_AT`-th, else None."""
+        stuck: dict[str, Any] | None = None
+        for d in done:
+            r = d.record
+            error = r.get("error")
+            if not error:
+                continue
+            args = json.dumps(r["args"], sort_keys=True, ensure_ascii=False, default=str)
+            kind, message = str(error.get("kind")), str(error.get("message"))
+            key = (r["tool"], args, kind, message)
+            n = self.counts[key] = self.counts.get(key, 0) + 1
+            if n == NOTE_AT:
+                r["observation"] = (
+                    f"{r['observation']}\n\nNote: this exact call ({r['tool']} with these "
+                    f"arguments) has now failed {n} times in the same way. Calling it again "
+                    "will not help, and the task stops if it is repeated unchanged: change "
+                    "the arguments, use another tool, or give your final answer."
+                )
+            elif n >= STUCK_AT and stuck is None:
+                stuck = {
+                    "kind": "StuckError",
+                    "message": f"stuck: the model called {r['tool']}({args}) {n} times and it "
+                    f"failed the same way each time: {kind}: {message}",
+                    "call": {"tool": r["tool"], "args": r["args"]},
+                    "count": n,
+                    "error": {"kind": kind, "message": message},
+                    "hint": STUCK_HINT,
+                }
+        return stuck
 
 
 @dataclass
@@ -143,7 +207,8 @@ async def run_loop(
     adds ``calls``, every call of its turn (``{call_id, tool, args, observation, error}``,
     run concurrently), and its ``action``, ``args``, ``observation`` and ``error`` repeat the
     first one's. ``max_steps`` counts model turns (a JSON corrective retry is part of its
-    step)."""
+    step). A call that failed the same way for the fourth time ends the run as ``failed``
+    with ``StuckError`` (:class:`Repeats`)."""
     run = _call_fn(call_tool, run_call, observation_chars)
     strategy = PROTOCOLS[protocol](tools) if isinstance(protocol, str) else protocol
     messages: list[dict[str, Any]] = [
@@ -152,6 +217,7 @@ async def run_loop(
         {"role": "user", "content": goal},
     ]
     out = Outcome(status="running")
+    repeats = Repeats()
 
     async def record(step: dict[str, Any]) -> None:
         out.steps.append(step)
@@ -176,12 +242,17 @@ async def run_loop(
             out.status, out.result = "succeeded", turn.answer
             return out
         done = await _run_calls(run, index, turn.calls)
+        stuck = repeats.see(done)
         await record(strategy.step(index, done, _ms(started), turn.usage))
+        if stuck is not None:
+            out.status, out.error = "failed", stuck
+            return out
         strategy.add_turn(messages, turn, done)
     out.status = "failed"
     out.error = {
         "kind": "LimitError",
         "message": f"no final answer within max_steps={max_steps} steps{strategy.limit_note}",
+        "hint": LIMIT_HINT,
     }
     return out
 

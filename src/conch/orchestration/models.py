@@ -11,21 +11,35 @@ With the native protocol (:meth:`ModelClient.chat_tools`) a request carries ``to
 ``tool_choice: "auto"`` instead, and the reply's ``tool_calls`` are read back.
 :meth:`ModelClient.protocol` says which protocol a model gets (docs/orchestration.md,
 "Tool-call protocols").
+
+Given ``on_delta`` (someone watches the task live), a request streams (``stream: true``) and
+each piece of the reply is handed over as it comes: text, thinking text
+(``reasoning_content``, or ``reasoning`` as some servers name it) and tool calls as they
+form; the reply returned is the same as without. Without it nothing streams, so a task no
+one watches costs what it did. A model server that is not up (no connection, or a 502, 503
+or 504 answer) raises :class:`ModelUnavailable`, which a caller may retry.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
 
-from conch.orchestration.turns import ModelError, Reply, ToolsUnsupported
+from conch.orchestration.turns import ModelError, ModelUnavailable, Reply, ToolsUnsupported
 
 Protocol = Literal["native", "json"]
+# A piece of a streamed reply: ``{"type": "text" | "thinking", "text"}`` or ``{"type":
+# "tool_call", "index", "id"?, "name"?, "arguments"}`` (``arguments``: the next fragment).
+DeltaFn = Callable[[dict[str, Any]], None]
 
 MAX_TOKENS = 512
+# Answers that say the model server, or the provider behind it, is not up (or overloaded).
+NOT_UP = frozenset({502, 503, 504})
+_NOT_UP_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
 
 def wire_model(model: str) -> str:
@@ -61,7 +75,11 @@ class ModelClient:
             self._client = None
 
     async def chat(
-        self, model: str, messages: list[dict[str, Any]], schema: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        schema: dict[str, Any],
+        on_delta: DeltaFn | None = None,
     ) -> Reply:
         name = wire_model(model)
         body = _body(name, messages)
@@ -70,7 +88,7 @@ class ModelClient:
                 "type": "json_schema",
                 "json_schema": {"name": "action", "schema": schema, "strict": True},
             }
-        response = await self._post(body)
+        response, reply = await self._send(body, model, tools=False, on_delta=on_delta)
         if (
             response.status_code == 400
             and "response_format" in body
@@ -78,14 +96,15 @@ class ModelClient:
         ):
             self._unconstrained.add(name)
             body.pop("response_format")
-            response = await self._post(body)
-        return _reply(response, model, tools=False)
+            response, reply = await self._send(body, model, tools=False, on_delta=on_delta)
+        return reply or _reply(response, model, tools=False)
 
     async def protocol(self, model: str) -> Protocol:
         """``native`` unless the model is known to lack tool support: the server's
         ``GET /models/{id}`` lists ``capabilities`` without ``"tools"`` (conch's inference
         server, for its local models), or a request carrying ``tools`` was refused with a
-        400 naming them (:meth:`chat_tools`). Asked once per model and remembered."""
+        400 naming them (:meth:`chat_tools`). Asked once per model and remembered;
+        :class:`ModelUnavailable` (not remembered) when the server is not up."""
         name = wire_model(model)
         known = self._protocols.get(name)
         if known is not None:
@@ -93,8 +112,15 @@ class ModelClient:
         url = f"{self.base_url}/models/{quote(name, safe='/:')}"
         try:
             response = await self._http().get(url)
-        except httpx.HTTPError:
-            return "native"  # not remembered: the chat request says whether it is reachable
+        except httpx.HTTPError as exc:
+            raise ModelUnavailable(
+                f"cannot reach the model server at {self.base_url}: {exc}"
+            ) from exc
+        if response.status_code in NOT_UP:
+            raise ModelUnavailable(
+                f"the model server answered {response.status_code} for model {model!r}: "
+                f"{_message(response)}"
+            )
         found: Protocol = "native"
         if response.status_code == 200:
             try:
@@ -107,7 +133,11 @@ class ModelClient:
         return found
 
     async def chat_tools(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: DeltaFn | None = None,
     ) -> Reply:
         """A chat turn with the API's ``tools``; :class:`ToolsUnsupported` when the server
         refuses them (a 400 naming tools), and the model is JSON-protocol from then on."""
@@ -116,20 +146,131 @@ class ModelClient:
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
-        response = await self._post(body)
+        response, reply = await self._send(body, model, tools=True, on_delta=on_delta)
         if response.status_code == 400 and tools and "tool" in response.text.lower():
             self._protocols[name] = "json"
             raise ToolsUnsupported(
                 f"the model server refused tools for model {model!r}: {_message(response)}"
             )
-        return _reply(response, model, tools=True)
+        return reply or _reply(response, model, tools=True)
 
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+    async def _send(
+        self, body: dict[str, Any], model: str, *, tools: bool, on_delta: DeltaFn | None
+    ) -> tuple[httpx.Response, Reply | None]:
+        """The response, and the reply when it was streamed (``on_delta``) and came whole;
+        an error response comes back read, for the caller to look at."""
         url = f"{self.base_url}/chat/completions"
         try:
-            return await self._http().post(url, json=body)
+            if on_delta is None:
+                response = await self._http().post(url, json=body)
+                _check_up(response, self.base_url, model)
+                return response, None
+            streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            async with self._http().stream("POST", url, json=streamed) as response:
+                if response.status_code == 200:
+                    return response, await _read_stream(response, model, tools, on_delta)
+                await response.aread()
+            if response.status_code == 400 and "stream_options" in response.text:
+                # A server that streams but knows no stream_options: the usage is then
+                # whatever its chunks carry.
+                streamed.pop("stream_options")
+                async with self._http().stream("POST", url, json=streamed) as response:
+                    if response.status_code == 200:
+                        return response, await _read_stream(response, model, tools, on_delta)
+                    await response.aread()
+            _check_up(response, self.base_url, model)
+            return response, None
         except httpx.HTTPError as exc:
-            raise ModelError(f"cannot reach the model server at {self.base_url}: {exc}") from exc
+            message = f"cannot reach the model server at {self.base_url}: {exc}"
+            # No connection, or one dropped (a server stopping or restarting): not up. A
+            # timeout is a slow model, not a missing one.
+            if isinstance(exc, _NOT_UP_ERRORS):
+                raise ModelUnavailable(message) from exc
+            raise ModelError(message) from exc
+
+
+def _check_up(response: httpx.Response, base_url: str, model: str) -> None:
+    if response.status_code in NOT_UP:
+        raise ModelUnavailable(
+            f"the model server at {base_url} answered {response.status_code} for model "
+            f"{model!r}: {_message(response)}"
+        )
+
+
+async def _read_stream(
+    response: httpx.Response, model: str, tools: bool, on_delta: DeltaFn
+) -> Reply:
+    """A streamed chat completion (OpenAI's ``chat.completion.chunk`` events), each piece
+    handed to ``on_delta`` as it comes, as the reply a request without ``stream`` gets."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage: dict[str, Any] = {}
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event names
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise ModelError("the model server's stream is not chat completion chunks") from None
+        if not isinstance(chunk, dict):
+            raise ModelError("the model server's stream is not chat completion chunks")
+        if chunk.get("error") is not None:
+            err = chunk["error"]
+            message = err.get("message") if isinstance(err, dict) else err
+            raise ModelError(f"the model server failed mid-stream for model {model!r}: {message}")
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if isinstance(delta, dict):
+                _take_delta(delta, text, calls, tools, on_delta)
+    ordered = [calls[k] for k in sorted(calls)]
+    for c in ordered:
+        c["arguments"] = c["arguments"] or "{}"
+    return Reply(
+        text="".join(text),
+        usage={k: v for k, v in usage.items() if isinstance(v, int)},
+        tool_calls=ordered or None,
+    )
+
+
+def _take_delta(
+    delta: dict[str, Any],
+    text: list[str],
+    calls: dict[int, dict[str, str]],
+    tools: bool,
+    on_delta: DeltaFn,
+) -> None:
+    thinking = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thinking, str) and thinking:
+        on_delta({"type": "thinking", "text": thinking})
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        text.append(content)
+        on_delta({"type": "text", "text": content})
+    for position, tc in enumerate(delta.get("tool_calls") or () if tools else ()):
+        if not isinstance(tc, dict):
+            continue
+        index = tc.get("index", position)
+        index = index if isinstance(index, int) else position
+        call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        function = tc.get("function")
+        fn: dict[str, Any] = function if isinstance(function, dict) else {}
+        piece: dict[str, Any] = {"type": "tool_call", "index": index}
+        if tc.get("id"):
+            call["id"] = piece["id"] = str(tc["id"])
+        if fn.get("name"):
+            call["name"] += str(fn["name"])
+            piece["name"] = str(fn["name"])
+        fragment = fn.get("arguments")
+        if fragment is not None:
+            fragment = _arguments(fragment)
+            call["arguments"] += fragment
+        piece["arguments"] = fragment or ""
+        on_delta(piece)
 
 
 def _body(name: str, messages: list[dict[str, Any]]) -> dict[str, Any]:

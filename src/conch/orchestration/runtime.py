@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from conch.config import Settings
 from conch.orchestration.errors import NotFound
+from conch.orchestration.live import Live
 from conch.orchestration.store import Stores
 
 RunKind = Literal["task", "workflow"]
@@ -50,6 +51,8 @@ class Runtime:
         self._inline_db = engine.dialect.name == "sqlite"
         self._db_threads = ThreadPoolExecutor(8, thread_name_prefix="orchestration-db")
         self._listeners: dict[str, set[asyncio.Event]] = {}
+        # The live-only events of tasks (model deltas) for the subscribers that asked.
+        self.live = Live()
 
     def lease(self) -> float:
         """When a lease taken or renewed now runs out."""
@@ -81,26 +84,41 @@ class Runtime:
         for ev in self._listeners.get(stream, ()):
             ev.set()
 
-    async def events(self, stream: str, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
+    async def events(
+        self, stream: str, after: int = 0, *, live: bool = False
+    ) -> AsyncIterator[tuple[int | None, str, Any]]:
         """The stream's events after sequence number ``after``, live, until the terminal one
-        (``complete`` or ``error``); a finished run replays and ends at once."""
+        (``complete`` or ``error``); a finished run replays and ends at once. ``live``: the
+        live-only events of the task as well (:mod:`.live`), numbered None."""
         ev = asyncio.Event()
         self._listeners.setdefault(stream, set()).add(ev)
+        feed = self.live.subscribe(stream) if live else None
         try:
             while True:
                 ev.clear()
+                # Live events taken before the stored ones are read: on SQLite nothing runs
+                # between the two, so each comes before the stored events written after it
+                # (a turn's deltas before the step it leads to).
+                pending = feed.take() if feed is not None else ()
                 batch = await self.db(self.stores.db.events_after, stream, after)
+                for name, data in pending:
+                    yield None, name, data
                 for seq, name, data in batch:
                     after = seq
                     yield seq, name, data
                     if name in TERMINAL_EVENTS:
                         return
-                if batch:
+                if batch or pending:
                     continue
                 # Other servers write to the same database: poll as well as listen.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ev.wait(), POLL_S)
+                    if feed is None:
+                        await asyncio.wait_for(ev.wait(), POLL_S)
+                    else:
+                        await _either(ev, feed.ready, POLL_S)
         finally:
+            if feed is not None:
+                self.live.unsubscribe(stream, feed)
             listeners = self._listeners.get(stream)
             if listeners is not None:
                 listeners.discard(ev)
@@ -124,3 +142,15 @@ class Runtime:
 
         await get(id)
         return await asyncio.wait_for(until_done(), timeout)
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
+    """Until ``a`` or ``b`` is set (``TimeoutError`` after ``timeout`` s)."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if not done:
+        raise TimeoutError

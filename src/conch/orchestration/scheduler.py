@@ -264,6 +264,9 @@ class WorkflowScheduler:
         # A run before this one (on a server that stopped) started a task that lives on, or
         # already succeeded: wait for that one rather than starting another.
         record = await self.rt.db(self.workflows.step_task, wf_id, sid)
+        if record is not None and record["status"] == "waiting":
+            # Re-attached to a task that waits for a person: the step shows it again.
+            await self.runner.step_status(record["id"], record, "waiting")
         if record is None or record["status"] in ("failed", "cancelled"):
             try:
                 goal = interpolate(task.goal, scope)
@@ -282,8 +285,13 @@ class WorkflowScheduler:
         try:
             done = await self.runner.wait_task(record["id"])
         except BaseException:
-            with contextlib.suppress(Conflict, NotFound):
-                await asyncio.shield(self.runner.cancel_task(record["id"]))
+            # The step was cancelled, or timed out: so is its task. Not when this server
+            # stops: then the task lives on (a waiting one keeps its pending approval, a
+            # running one is given back and resumed), and the step, given back too,
+            # re-attaches to it by id after the restart.
+            if not self.rt.closing:
+                with contextlib.suppress(Conflict, NotFound):
+                    await asyncio.shield(self.runner.cancel_task(record["id"]))
             raise
         if done["status"] == "succeeded":
             return True, done["result"], None

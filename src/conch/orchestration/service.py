@@ -105,9 +105,13 @@ class Orchestrator:
         read = stores.tasks.list_tasks if kind == "task" else stores.workflows.list_workflows
         return await self.rt.db(read, status, limit, offset)  # type: ignore[no-any-return]
 
-    def events(self, stream: str, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
-        """The stream's events after number ``after``, live, until the terminal one."""
-        return self.rt.events(stream, after)
+    def events(
+        self, stream: str, after: int = 0, *, deltas: bool = False
+    ) -> AsyncIterator[tuple[int | None, str, Any]]:
+        """The stream's events after number ``after``, live, until the terminal one;
+        ``deltas``: a task's live-only events too (the model's turns as they are generated,
+        :mod:`.live`), numbered None."""
+        return self.rt.events(stream, after, live=deltas)
 
     # -- agents ---------------------------------------------------------------------------
 

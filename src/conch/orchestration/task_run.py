@@ -7,15 +7,20 @@ replies and call results answering the loop's requests in order (:class:`Journal
 only what never completed is asked or run again. The run writes every model reply and tool
 call to the checkpoint before anything it leads to happens, and stops (status ``waiting``)
 at a call that needs a person's approval.
+
+Each model request streams to the task's live subscribers when, as it starts, the task has
+some (:mod:`.live`), and is asked again with backoff while the model server is not up, for
+at most ``model_retry_s`` (after a restart the agent server may be up before it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from conch.config import Settings
 from conch.lang.builtins.registry import lookup
@@ -24,13 +29,14 @@ from conch.orchestration.approvals import REPEATABLE, decide
 from conch.orchestration.checkpoints import CheckpointError, Journal
 from conch.orchestration.executor import Executor
 from conch.orchestration.loop import Outcome, run_loop
-from conch.orchestration.models import ModelClient
+from conch.orchestration.models import DeltaFn, ModelClient
 from conch.orchestration.protocols import unknown_tools
 from conch.orchestration.runtime import Runtime
 from conch.orchestration.store import INTERRUPTED, CheckpointSeq
 from conch.orchestration.turns import (
     Interrupt,
     ModelError,
+    ModelUnavailable,
     Reply,
     ToolResult,
     ToolsUnsupported,
@@ -38,7 +44,14 @@ from conch.orchestration.turns import (
 )
 from conch.sandbox.pool import Job
 
+log = logging.getLogger("conch.orchestration")
+
 Entry = tuple[str, dict[str, Any]]
+T = TypeVar("T")
+# A model server that is not up is asked again after these pauses, doubling, for at most
+# ``model_retry_s`` in all.
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 5.0
 # Tell the workflow whose step runs a task that the step is now ``waiting`` or ``running``.
 StepStatusFn = Callable[[str, dict[str, Any], str], Awaitable[None]]
 
@@ -72,6 +85,7 @@ class TaskRun:
         self.stream = f"task:{task_id}"
         settings: Settings = rt.settings
         self.chars = settings.agent_observation_chars
+        self.retry_s = settings.model_retry_s
         self.journal = Journal()
         self.recorded_steps = 0
         self.usage: dict[str, int] = {}
@@ -92,6 +106,10 @@ class TaskRun:
         # and on PostgreSQL each write is in a worker thread).
         self.seq = CheckpointSeq()
         self.writing = asyncio.Lock()
+        # The step the next model turn belongs to, and when the task started (the live
+        # events' step numbers and elapsed times).
+        self.next_step = 0
+        self.since: float | None = None
 
     async def run(self, *, resume: bool) -> None:
         """Start the task (pending) or resume it (running, held by this server)."""
@@ -99,7 +117,15 @@ class TaskRun:
         if row is None:
             return
         self.row = row
-        if not await self._prepare(row):
+        self.since = row.get("started_at") or time.time()
+        try:
+            if not await self._prepare(row):
+                return
+        except ModelError as exc:  # the model server stayed away (for the tool-call protocol)
+            await self.rt.db(
+                self.tasks.finish_task, self.task_id, "failed",
+                error={"kind": "ProviderError", "message": str(exc)}, usage=dict(self.usage),
+            )  # fmt: skip
             return
         await self._conclude()
 
@@ -174,7 +200,10 @@ class TaskRun:
         self.chosen = protocol is None or self.journal.chosen_protocol is not None
         if protocol is None:
             replies = self.journal.replies
-            protocol = "json" if replies else await self.deps.models.protocol(row["model"])
+            if replies:
+                protocol = "json"
+            else:
+                protocol = await self._patiently(lambda: self.deps.models.protocol(row["model"]))
             # Only a choice of native calls can still change (to JSON), so only it is kept.
             if not await self.rt.db(
                 self.tasks.set_task_protocol, self.task_id, self.owner, protocol,
@@ -261,6 +290,7 @@ class TaskRun:
             raise asyncio.CancelledError()
 
     async def _on_step(self, step: dict[str, Any]) -> None:
+        self.next_step = step["index"] + 1
         for key, value in (step.get("usage") or {}).items():
             self.usage[key] = self.usage.get(key, 0) + value
         entries = self._take_unwritten(*self.completing)
@@ -289,7 +319,10 @@ class TaskRun:
         ):
             raise asyncio.CancelledError()
         assert self.row is not None
-        reply = await self.deps.models.chat(self.row["model"], messages, schema)
+        model = self.row["model"]
+        reply = await self._ask(
+            lambda on_delta: self.deps.models.chat(model, messages, schema, on_delta), turn
+        )
         self.unwritten.append(("model", {"turn": turn, "reply": reply.text, "usage": reply.usage}))
         return reply
 
@@ -298,12 +331,70 @@ class TaskRun:
         if turn < len(self.journal.replies):
             return self.journal.replies[turn]
         assert self.row is not None
-        reply = await self.deps.models.chat_tools(self.row["model"], messages, specs)
+        model = self.row["model"]
+        reply = await self._ask(
+            lambda on_delta: self.deps.models.chat_tools(model, messages, specs, on_delta), turn
+        )
         entry: dict[str, Any] = {"turn": turn, "reply": reply.text, "usage": reply.usage}
         if reply.tool_calls:
             entry["tool_calls"] = reply.tool_calls
         await self._record("model", entry)
         return reply
+
+    async def _ask(self, ask: Callable[[DeltaFn | None], Awaitable[Reply]], turn: int) -> Reply:
+        """A model turn: streamed to the task's live subscribers when it has some as it
+        starts (:mod:`.live`), asked again while the model server is not up."""
+        live = self.rt.live
+
+        async def once() -> Reply:
+            while True:
+                watching = live.begin(self.stream, self.next_step, turn, self.since)
+                request = asyncio.ensure_future(ask(None if watching is None else watching.delta))
+                if watching is None:
+                    live.hold(self.stream, request)
+                try:
+                    reply = await request
+                except asyncio.CancelledError:
+                    if live.restarted(self.stream, request):
+                        continue  # someone began to watch at once: asked again, streamed
+                    live.end(self.stream, watching, None, error="cancelled")
+                    raise
+                except BaseException as exc:
+                    live.end(self.stream, watching, None, error=f"{type(exc).__name__}: {exc}")
+                    raise
+                live.end(self.stream, watching, reply.usage)
+                return reply
+
+        return await self._patiently(once, turn)
+
+    async def _patiently(self, fn: Callable[[], Awaitable[T]], turn: int | None = None) -> T:
+        """``fn()``, asked again with backoff while the model server (or its provider) is
+        not up, for at most ``model_retry_s`` from the first failure; then its error."""
+        first: float | None = None
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                return await fn()
+            except ModelUnavailable as exc:
+                now = time.monotonic()
+                first = now if first is None else first
+                left = self.retry_s - (now - first)
+                if left <= 0:
+                    if self.retry_s <= 0:
+                        raise
+                    raise ModelUnavailable(
+                        f"{exc} (asked again for {self.retry_s:g} s: model_retry_s)"
+                    ) from exc
+                wait = min(pause, left)
+                pause = min(pause * 2, RETRY_MAX_S)
+                log.info("task %s: the model server is not up; asking again in %.2f s: %s",
+                         self.task_id, wait, exc)  # fmt: skip
+                if self.rt.live.watched(self.stream):
+                    self.rt.live.publish(self.stream, "model_retry", {
+                        "step": self.next_step, "turn": turn, "error": str(exc),
+                        "retry_in_ms": int(wait * 1000), "waited_ms": int((now - first) * 1000),
+                    })  # fmt: skip
+                await asyncio.sleep(wait)
 
     # -- tool calls -----------------------------------------------------------------------
 

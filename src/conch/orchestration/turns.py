@@ -11,9 +11,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# The kinds of a failed or cancelled task's ``error`` (``{kind, message, ...}``), and what
+# each means (docs/orchestration.md, "Task errors"). A step's ``error`` is a tool call's:
+# the builtin's own kind (``FileNotFoundError``, ...), ``NameError``/``TypeError`` for a
+# call that was not run, ``PermissionError`` (denied), ``RejectedError`` (a person).
+TASK_ERRORS = {
+    "LimitError": "no final answer within max_steps model turns",
+    "StuckError": "the model repeated a tool call that failed the same way (same tool, "
+    "arguments and error) and was stopped early: `call`, `count` and `error` say which",
+    "ProviderError": "the model server failed, stayed away for longer than model_retry_s, "
+    "or its replies were not actions even after a corrective retry",
+    "InterruptedError": "the server running the task stopped and the task cannot be "
+    "resumed (`reason: interrupted`)",
+    "CancelledError": "the task was cancelled",
+    "InternalError": "a bug in the agent server",
+}
+
 
 class ModelError(Exception):
     """The model could not be reached or answered with something that is not a completion."""
+
+
+class ModelUnavailable(ModelError):
+    """The model server, or the provider behind it, is not up: no connection, or an answer
+    that says so (502, 503, 504). Worth asking again a little later."""
 
 
 class ToolsUnsupported(ModelError):

@@ -23,6 +23,7 @@ from conch.orchestration.errors import Invalid
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.orchestration.turns import TASK_ERRORS
 from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
@@ -158,8 +159,10 @@ class TaskRecord(BaseModel):
     steps: list[TaskStep]
     result: Any = None
     error: dict[str, Any] | None = Field(
-        default=None, description="`{kind, message, reason?}`; reason `interrupted` when the "
-        "task's checkpoint could not be read back after its server stopped."
+        default=None, description="`{kind, message, hint?, ...}`, `kind` one of "
+        + ", ".join(f"`{k}` ({v})" for k, v in TASK_ERRORS.items())
+        + "; reason `interrupted` when the task's checkpoint could not be read back after "
+        "its server stopped."
     )  # fmt: skip
     created_at: str
     started_at: str | None
@@ -211,9 +214,11 @@ def _last_event_id(request: Request, last_event_id: int | None) -> int:
     return max(0, last_event_id or 0)
 
 
-def _stream(orch: Orchestrator, stream: str, after: int) -> EventStreamResponse:
+def _stream(orch: Orchestrator, stream: str, after: int, deltas: bool) -> EventStreamResponse:
     async def chunks() -> AsyncGenerator[bytes, None]:
-        async for seq, name, data in orch.events(stream, after):
+        # Live-only events (seq None) go without an ``id:`` line: a client's Last-Event-ID
+        # stays the last stored event's, which is where a reconnection resumes.
+        async for seq, name, data in orch.events(stream, after, deltas=deltas):
             yield encode_event(data, event=name, id=seq)
 
     return EventStreamResponse(chunks())
@@ -226,7 +231,9 @@ def _schema_body(model: type[BaseModel]) -> dict[str, Any]:
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "Server-Sent Events: start, step, complete | error (with id: lines)",
+        "description": "Server-Sent Events: start, step, complete | error (with id: lines); "
+        "a task's also interrupt and resume, and with `?deltas=true` the live-only model_start, "
+        "delta, model_end, model_retry and delta_gap (no id: lines, never replayed)",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
@@ -268,10 +275,18 @@ def _runs(
         request: Request,
         run_id: str = Path(alias=param),
         last_event_id: int | None = Query(default=None),
+        deltas: bool = Query(
+            default=False,
+            description="Tasks only: the model's turns as they are generated too (`model_start`, "
+            "`delta`, `model_end`, `model_retry`), live and never stored: no `id:` line, not "
+            "replayed on a reconnection.",
+        ),
     ) -> Response:
+        if deltas and kind != "task":
+            raise Invalid("deltas: only a task's event stream has model deltas", where="deltas")
         after = _last_event_id(request, last_event_id)
         await _call(get(orch, run_id))
-        return _stream(orch, f"{kind}:{run_id}", after)
+        return _stream(orch, f"{kind}:{run_id}", after, deltas)
 
     one: dict[int | str, dict[str, Any]] = {}
     many: dict[int | str, dict[str, Any]] = {}
