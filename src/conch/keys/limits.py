@@ -442,17 +442,7 @@ class Limiter:
             raise ValueError("amounts must be non-negative")
         if model is not None:
             self.check_model(principal, model)
-        lim = principal.limits
-        minute = (
-            (requests and lim.requests_per_minute is not None)
-            or (tokens and lim.tokens_per_minute is not None)
-            or (run and lim.runs_per_minute is not None)
-        )
-        day = (tokens and lim.tokens_per_day is not None) or (
-            run and lim.cpu_seconds_per_day is not None
-        )
-        run_lease = run and lim.concurrent_runs is not None
-        session_lease = session and lim.sessions_max is not None
+        minute, day, run_lease, session_lease = _touched(principal, requests, tokens, run, session)
         if not (minute or day or run_lease or session_lease):
             return FREE
         return self._admit(
@@ -467,6 +457,21 @@ class Limiter:
             session_lease=session_lease,
             lease_s=lease_s,
         )
+
+    @staticmethod
+    def touches(
+        principal: Principal,
+        *,
+        requests: int = 1,
+        tokens: int = 0,
+        run: bool = False,
+        session: bool = False,
+        **_: Any,
+    ) -> bool:
+        """Whether :meth:`admit` with these arguments would read or write the database (a
+        key without a limit they touch is admitted in memory): a caller may then skip
+        moving the call off its event loop."""
+        return any(_touched(principal, requests, tokens, run, session))
 
     def _admit(
         self,
@@ -733,6 +738,25 @@ class Limiter:
 
 
 _MINUTE_NAMES = frozenset(name for name, *_ in _MINUTE_LIMITS)
+
+
+def _touched(
+    principal: Principal, requests: int, tokens: int, run: bool, session: bool
+) -> tuple[bool, bool, bool, bool]:
+    """Which of the minute windows, the day windows, a run's lease and a session's lease an
+    admission touches."""
+    lim = principal.limits
+    minute = (
+        (requests and lim.requests_per_minute is not None)
+        or (tokens and lim.tokens_per_minute is not None)
+        or (run and lim.runs_per_minute is not None)
+    )
+    day = (tokens and lim.tokens_per_day is not None) or (
+        run and lim.cpu_seconds_per_day is not None
+    )
+    run_lease = run and lim.concurrent_runs is not None
+    session_lease = session and lim.sessions_max is not None
+    return bool(minute), bool(day), bool(run_lease), bool(session_lease)
 
 
 def _num(x: float) -> str:

@@ -11,11 +11,16 @@ With the native protocol (:meth:`ModelClient.chat_tools`) a request carries ``to
 ``tool_choice: "auto"`` instead, and the reply's ``tool_calls`` are read back.
 :meth:`ModelClient.protocol` says which protocol a model gets (docs/orchestration.md,
 "Tool-call protocols").
+
+Keys. A task's model turns count against the limits of the key that made it: each request
+carries the bearer ``credentials(key_id)`` gives (a model pass of that key, where the server
+needs keys: conch.keys.service), or the client's own ``api_key``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -32,11 +37,18 @@ def wire_model(model: str) -> str:
     return model.removeprefix("local:")
 
 
+# A task's key id (None: the admin's) -> the bearer its model requests carry (None: the
+# client's own).
+Credentials = Callable[[str | None], str | None]
+
+
 class ModelClient:
     def __init__(
-        self, base_url: str, *, api_key: str | None = None, timeout: float = 300.0
+        self, base_url: str, *, api_key: str | None = None, timeout: float = 300.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.credentials = credentials
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: httpx.AsyncClient | None = None
         self._headers = headers
@@ -60,8 +72,19 @@ class ModelClient:
             await self._client.aclose()
             self._client = None
 
+    def _auth(self, key_id: str | None) -> dict[str, str] | None:
+        """The headers of a request made for ``key_id``'s task (None: the client's own)."""
+        if self.credentials is None:
+            return None
+        token = self.credentials(key_id)
+        return {"Authorization": f"Bearer {token}"} if token else None
+
     async def chat(
-        self, model: str, messages: list[dict[str, Any]], schema: dict[str, Any]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        schema: dict[str, Any],
+        key_id: str | None = None,
     ) -> Reply:
         name = wire_model(model)
         body = _body(name, messages)
@@ -70,7 +93,7 @@ class ModelClient:
                 "type": "json_schema",
                 "json_schema": {"name": "action", "schema": schema, "strict": True},
             }
-        response = await self._post(body)
+        response = await self._post(body, key_id)
         if (
             response.status_code == 400
             and "response_format" in body
@@ -78,10 +101,10 @@ class ModelClient:
         ):
             self._unconstrained.add(name)
             body.pop("response_format")
-            response = await self._post(body)
+            response = await self._post(body, key_id)
         return _reply(response, model, tools=False)
 
-    async def protocol(self, model: str) -> Protocol:
+    async def protocol(self, model: str, key_id: str | None = None) -> Protocol:
         """``native`` unless the model is known to lack tool support: the server's
         ``GET /models/{id}`` lists ``capabilities`` without ``"tools"`` (conch's inference
         server, for its local models), or a request carrying ``tools`` was refused with a
@@ -92,7 +115,7 @@ class ModelClient:
             return known
         url = f"{self.base_url}/models/{quote(name, safe='/:')}"
         try:
-            response = await self._http().get(url)
+            response = await self._http().get(url, headers=self._auth(key_id))
         except httpx.HTTPError:
             return "native"  # not remembered: the chat request says whether it is reachable
         found: Protocol = "native"
@@ -107,7 +130,11 @@ class ModelClient:
         return found
 
     async def chat_tools(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        key_id: str | None = None,
     ) -> Reply:
         """A chat turn with the API's ``tools``; :class:`ToolsUnsupported` when the server
         refuses them (a 400 naming tools), and the model is JSON-protocol from then on."""
@@ -116,7 +143,7 @@ class ModelClient:
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
-        response = await self._post(body)
+        response = await self._post(body, key_id)
         if response.status_code == 400 and tools and "tool" in response.text.lower():
             self._protocols[name] = "json"
             raise ToolsUnsupported(
@@ -124,10 +151,10 @@ class ModelClient:
             )
         return _reply(response, model, tools=True)
 
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+    async def _post(self, body: dict[str, Any], key_id: str | None = None) -> httpx.Response:
         url = f"{self.base_url}/chat/completions"
         try:
-            return await self._http().post(url, json=body)
+            return await self._http().post(url, json=body, headers=self._auth(key_id))
         except httpx.HTTPError as exc:
             raise ModelError(f"cannot reach the model server at {self.base_url}: {exc}") from exc
 

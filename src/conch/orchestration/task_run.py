@@ -174,7 +174,8 @@ class TaskRun:
         self.chosen = protocol is None or self.journal.chosen_protocol is not None
         if protocol is None:
             replies = self.journal.replies
-            protocol = "json" if replies else await self.deps.models.protocol(row["model"])
+            protocol = "json" if replies else await self.deps.models.protocol(
+                row["model"], row.get("key_id"))
             # Only a choice of native calls can still change (to JSON), so only it is kept.
             if not await self.rt.db(
                 self.tasks.set_task_protocol, self.task_id, self.owner, protocol,
@@ -289,7 +290,8 @@ class TaskRun:
         ):
             raise asyncio.CancelledError()
         assert self.row is not None
-        reply = await self.deps.models.chat(self.row["model"], messages, schema)
+        reply = await self.deps.models.chat(
+            self.row["model"], messages, schema, self.row.get("key_id"))
         self.unwritten.append(("model", {"turn": turn, "reply": reply.text, "usage": reply.usage}))
         return reply
 
@@ -298,7 +300,8 @@ class TaskRun:
         if turn < len(self.journal.replies):
             return self.journal.replies[turn]
         assert self.row is not None
-        reply = await self.deps.models.chat_tools(self.row["model"], messages, specs)
+        reply = await self.deps.models.chat_tools(
+            self.row["model"], messages, specs, self.row.get("key_id"))
         entry: dict[str, Any] = {"turn": turn, "reply": reply.text, "usage": reply.usage}
         if reply.tool_calls:
             entry["tool_calls"] = reply.tool_calls
