@@ -17,6 +17,7 @@ so two tabs editing one chat cannot overwrite each other silently.
 
 from __future__ import annotations
 
+import builtins
 import re
 import secrets
 import time
@@ -329,7 +330,7 @@ class ChatStore:
         tenant: str | None,
         title: str,
         settings: dict[str, Any],
-        messages: list[dict[str, Any]],
+        messages: builtins.list[dict[str, Any]],
         renamed: bool,
         client_id: str | None,
         created: float,
@@ -398,7 +399,9 @@ class ChatStore:
             self._row(conn, id, tenant)
             conn.execute(sa.delete(chats).where(_c.id == id))
 
-    def import_chats(self, items: Iterable[Any], *, tenant: str | None) -> list[dict[str, Any]]:
+    def import_chats(
+        self, items: Iterable[Any], *, tenant: str | None
+    ) -> builtins.list[dict[str, Any]]:
         """A browser's chats (the studio's IndexedDB records ``{id, title, renamed?, created,
         updated, settings, messages}``, times in milliseconds) into ``tenant``'s, all or
         none. Importing a chat again changes nothing unless the browser's copy is newer,
@@ -414,7 +417,7 @@ class ChatStore:
             if p["client_id"] in seen:
                 raise Invalid(f"chats[{i}].id repeats an earlier chat's", where=f"chats[{i}].id")
             seen.add(p["client_id"])
-        out: list[dict[str, Any]] = []
+        out: builtins.list[dict[str, Any]] = []
         now = self.clock()
         with self.engine.begin() as conn:
             for p in parsed:
@@ -429,14 +432,13 @@ class ChatStore:
                     conn.execute(sa.insert(chats).values(row))
                     out.append({"client_id": p["client_id"], "id": row["id"], "status": "created"})
                 elif updated > existing.updated_at:
-                    conn.execute(
-                        sa.update(chats).where(_c.id == existing.id).values(
-                            title=p["title"], settings=p["settings"], messages=p["messages"],
-                            message_count=len(p["messages"]), renamed=p["renamed"],
-                            search_text=_search_text(p["title"], p["messages"]),
-                            version=existing.version + 1, updated_at=updated,
-                        )  # fmt: skip
-                    )
+                    values = {
+                        "title": p["title"], "settings": p["settings"], "messages": p["messages"],
+                        "message_count": len(p["messages"]), "renamed": p["renamed"],
+                        "search_text": _search_text(p["title"], p["messages"]),
+                        "version": existing.version + 1, "updated_at": updated,
+                    }  # fmt: skip
+                    conn.execute(sa.update(chats).where(_c.id == existing.id).values(values))
                     out.append({"client_id": p["client_id"], "id": existing.id, "status": "updated"})
                 else:
                     out.append({"client_id": p["client_id"], "id": existing.id, "status": "unchanged"})

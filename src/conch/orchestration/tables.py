@@ -38,7 +38,7 @@ def _lease() -> list[sa.Column[object]]:
     ]
 
 
-def _keyed_by_id(name: str, *columns: sa.Column[object]) -> sa.Table:
+def _keyed_by_id(name: str, *columns: sa.Column[object] | sa.Index) -> sa.Table:
     """A table of records each named by a string ``id`` (generated, or the agent's name)."""
     return sa.Table(name, metadata, sa.Column("id", sa.String, primary_key=True), *columns)
 

@@ -419,9 +419,10 @@ class Runner:
                 ctx.host = (self._record_host if target is self._record_chan
                             else self._recording_host(target))
         token = job.get("models_token")
-        if token is not None and ctx.host is not None:
-            # The run's programs call models as the key that asked for the run.
-            ctx.host = ctx.host.with_credential(token)
+        credential = getattr(ctx.host, "with_credential", None)
+        if token is not None and credential is not None:
+            # The run's programs call models as the key that asked for the run (conch.host).
+            ctx.host = credential(token)
         cpu_start = _cpu_all()
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope

@@ -18,7 +18,6 @@ from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope
 from conch.sandbox.pool import Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.errors import unknown_builtin
-from conch.web.common.auth import principal_of
 from conch.web.agent.protocol import (
     ERRORS,
     UNKNOWN_BUILTIN,
@@ -30,6 +29,7 @@ from conch.web.agent.protocol import (
     parse_body,
     request_body,
 )
+from conch.web.common.auth import principal_of
 
 router = APIRouter(tags=["execution"])
 

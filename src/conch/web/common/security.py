@@ -10,7 +10,7 @@ the hot path and also covers streaming responses.
   and ``WWW-Authenticate: Bearer`` in the envelope of the API at its path (``render``).
   Without ``access``, a plain ``api_key`` is compared in constant time (a bare app's guard).
 - Bodies larger than ``max_body_bytes`` are refused with ``413``, by ``Content-Length`` or
-  while reading a chunked body.
+  while reading a chunked body (``None``: no limit, the inference server's choice).
 - Refusals are written with the server's own error-body builder
   (:mod:`conch.web.common.errors`), so each server answers in its family's envelope.
 - Every response gets ``X-Content-Type-Options: nosniff``; API responses that did not choose
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-
 from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
@@ -86,7 +85,7 @@ class SecurityMiddleware:
         *,
         api_key: str | None,
         loopback_only: bool,
-        max_body_bytes: int,
+        max_body_bytes: int | None,
         error_body: ErrorBody,
         open_paths: frozenset[str] = OPEN_PATHS,
         open_prefixes: tuple[str, ...] = (),
@@ -153,6 +152,9 @@ class SecurityMiddleware:
                     send, 401, message, [(b"www-authenticate", b'Bearer realm="conch"')]
                 )
                 return
+        if self.max_body is None:  # no body limit here (the inference server)
+            await self.app(scope, receive, self._with_headers(send, path))
+            return
         length = headers.get(b"content-length")
         if length is not None:
             try:
@@ -164,13 +166,40 @@ class SecurityMiddleware:
                 await self._reply(send, 413, f"request body larger than {self.max_body} bytes")
                 return
 
-        api = path.startswith("/api/")
         started = False
+        send_with_headers = self._with_headers(send, path)
+
+        async def first_send(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send_with_headers(message)
+
+        received = 0
+        limit = self.max_body
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        try:
+            await self.app(scope, limited_receive, first_send)
+        except BodyTooLarge:
+            if not started:
+                await self._reply(send, 413, f"request body larger than {limit} bytes")
+
+    @staticmethod
+    def _with_headers(send: Send, path: str) -> Send:
+        """``send`` adding ``nosniff`` to every response, and ``no-store`` to API responses
+        that did not choose their own caching."""
+        api = path.startswith("/api/")
 
         async def send_with_headers(message: Message) -> None:
-            nonlocal started
             if message["type"] == "http.response.start":
-                started = True
                 raw = list(message.get("headers", []))
                 raw.append((b"x-content-type-options", b"nosniff"))
                 if api and not any(k.lower() == b"cache-control" for k, _ in raw):
@@ -178,22 +207,7 @@ class SecurityMiddleware:
                 message = {**message, "headers": raw}
             await send(message)
 
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body:
-                    raise BodyTooLarge(self.max_body)
-            return message
-
-        try:
-            await self.app(scope, limited_receive, send_with_headers)
-        except BodyTooLarge:
-            if not started:
-                await self._reply(send, 413, f"request body larger than {self.max_body} bytes")
+        return send_with_headers
 
     async def _refuse(self, send: Send, path: str, exc: DomainError) -> None:
         if self.render is None:
