@@ -428,6 +428,7 @@ class Limiter:
         session: bool = False,
         model: str | None = None,
         lease_s: float | None = None,
+        lease_id: str | None = None,
     ) -> Admission:
         """Admit a request of ``principal``, or raise :class:`KeyLimitExceeded` /
         :class:`ModelNotAllowed` having recorded nothing.
@@ -437,7 +438,9 @@ class Limiter:
         against ``concurrent_runs``, and the CPU budget), reserving ``cpu_seconds``;
         ``session``: it opens a session (a lease against ``sessions_max``, held until
         :meth:`release`); ``lease_s``: how long a lease lives without :meth:`renew`
-        (default: :data:`RUN_LEASE_S` for a run, until released for a session)."""
+        (default: :data:`RUN_LEASE_S` for a run, until released for a session);
+        ``lease_id``: the session lease's id (the session's own, so that whoever deletes the
+        session can release it)."""
         if requests < 0 or tokens < 0 or cpu_seconds < 0 or not math.isfinite(cpu_seconds):
             raise ValueError("amounts must be non-negative")
         if model is not None:
@@ -456,6 +459,7 @@ class Limiter:
             run_lease=run_lease,
             session_lease=session_lease,
             lease_s=lease_s,
+            lease_id=lease_id,
         )
 
     @staticmethod
@@ -486,6 +490,7 @@ class Limiter:
         run_lease: bool,
         session_lease: bool,
         lease_s: float | None,
+        lease_id: str | None = None,
     ) -> Admission:
         key_id = principal.key_id
         lim = principal.limits
@@ -552,13 +557,13 @@ class Limiter:
                     expires: float | None = now + (RUN_LEASE_S if lease_s is None else lease_s)
                 else:
                     expires = None if lease_s is None else now + lease_s
-                lease_id = new_id("lease_")
+                lid = lease_id if kind == SESSION and lease_id else new_id("lease_")
                 conn.execute(
                     _SQL.insert_lease,
-                    {"id": lease_id, "key_id": key_id, "kind": kind, "acquired_at": now,
+                    {"id": lid, "key_id": key_id, "kind": kind, "acquired_at": now,
                      "expires_at": expires},
                 )
-                leases[kind] = lease_id
+                leases[kind] = lid
         return Admission(
             key_id=key_id,
             event_id=event_id,
@@ -656,6 +661,12 @@ class Limiter:
             return
         if release and admission.run_lease:
             self.release(admission.run_lease)
+
+    def session_leases(self, principal: Principal) -> list[str]:
+        """The ids of the session leases ``principal``'s key holds."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_SQL.leases, {"k": principal.key_id, "kind": SESSION}).all()
+        return [r.id for r in rows]
 
     def release(self, lease_id: str) -> None:
         """Release a run's or a session's lease (no matter if it is already gone)."""

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from conch.errors import Forbidden, Invalid
 from conch.keys import Principal
 from conch.keys.records import ADMIN_KEY_ID
+from conch.web.agent.session_access import disk_used
 from conch.web.common.auth import KeyAccess, PrincipalDep
 from conch.web.common.deps import state_getter
 from conch.web.common.responses import json_response
@@ -189,7 +190,8 @@ async def usage_of(access: AccessDep, principal: Principal, key: str | None) -> 
             target = (await access.db(access.keys.get, key)).principal()
     else:
         target = principal
-    limits = await access.db(access.limiter.usage, target, disk_used_bytes=None)
+    disk = await access.db(disk_used, access, target)
+    limits = await access.db(access.limiter.usage, target, disk_used_bytes=disk)
     return {
         "key": {"id": target.key_id, "name": target.name, "tenant": target.tenant},
         "limits": [u.to_dict() for u in limits],

@@ -61,6 +61,10 @@ class Runs:
 
     async def envelope(self, job: Job, kind: str, principal: Principal | None = None) -> bytes:
         """The run envelope of ``job`` as JSON, ``elapsed_ms`` as the server measured it."""
+        return (await self.run(job, kind, principal)).to_json_bytes()
+
+    async def run(self, job: Job, kind: str, principal: Principal | None = None) -> RunEnvelope:
+        """Run ``job`` for ``principal`` (admitted, settled): its envelope."""
         admission = await self.admit(principal, job)
         done: RunEnvelope | None = None
         try:
@@ -71,7 +75,7 @@ class Runs:
         finally:
             if admission.recorded:
                 await self.finish(principal, admission, done)
-        return done.to_json_bytes()
+        return done
 
     async def respond(self, job: Job, kind: str, principal: Principal | None = None) -> Response:
         return Response(await self.envelope(job, kind, principal), media_type="application/json")

@@ -114,12 +114,15 @@ class Declarations:
 
     def open_paths(self) -> frozenset[str]:
         """The paths the guard lets through without a key (those without parameters)."""
-        return frozenset(p for (_m, p), r in self.routes.items() if r.access == OPEN and "{" not in p)
+        out = {p for (_m, p), r in self.routes.items() if r.access == OPEN and "{" not in p}
+        out |= {p.rstrip("/") for p, r in self.prefixes if r.access == OPEN}
+        return frozenset(out)
 
     def open_prefixes(self) -> tuple[str, ...]:
-        """The fixed part of each open route with parameters (``/swagger-ui/assets/``)."""
+        """The fixed part of each open route with parameters (``/swagger-ui/assets/``), and
+        each open family's prefix."""
         out = {p.split("{", 1)[0] for (_m, p), r in self.routes.items() if r.access == OPEN and "{" in p}
-        out |= {p for p, r in self.prefixes if r.access == OPEN}
+        out |= {p.rstrip("/") + "/" for p, r in self.prefixes if r.access == OPEN}
         return tuple(sorted(out))
 
 
@@ -266,7 +269,10 @@ class RouteGuard:
     async def check(self, scope: Scope) -> Principal | None:
         """Raise the refusal of this request (``401``, ``403`` naming the scope, a ``429``);
         the principal it runs as (``None`` on an open route)."""
-        rule = self.rules.get(scope.get("method", "GET")) or self.rules.get("*") or ADMIN_ONLY
+        rule = self.rules.get(scope.get("method", "GET")) or self.rules.get("*")
+        if rule is None:
+            # A method the route does not serve: it answers 405, and runs nothing.
+            return scope.get(PRINCIPAL)
         if rule.access == OPEN:
             return None
         principal: Principal | None = scope.get(PRINCIPAL)

@@ -17,9 +17,6 @@ DECLARATIONS = Declarations(
     {
         ("GET", "/v1/health"): OPEN,
         ("GET", "/"): OPEN,
-        # The documentation's page and assets are public code; the document itself is not.
-        ("GET", "/swagger-ui"): OPEN,
-        ("GET", "/swagger-ui/assets/{name}"): OPEN,
         ("GET", "/api-docs/openapi.json"): ANY,
         ("GET", "/v1/status"): ANY,
         # Generation, embeddings and what they read.
@@ -53,5 +50,10 @@ DECLARATIONS = Declarations(
         ("POST", "/api/create"): MODELS_WRITE,
         ("POST", "/api/copy"): MODELS_WRITE,
         ("POST", "/api/push"): MODELS_WRITE,
-    }
+    },
+    prefixes=[
+        # The documentation's page and its assets (served with enable_openapi) are public
+        # code; the document itself is not.
+        ("/swagger-ui", OPEN),
+    ],
 )
