@@ -261,12 +261,17 @@ class ChatStore:
             sql = (f"SELECT {columns}, count(*) OVER () AS total, NULL AS snippet FROM chats c "
                    f"WHERE 1 = 1{who} ORDER BY c.updated_at DESC, c.id LIMIT :limit OFFSET :offset")  # fmt: skip
         elif self.sqlite:
-            sql = (f"SELECT {columns}, count(*) OVER () AS total, "
-                   "snippet(chats_fts, 1, '', '', '…', 12) AS snippet "
+            # Ranked and counted over ids and scores (FTS5's bm25 cannot be evaluated inside
+            # a window), the snippets made for the page alone.
+            matches = ("SELECT c.id, c.updated_at, bm25(chats_fts, 4.0, 1.0) AS score "
+                       "FROM chats_fts JOIN chats c ON c.rowid = chats_fts.rowid "
+                       f"WHERE chats_fts MATCH :q{who}")  # fmt: skip
+            page = (f"SELECT m.id, m.score, count(*) OVER () AS total FROM ({matches}) AS m "
+                    "ORDER BY m.score, m.updated_at DESC, m.id LIMIT :limit OFFSET :offset")  # fmt: skip
+            sql = (f"SELECT {columns}, p.total, snippet(chats_fts, 1, '', '', '…', 12) AS snippet "
                    "FROM chats_fts JOIN chats c ON c.rowid = chats_fts.rowid "
-                   f"WHERE chats_fts MATCH :q{who} "
-                   "ORDER BY bm25(chats_fts, 4.0, 1.0), c.updated_at DESC "
-                   "LIMIT :limit OFFSET :offset")  # fmt: skip
+                   f"JOIN ({page}) AS p ON p.id = c.id WHERE chats_fts MATCH :q "
+                   "ORDER BY p.score, c.updated_at DESC, c.id")  # fmt: skip
         else:
             vector = "to_tsvector('english', c.search_text)"
             query = "to_tsquery('english', :q)"
