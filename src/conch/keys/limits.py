@@ -662,6 +662,15 @@ class Limiter:
         if release and admission.run_lease:
             self.release(admission.run_lease)
 
+    def cpu_left(self, principal: Principal) -> float | None:
+        """The CPU seconds left of the key's day budget now (``None``: no such limit)."""
+        maximum = principal.limits.cpu_seconds_per_day
+        if maximum is None:
+            return None
+        with self.engine.connect() as conn:
+            used, _resets = self._window_now(conn, principal.key_id, "cpu", DAY, self.clock())
+        return max(0.0, float(maximum) - float(used))
+
     def session_leases(self, principal: Principal) -> list[str]:
         """The ids of the session leases ``principal``'s key holds."""
         with self.engine.connect() as conn:

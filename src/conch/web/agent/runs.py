@@ -2,13 +2,20 @@
 envelope. The one path of every execution route, documented and fast path alike.
 
 A run of a key is admitted against its limits first (:meth:`Runs.admit`: the request, the
-run, ``runs_per_minute``, a lease against ``concurrent_runs``, the run's wall time reserved
+run, ``runs_per_minute``, a lease against ``concurrent_runs``, and CPU seconds reserved
 against ``cpu_seconds_per_day``) and settled to the CPU time its worker measured when it
 ends (:meth:`Runs.finish`); its programs call models with a pass of the same key.
+
+CPU. A run cannot use more CPU time than wall time (a worker runs one thread; its commands
+are bounded by the same wall-time watchdog), so it reserves its wall time, or what is left
+of the day's budget when that is less, and then runs with its wall time lowered to what it
+reserved: the budget holds however many runs start at once, and a small budget is not
+refused for a long default wall time.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 from starlette.responses import Response
@@ -45,7 +52,15 @@ class Runs:
         if self.access is None or principal is None:
             return Admission()
         wall = self.wall_time(job)
-        admission = await self.access.admit(principal, requests=1, run=True, cpu_seconds=wall)
+        cpu = wall
+        if principal.limits.cpu_seconds_per_day is not None:
+            left = await self.access.db(self.access.limiter.cpu_left, principal)
+            if left is not None and left < wall:
+                # Rounded down, so it fits; 0 when it is spent (the admission refuses the run).
+                cpu = math.floor(left * 1000) / 1000
+        admission = await self.access.admit(principal, requests=1, run=True, cpu_seconds=cpu)
+        if cpu < wall:
+            job.limits = {**(job.limits or {}), "wall_time_s": max(cpu, 0.001)}
         job.models_token = self.access.issue_pass(principal, wall + PASS_GRACE_S)
         return admission
 
