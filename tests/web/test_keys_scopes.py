@@ -104,9 +104,7 @@ def _check_server(base: str, app: Any, walk: Walk, server: str) -> set[tuple[str
             assert f"'{rule.access}'" in message, (method, path, message)
             if api in ("openai", "responses"):
                 assert body["error"]["code"] == "missing_scope", body
-            if api == "openai":
-                assert error_type(api, body) == "permission_error", body
-            elif api == "anthropic":
+            if api == "openai" or api == "anthropic":
                 assert error_type(api, body) == "permission_error", body
     # Every documented operation was walked (``{id:path}`` is ``{id}`` in the document).
     assert documented <= seen, sorted(documented - seen)

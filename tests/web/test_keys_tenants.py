@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from conch import db
+from tests.web.keys_support import ADMIN, ADMIN_KEY, bearer, make_key
 from testsupport.scripted_model import ScriptedModel, final, tool
 from testsupport.servers import Server, finished, start_thread_server, wait_for
-from tests.web.keys_support import ADMIN, ADMIN_KEY, bearer, make_key
 
 API = "/api/v1/orchestration"
 ORCH = ["orchestration"]
