@@ -139,8 +139,8 @@ class KeyService:
 
     @property
     def has_admin_key(self) -> bool:
-        """Whether an admin key is configured (without one, and without keys, a loopback
-        server stays open as before)."""
+        """Whether an admin key is configured (without one a loopback server stays open as
+        before: a request without a key runs as the admin)."""
         return bool(self._admin)
 
     # -- authentication ------------------------------------------------------------------
