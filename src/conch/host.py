@@ -46,14 +46,20 @@ AGENT_TIMEOUT_S = 300.0
 # -- what the host reaches: the one place that names the modules above the language ---------
 
 
-def _models(settings: Settings, in_process: bool) -> Any:
+def _models(settings: Settings, in_process: bool, credential: str | None = None) -> Any:
     """The client ``ai`` and ``embed`` reach models with: this process's serving layer, or
-    the inference server at ``models_url``."""
+    the inference server at ``models_url`` (as ``credential``: see :class:`ConchHost`)."""
     from conch.inference.client import HTTPModels, InProcessModels
 
     if in_process:
         return InProcessModels.for_settings(settings)
-    return HTTPModels(settings.models_url, settings.provider_timeout_s)
+    return HTTPModels(settings.models_url, settings.provider_timeout_s, api_key=credential)
+
+
+def _credential(host: ConchHost, settings: Settings) -> str | None:
+    """The key a run's model requests carry: its model pass, or (the shell) the configured
+    admin key; a worker's settings hold no key."""
+    return host.credential or settings.admin_key or settings.api_key
 
 
 def _answer(client: Any, kind: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -164,15 +170,24 @@ class ConchHost:
     ``settings``: the settings models and agents are configured by (None: this process's
     own, read on first need). ``in_process``: models through this process's serving layer
     rather than the inference server at ``models_url`` (the shell's choice). ``tasks``:
-    where an agent call's task is recorded (None: nowhere)."""
+    where an agent call's task is recorded (None: nowhere). ``credential``: the key its
+    requests to the inference server carry (a run's model pass, given by the server that
+    asked for the run: :meth:`with_credential`)."""
 
-    __slots__ = ("_settings", "in_process", "tasks")
+    __slots__ = ("_settings", "credential", "in_process", "tasks")
 
     def __init__(self, settings: Settings | None = None, *, in_process: bool = False,
-                 tasks: ChannelTasks | DatabaseTasks | None = None) -> None:
+                 tasks: ChannelTasks | DatabaseTasks | None = None,
+                 credential: str | None = None) -> None:
         self._settings = settings
         self.in_process = in_process
         self.tasks = tasks
+        self.credential = credential
+
+    def with_credential(self, credential: str) -> ConchHost:
+        """This host for one run whose model requests carry ``credential``."""
+        return ConchHost(self._settings, in_process=self.in_process, tasks=self.tasks,
+                         credential=credential)
 
     @property
     def settings(self) -> Settings:
@@ -200,7 +215,8 @@ class ConchHost:
             timeout = min(timeout, max(0.001, deadline - time.monotonic()))
         # In the shell an explicit models_url wins over the serving layer in this process.
         in_process = self.in_process and "models_url" not in settings.model_fields_set
-        return _answer(_models(settings, in_process), kind, body, timeout)
+        return _answer(_models(settings, in_process, _credential(self, settings)), kind, body,
+                       timeout)
 
     # -- agents ---------------------------------------------------------------------------
 
@@ -222,7 +238,8 @@ class ConchHost:
             tasks.insert(task_id, goal, tools, max_steps, model, timeout)
 
         async def main() -> dict[str, Any]:
-            client = model_client(settings.models_url, timeout=timeout)
+            client = model_client(settings.models_url, timeout=timeout,
+                                  api_key=_credential(self, settings))
             usage: dict[str, int] = {}
 
             async def chat(messages: list[dict[str, Any]], schema: dict[str, Any]) -> Any:

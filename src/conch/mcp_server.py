@@ -15,7 +15,9 @@ a tool result with ``isError: true`` whose text is ``Kind: message``: the callin
 what went wrong and can correct itself; only protocol misuse is a protocol error.
 
 Transport-free: :mod:`conch.web.agent.mcp` serves it over streamable HTTP at ``/mcp`` and
-``conch mcp`` over stdio.
+``conch mcp`` over stdio. Over HTTP a :class:`CallGuard` acts for the request's API key: a
+tool's run is admitted against the key's limits, and an agent tool needs the key's
+``orchestration`` scope; its refusal is the tool's error result.
 """
 
 from __future__ import annotations
@@ -52,8 +54,26 @@ RunJob = Callable[[Job], Awaitable[RunEnvelope]]
 class AgentRunner(Protocol):
     """Runs one task with an installed agent and waits for it (orchestration)."""
 
-    async def __call__(self, agent: InstalledAgent, goal: str, max_steps: int) -> dict[str, Any]:
-        """Returns ``{status, result, error}`` of the finished task."""
+    async def __call__(
+        self, agent: InstalledAgent, goal: str, max_steps: int, **owner: Any
+    ) -> dict[str, Any]:
+        """Returns ``{status, result, error}`` of the finished task (``owner``: the task's
+        ``owner`` and ``key_id``)."""
+        ...
+
+
+class CallGuard(Protocol):
+    """What a tool call may do, for the request it came in (its ``request``: the HTTP
+    request, or None over stdio). Raises an error of conch's tree (with ``kind`` and
+    ``message``) to refuse."""
+
+    async def run(self, request: Any, job: Job) -> RunEnvelope:
+        """Run ``job`` for the request (admitted against its key's limits)."""
+        ...
+
+    def agent(self, request: Any) -> dict[str, Any]:
+        """The request may run an agent's task: the task's owner fields (``owner``,
+        ``key_id``)."""
         ...
 
 
@@ -64,10 +84,12 @@ class OrchestratorRunner:
     def __init__(self, orchestrator: Any) -> None:
         self.orchestrator = orchestrator
 
-    async def __call__(self, agent: InstalledAgent, goal: str, max_steps: int) -> dict[str, Any]:
+    async def __call__(
+        self, agent: InstalledAgent, goal: str, max_steps: int, **owner: Any
+    ) -> dict[str, Any]:
         try:
             task = await self.orchestrator.create_task(
-                goal=goal, tools=None, max_steps=max_steps, agent=agent.name
+                goal=goal, tools=None, max_steps=max_steps, agent=agent.name, **owner
             )
         except Exception as exc:
             if not hasattr(exc, "kind"):
@@ -83,6 +105,7 @@ class ConchMCP:
     run_job: RunJob
     installed: Callable[[], Sequence[InstalledAgent]]
     run_agent: AgentRunner | None = None
+    guard: CallGuard | None = None
 
     def __post_init__(self) -> None:
         effects = allowed_effects(self.settings)
@@ -167,21 +190,35 @@ class ConchMCP:
     ) -> types.CallToolResult:
         args = params.arguments or {}
         name = params.name
-        if name == "execute":
-            command = args.get("command")
-            if not isinstance(command, str):
-                return _error("TypeError", "execute needs a string argument `command`")
-            return _from_envelope(await self.run_job(Job("program", source=command)))
-        if name in self.builtin_tools:
-            return _from_envelope(await self.run_job(Job("call", builtin=name, kwargs=args)))
-        if name.startswith(AGENT_PREFIX):
-            entry = self._agent_tools().get(name)
-            if entry is not None:
-                return await self._call_agent(entry[1], args)
+        request = getattr(ctx, "request", None)
+        try:
+            if name == "execute":
+                command = args.get("command")
+                if not isinstance(command, str):
+                    return _error("TypeError", "execute needs a string argument `command`")
+                return _from_envelope(await self._run(request, Job("program", source=command)))
+            if name in self.builtin_tools:
+                job = Job("call", builtin=name, kwargs=args)
+                return _from_envelope(await self._run(request, job))
+            if name.startswith(AGENT_PREFIX):
+                entry = self._agent_tools().get(name)
+                if entry is not None:
+                    owner = self.guard.agent(request) if self.guard is not None else {}
+                    return await self._call_agent(entry[1], args, owner)
+        except Exception as exc:  # a refusal of the guard (conch's error tree)
+            kind, message = getattr(exc, "kind", None), getattr(exc, "message", None)
+            if kind is None or message is None:
+                raise
+            return _error(str(kind), str(message))
         return _error("NameError", f"unknown tool {name!r}")
 
+    async def _run(self, request: Any, job: Job) -> RunEnvelope:
+        if self.guard is not None:
+            return await self.guard.run(request, job)
+        return await self.run_job(job)
+
     async def _call_agent(
-        self, agent: InstalledAgent, args: dict[str, Any]
+        self, agent: InstalledAgent, args: dict[str, Any], owner: dict[str, Any] | None = None
     ) -> types.CallToolResult:
         assert self.run_agent is not None
         goal = args.get("goal")
@@ -190,7 +227,7 @@ class ConchMCP:
             return _error("TypeError", "an agent needs a non-empty string argument `goal`")
         if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 100:
             return _error("TypeError", "max_steps must be an integer from 1 to 100")
-        task = await self.run_agent(agent, goal, steps)
+        task = await self.run_agent(agent, goal, steps, **(owner or {}))
         if task.get("status") != "succeeded":
             err = task.get("error")
             if isinstance(err, dict):

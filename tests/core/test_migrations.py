@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+import conch.chats.tables
 import conch.keys.tables
 import conch.marketplace.tables
 import conch.orchestration.tables
@@ -19,8 +20,9 @@ from conch import db
 from conch.migrations.snapshot import fingerprint
 from tests.orchestration.pg import postgres_cluster
 
-# Written by 0003_marketplace per database, and described there rather than in tables.py.
-SEARCH_INDEX = {"marketplace_fts", "ix_marketplace_agents_fts"}
+# Written by 0003_marketplace and 0008_chats per database, and described there rather than in
+# tables.py.
+SEARCH_INDEX = {"marketplace_fts", "ix_marketplace_agents_fts", "chats_fts", "ix_chats_fts"}
 
 
 def _not_search_index(obj: Any, name: str | None, type_: str, *_: Any) -> bool:

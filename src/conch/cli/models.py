@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from conch.cli.serving import ModelsPortOpt, uvicorn_options
+from conch.cli.serving import ModelsPortOpt, inference_app, uvicorn_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,17 +43,16 @@ def _human(n: int) -> str:
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1; another address needs an admin key).")] = None,
     port: ModelsPortOpt = None,
 ) -> None:
     """Run the OpenAI-compatible inference server."""
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.inference.app import create_app
 
     settings = load_settings(models_host=host, models_port=port)
-    app_ = create_app(settings)
+    app_ = inference_app(settings)
     typer.echo(f"conch inference server on http://{settings.models_host}:{settings.models_port}/v1")
     uvicorn.run(app_, **uvicorn_options(settings, settings.models_host, settings.models_port))
 

@@ -3,7 +3,7 @@
 that turns every failure into a message on stderr and an exit code.
 
 The server is ``--url`` (default ``http://<host>:<port>`` from the configuration) and the
-configured ``api_key`` is sent as a bearer token.
+configured ``api_key`` (else ``admin_key``) is sent as a bearer token.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def request(
 
     settings = load_settings()
     base = (url or f"http://{settings.host}:{settings.port}").rstrip("/")
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    key = settings.api_key or settings.admin_key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=timeout) as c:
             r = c.request(method, path, **kw)

@@ -35,6 +35,19 @@ def agent_app(settings: Any) -> Any:
         raise typer.Exit(2)
 
 
+def inference_app(settings: Any) -> Any:
+    """The inference server's app; exit 2 with the reason when the settings are unsafe (a
+    non-loopback address without an admin key)."""
+    from conch.web.common.security import ConfigurationError
+    from conch.web.inference.app import create_app
+
+    try:
+        return create_app(settings)
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
 def uvicorn_options(settings: Any, host: str, port: int) -> dict[str, Any]:
     """``uvicorn.run``'s (and ``uvicorn.Config``'s) arguments for a server on ``host:port``."""
     return {"host": host, "port": port, "log_level": "info", "access_log": settings.access_log,

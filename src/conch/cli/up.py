@@ -12,7 +12,14 @@ from typing import Any
 
 import typer
 
-from conch.cli.serving import AgentPortOpt, HostOpt, ModelsPortOpt, agent_app, uvicorn_options
+from conch.cli.serving import (
+    AgentPortOpt,
+    HostOpt,
+    ModelsPortOpt,
+    agent_app,
+    inference_app,
+    uvicorn_options,
+)
 
 
 async def _serve_both(servers: list[Any]) -> None:
@@ -31,7 +38,6 @@ def up(host: HostOpt = None, port: AgentPortOpt = None, models_port: ModelsPortO
     import uvicorn
 
     from conch.config import load_settings
-    from conch.web.inference.app import create_app as create_inference_app
 
     settings = load_settings(host=host, port=port, models_host=host, models_port=models_port)
     if "models_url" not in settings.model_fields_set:
@@ -39,7 +45,7 @@ def up(host: HostOpt = None, port: AgentPortOpt = None, models_port: ModelsPortO
         reach = "127.0.0.1" if settings.models_host in ("0.0.0.0", "::", "") else settings.models_host
         settings = settings.model_copy(update={"models_url": f"http://{reach}:{settings.models_port}/v1"})
     agent = agent_app(settings)
-    inference = create_inference_app(settings)
+    inference = inference_app(settings)
     servers = [
         uvicorn.Server(uvicorn.Config(agent, **uvicorn_options(settings, settings.host, settings.port))),
         uvicorn.Server(

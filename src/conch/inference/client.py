@@ -32,9 +32,10 @@ class ModelCallError(errors.DomainError):
 
 
 class HTTPModels:
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
 
     def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         import httpx
@@ -42,7 +43,8 @@ class HTTPModels:
         url = f"{self.base_url}{path}"
         try:
             # Proxies from the environment are ignored: models_url is the inference server.
-            response = httpx.post(url, json=body, timeout=timeout or self.timeout_s, trust_env=False)
+            response = httpx.post(url, json=body, headers=self.headers,
+                                  timeout=timeout or self.timeout_s, trust_env=False)
         except httpx.TimeoutException:
             raise ModelCallError(504, f"the inference server at {self.base_url} did not answer "
                                       f"within {timeout or self.timeout_s:g} s") from None

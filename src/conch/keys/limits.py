@@ -428,6 +428,7 @@ class Limiter:
         session: bool = False,
         model: str | None = None,
         lease_s: float | None = None,
+        lease_id: str | None = None,
     ) -> Admission:
         """Admit a request of ``principal``, or raise :class:`KeyLimitExceeded` /
         :class:`ModelNotAllowed` having recorded nothing.
@@ -437,22 +438,14 @@ class Limiter:
         against ``concurrent_runs``, and the CPU budget), reserving ``cpu_seconds``;
         ``session``: it opens a session (a lease against ``sessions_max``, held until
         :meth:`release`); ``lease_s``: how long a lease lives without :meth:`renew`
-        (default: :data:`RUN_LEASE_S` for a run, until released for a session)."""
+        (default: :data:`RUN_LEASE_S` for a run, until released for a session);
+        ``lease_id``: the session lease's id (the session's own, so that whoever deletes the
+        session can release it)."""
         if requests < 0 or tokens < 0 or cpu_seconds < 0 or not math.isfinite(cpu_seconds):
             raise ValueError("amounts must be non-negative")
         if model is not None:
             self.check_model(principal, model)
-        lim = principal.limits
-        minute = (
-            (requests and lim.requests_per_minute is not None)
-            or (tokens and lim.tokens_per_minute is not None)
-            or (run and lim.runs_per_minute is not None)
-        )
-        day = (tokens and lim.tokens_per_day is not None) or (
-            run and lim.cpu_seconds_per_day is not None
-        )
-        run_lease = run and lim.concurrent_runs is not None
-        session_lease = session and lim.sessions_max is not None
+        minute, day, run_lease, session_lease = _touched(principal, requests, tokens, run, session)
         if not (minute or day or run_lease or session_lease):
             return FREE
         return self._admit(
@@ -466,7 +459,23 @@ class Limiter:
             run_lease=run_lease,
             session_lease=session_lease,
             lease_s=lease_s,
+            lease_id=lease_id,
         )
+
+    @staticmethod
+    def touches(
+        principal: Principal,
+        *,
+        requests: int = 1,
+        tokens: int = 0,
+        run: bool = False,
+        session: bool = False,
+        **_: Any,
+    ) -> bool:
+        """Whether :meth:`admit` with these arguments would read or write the database (a
+        key without a limit they touch is admitted in memory): a caller may then skip
+        moving the call off its event loop."""
+        return any(_touched(principal, requests, tokens, run, session))
 
     def _admit(
         self,
@@ -481,6 +490,7 @@ class Limiter:
         run_lease: bool,
         session_lease: bool,
         lease_s: float | None,
+        lease_id: str | None = None,
     ) -> Admission:
         key_id = principal.key_id
         lim = principal.limits
@@ -547,13 +557,13 @@ class Limiter:
                     expires: float | None = now + (RUN_LEASE_S if lease_s is None else lease_s)
                 else:
                     expires = None if lease_s is None else now + lease_s
-                lease_id = new_id("lease_")
+                lid = lease_id if kind == SESSION and lease_id else new_id("lease_")
                 conn.execute(
                     _SQL.insert_lease,
-                    {"id": lease_id, "key_id": key_id, "kind": kind, "acquired_at": now,
+                    {"id": lid, "key_id": key_id, "kind": kind, "acquired_at": now,
                      "expires_at": expires},
                 )
-                leases[kind] = lease_id
+                leases[kind] = lid
         return Admission(
             key_id=key_id,
             event_id=event_id,
@@ -652,6 +662,21 @@ class Limiter:
         if release and admission.run_lease:
             self.release(admission.run_lease)
 
+    def cpu_left(self, principal: Principal) -> float | None:
+        """The CPU seconds left of the key's day budget now (``None``: no such limit)."""
+        maximum = principal.limits.cpu_seconds_per_day
+        if maximum is None:
+            return None
+        with self.engine.connect() as conn:
+            used, _resets = self._window_now(conn, principal.key_id, "cpu", DAY, self.clock())
+        return max(0.0, float(maximum) - float(used))
+
+    def session_leases(self, principal: Principal) -> list[str]:
+        """The ids of the session leases ``principal``'s key holds."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_SQL.leases, {"k": principal.key_id, "kind": SESSION}).all()
+        return [r.id for r in rows]
+
     def release(self, lease_id: str) -> None:
         """Release a run's or a session's lease (no matter if it is already gone)."""
         with self.engine.begin() as conn:
@@ -733,6 +758,25 @@ class Limiter:
 
 
 _MINUTE_NAMES = frozenset(name for name, *_ in _MINUTE_LIMITS)
+
+
+def _touched(
+    principal: Principal, requests: int, tokens: int, run: bool, session: bool
+) -> tuple[bool, bool, bool, bool]:
+    """Which of the minute windows, the day windows, a run's lease and a session's lease an
+    admission touches."""
+    lim = principal.limits
+    minute = (
+        (requests and lim.requests_per_minute is not None)
+        or (tokens and lim.tokens_per_minute is not None)
+        or (run and lim.runs_per_minute is not None)
+    )
+    day = (tokens and lim.tokens_per_day is not None) or (
+        run and lim.cpu_seconds_per_day is not None
+    )
+    run_lease = run and lim.concurrent_runs is not None
+    session_lease = session and lim.sessions_max is not None
+    return bool(minute), bool(day), bool(run_lease), bool(session_lease)
 
 
 def _num(x: float) -> str:

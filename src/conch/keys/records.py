@@ -22,6 +22,8 @@ from conch.errors import Invalid
 from conch.keys.scopes import ADMIN
 
 MAX_NAME = 100
+# What a key made without a tenant owns things as: ``key:<id>``, a tenant of its own.
+KEY_TENANT_PREFIX = "key:"
 MAX_TENANT = 100
 MAX_MODELS = 200
 MAX_MODEL = 200
@@ -148,6 +150,10 @@ def parse_tenant(tenant: object, where: str = "tenant") -> str | None:
     tenant = tenant.strip()
     if len(tenant) > MAX_TENANT:
         raise Invalid(f"a tenant has at most {MAX_TENANT} characters", where=where)
+    if tenant.startswith(KEY_TENANT_PREFIX):
+        # The owner of what a key without a tenant makes (Principal.owner): a tenant named
+        # so would see that key's things.
+        raise Invalid(f"tenant names starting with {KEY_TENANT_PREFIX!r} are reserved", where=where)
     return tenant
 
 
@@ -215,6 +221,23 @@ class Principal:
     def is_admin(self) -> bool:
         return ADMIN in self.scopes
 
+    @property
+    def owner(self) -> str | None:
+        """The tenant what this principal creates belongs to: its key's tenant; for a key made
+        without one, a tenant of its own (``key:<id>``), so that keys never share things by
+        accident; ``None`` for an admin without a tenant (the configured admin key: the
+        unnamed tenant of a single-user install, whose things only admins see)."""
+        if self.tenant is not None:
+            return self.tenant
+        return None if self.is_admin else KEY_TENANT_PREFIX + self.key_id
+
+    @property
+    def reads(self) -> str | None:
+        """Whose things this principal sees: ``None`` for every tenant's (an admin), else its
+        :attr:`owner` (never ``None`` for a key that is not an admin). Domain readers take
+        it as their ``tenant`` argument, where ``None`` means every tenant."""
+        return None if self.is_admin else self.owner
+
     def has_scope(self, scope: str) -> bool:
         return ADMIN in self.scopes or scope in self.scopes
 
@@ -231,6 +254,7 @@ class Principal:
             "models": list(self.models) if self.models is not None else None,
             "expires_at": iso(self.expires_at),
             "is_admin": self.is_admin,
+            "owner": self.owner,
         }
 
 

@@ -16,10 +16,19 @@ under a hash once seen unknown (and a revoked key never comes back either).
 The configured admin key (``admin_key``; ``api_key`` too, which acts as admin) is not a row:
 it authenticates as :data:`~conch.keys.records.ADMIN_PRINCIPAL` (tenant ``None``, scope
 ``admin``, no limits), compared in constant time.
+
+Model passes. A program run for a key calls models (``ai``, ``embed``, an agent task's model
+turns) through the inference server, and must do so as that key, inside its limits and
+allow-list, without holding its secret or the admin key. :meth:`KeyService.issue_pass` gives
+a run a short-lived pass (``ckp-<key id>.<expiry>.<signature>``, an HMAC under a key derived
+from the configured admin key, which both servers have): it authenticates as the key with
+only the ``inference`` scope, until its expiry or the key's revocation, whichever comes
+first. Without an admin key no pass is needed (the servers are open) and none is issued.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import threading
@@ -47,12 +56,15 @@ from conch.keys.records import (
     parse_tenant,
     parse_time,
 )
-from conch.keys.scopes import parse_scopes
+from conch.keys.scopes import INFERENCE, parse_scopes
 from conch.keys.tables import api_keys, key_usage
 
 RECHECK_S = 0.5
 CACHE_SIZE = 10_000
 MAX_PAGE = 500
+
+PASS_PREFIX = "ckp-"
+_PASS_LABEL = b"conch model pass v1"
 
 MISSING = "missing API key"
 INVALID = "invalid API key"
@@ -110,6 +122,9 @@ class KeyService:
         self.recheck_s = recheck_s
         # Digests, so that the comparison takes the same time whatever the lengths.
         self._admin = [hashlib.sha256(k.encode()).digest() for k in admin_keys if k]
+        # Model passes are signed with the first admin key's and verified with any.
+        self._pass_keys = [hmac.new(d, _PASS_LABEL, hashlib.sha256).digest() for d in self._admin]
+        self._by_key: dict[str, _Cached] = {}  # key id -> principal, for passes
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         # hash -> why it is refused, for hashes known to be refused for good
         self._unknown: OrderedDict[str, str] = OrderedDict()
@@ -124,8 +139,8 @@ class KeyService:
 
     @property
     def has_admin_key(self) -> bool:
-        """Whether an admin key is configured (without one, and without keys, a loopback
-        server stays open as before)."""
+        """Whether an admin key is configured (without one a loopback server stays open as
+        before: a request without a key runs as the admin)."""
         return bool(self._admin)
 
     # -- authentication ------------------------------------------------------------------
@@ -143,6 +158,11 @@ class KeyService:
             return found
         raise Unauthorized(found)
 
+    def resolve(self, secret: str | None) -> Principal | str:
+        """The principal ``secret`` authenticates as, or why it is refused (the message of a
+        ``401``): what a server's guard calls on every request."""
+        return self._resolve(secret)
+
     def _resolve(self, secret: str | None) -> Principal | str:
         if not secret:
             return MISSING
@@ -151,6 +171,8 @@ class KeyService:
             for admin in self._admin:
                 if hmac.compare_digest(digest, admin):
                     return ADMIN_PRINCIPAL
+        if secret.startswith(PASS_PREFIX):
+            return self._resolve_pass(secret)
         if not looks_like_key(secret):
             return INVALID
         h = hash_secret(secret)
@@ -172,6 +194,51 @@ class KeyService:
                 return reason
             principal = KeyRecord.from_row(row).principal()
             self._remember(h, principal, started)
+        if principal.expires_at is not None and principal.expires_at <= self.clock():
+            return f"this API key expired at {iso(principal.expires_at)}"
+        return principal
+
+    # -- model passes --------------------------------------------------------------------
+
+    def issue_pass(self, principal: Principal, ttl_s: float) -> str | None:
+        """A pass that authenticates as ``principal``'s key with only the ``inference`` scope
+        for ``ttl_s`` seconds (see the module doc); ``None`` without an admin key."""
+        return self.issue_pass_for(principal.key_id, ttl_s)
+
+    def issue_pass_for(self, key_id: str, ttl_s: float) -> str | None:
+        """:meth:`issue_pass` for the key of id ``key_id`` (``admin``: the admin key)."""
+        if not self._pass_keys:
+            return None
+        expires = int(self.clock() + max(1.0, ttl_s)) + 1
+        body = f"{key_id}.{expires}"
+        return f"{PASS_PREFIX}{body}.{_sign(self._pass_keys[0], body)}"
+
+    def _resolve_pass(self, secret: str) -> Principal | str:
+        body, _, signature = secret[len(PASS_PREFIX):].rpartition(".")
+        key_id, _, expires = body.partition(".")
+        if not (key_id and expires.isdigit() and signature) or not any(
+            hmac.compare_digest(_sign(k, body), signature) for k in self._pass_keys
+        ):
+            return INVALID
+        if int(expires) <= self.clock():
+            return "this model pass expired"
+        if key_id == ADMIN_PRINCIPAL.key_id:
+            return _ADMIN_PASS
+        cached = self._by_key.get(key_id)
+        if cached is None or time.monotonic() - cached.checked >= self.recheck_s:
+            started = time.monotonic()
+            with self.engine.connect() as conn:
+                row = conn.execute(_by_id, {"id": key_id}).first()
+            if row is None or row.revoked_at is not None:
+                return INVALID if row is None else REVOKED
+            key = KeyRecord.from_row(row).principal()
+            scopes = frozenset({INFERENCE}) if key.has_scope(INFERENCE) else frozenset()
+            cached = _Cached(replace(key, scopes=scopes), started)
+            with self._lock:
+                if len(self._by_key) >= self._cache_size:
+                    self._by_key.clear()
+                self._by_key[key_id] = cached
+        principal = cached.principal
         if principal.expires_at is not None and principal.expires_at <= self.clock():
             return f"this API key expired at {iso(principal.expires_at)}"
         return principal
@@ -205,6 +272,7 @@ class KeyService:
         h = self._hash_of.get(key_id)
         if h is not None:
             self._forget(h, refused=refused)
+        self._by_key.pop(key_id, None)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -396,6 +464,15 @@ class KeyService:
             )
         self._changed(key_id, refused=INVALID)
         return IssuedKey(new, secret)
+
+
+# The configured admin's runs call models as the admin, with only the inference scope.
+_ADMIN_PASS = replace(ADMIN_PRINCIPAL, scopes=frozenset({INFERENCE}))
+
+
+def _sign(key: bytes, body: str) -> str:
+    digest = hmac.new(key, body.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def _row(record: KeyRecord) -> dict[str, Any]:

@@ -4,6 +4,12 @@ An agent is a system prompt, the builtins it may call (its capabilities) and a m
 built-in ``default`` is computed from the builtin registry (every ``pure`` and ``read``
 builtin) and the server's default model, so it follows the installed builtins; the others
 live in the database (``orch_agents``), where the marketplace installs its agents.
+
+Tenants. A registered agent belongs to the tenant that registered it (``tenant``; ``None``:
+the admin's). Readers that pass a ``tenant`` see the built-in agent, that tenant's agents and
+the marketplace's (installed by the admin, for every tenant); ``None`` sees every agent.
+Agent ids are one namespace: an id another tenant uses cannot be registered
+(:class:`AgentTaken`), and only the admin replaces or removes a marketplace agent.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class AgentSpec:
     version: str | None = None
     # Approval policy of its tasks' tool calls (conch.orchestration.approvals).
     approvals: dict[str, Any] | None = None
+    tenant: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,7 +70,20 @@ def agent_record(spec: AgentSpec, busy: set[str]) -> dict[str, Any]:
         "source": spec.source,
         "version": spec.version,
         "approvals": spec.approvals or {},
+        "tenant": spec.tenant,
     }
+
+
+class AgentTaken(ValueError):
+    """The agent id is another tenant's (or the marketplace's, for a tenant)."""
+
+
+def _seen(tenant: str | None) -> Any:
+    """The agent rows ``tenant`` sees (``None``: all)."""
+    a = t.agents
+    if tenant is None:
+        return sa.true()
+    return sa.or_(a.c.tenant == tenant, a.c.source == "marketplace")
 
 
 def default_tools() -> list[str]:
@@ -98,20 +118,28 @@ class AgentRegistry:
         del fields["created_at"]
         return AgentSpec(**fields)
 
-    def list(self) -> list[AgentSpec]:
+    def list(self, tenant: str | None = None) -> list[AgentSpec]:
+        """The agents ``tenant`` sees (``None``: every agent)."""
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(t.agents).order_by(t.agents.c.id)).all()
+            rows = conn.execute(
+                sa.select(t.agents).where(_seen(tenant)).order_by(t.agents.c.id)
+            ).all()
         return [self._default(), *(self._spec(r) for r in rows if r.id != DEFAULT_AGENT)]
 
-    def get(self, id: str) -> AgentSpec | None:
+    def get(self, id: str, tenant: str | None = None) -> AgentSpec | None:
+        """The agent, if ``tenant`` (``None``: any) sees it."""
         if id == DEFAULT_AGENT:
             return self._default()
         with self.db.read() as conn:
-            row = conn.execute(sa.select(t.agents).where(t.agents.c.id == id)).first()
+            row = conn.execute(
+                sa.select(t.agents).where(t.agents.c.id == id, _seen(tenant))
+            ).first()
         return self._spec(row) if row is not None else None
 
-    def register(self, spec: AgentSpec) -> None:
-        """Insert or replace. The built-in ``default`` cannot be replaced."""
+    def register(self, spec: AgentSpec, tenant: str | None = None) -> None:
+        """Insert or replace. The built-in ``default`` cannot be replaced. ``tenant``: the
+        registering tenant, who may replace only its own agents (:class:`AgentTaken`);
+        ``None`` (the admin) replaces any, which keeps its tenant."""
         if spec.id == DEFAULT_AGENT:
             raise ValueError("the agent id 'default' is reserved for the built-in agent")
         if not ID_RE.match(spec.id):
@@ -122,13 +150,33 @@ class AgentRegistry:
             raise ValueError(f"invalid agent source {spec.source!r}")
         row = {**spec.to_dict(), "model": qualified_model(spec.model), "created_at": time.time()}
         with self.db.tx() as conn:
+            old = conn.execute(
+                sa.select(t.agents.c.tenant, t.agents.c.source).where(t.agents.c.id == spec.id)
+            ).first()
+            if old is not None:
+                if tenant is not None and (old.tenant != tenant or old.source == "marketplace"):
+                    raise AgentTaken(f"the agent id {spec.id!r} is taken; choose another")
+                if tenant is None and spec.source == old.source:
+                    row["tenant"] = old.tenant
             conn.execute(sa.delete(t.agents).where(t.agents.c.id == spec.id))
             conn.execute(sa.insert(t.agents).values(**row))
 
-    def remove(self, id: str) -> bool:
+    def remove(self, id: str, tenant: str | None = None) -> bool:
+        """Remove an agent ``tenant`` (``None``: the admin) may remove; False when it sees
+        none of that id."""
         if id == DEFAULT_AGENT:
             raise ValueError("the built-in agent 'default' cannot be removed")
         with self.db.tx() as conn:
+            old = conn.execute(
+                sa.select(t.agents.c.tenant, t.agents.c.source).where(
+                    t.agents.c.id == id, _seen(tenant)
+                )
+            ).first()
+            if old is None:
+                return False
+            if tenant is not None and old.tenant != tenant:
+                raise ValueError(f"the agent {id!r} is installed from the marketplace: the "
+                                 "admin uninstalls it")
             return conn.execute(sa.delete(t.agents).where(t.agents.c.id == id)).rowcount > 0
 
     def busy_ids(self) -> set[str]:

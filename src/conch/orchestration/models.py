@@ -18,6 +18,10 @@ each piece of the reply is handed over as it comes: text, thinking text
 form; the reply returned is the same as without. Without it nothing streams, so a task no
 one watches costs what it did. A model server that is not up (no connection, or a 502, 503
 or 504 answer) raises :class:`ModelUnavailable`, which a caller may retry.
+
+Keys. A task's model turns count against the limits of the key that made it: each request
+carries the bearer ``credentials(key_id)`` gives (a model pass of that key, where the server
+needs keys: conch.keys.service), or the client's own ``api_key``.
 """
 
 from __future__ import annotations
@@ -46,11 +50,18 @@ def wire_model(model: str) -> str:
     return model.removeprefix("local:")
 
 
+# A task's key id (None: the admin's) -> the bearer its model requests carry (None: the
+# client's own).
+Credentials = Callable[[str | None], str | None]
+
+
 class ModelClient:
     def __init__(
-        self, base_url: str, *, api_key: str | None = None, timeout: float = 300.0
+        self, base_url: str, *, api_key: str | None = None, timeout: float = 300.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.credentials = credentials
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: httpx.AsyncClient | None = None
         self._headers = headers
@@ -74,12 +85,20 @@ class ModelClient:
             await self._client.aclose()
             self._client = None
 
+    def _auth(self, key_id: str | None) -> dict[str, str] | None:
+        """The headers of a request made for ``key_id``'s task (None: the client's own)."""
+        if self.credentials is None:
+            return None
+        token = self.credentials(key_id)
+        return {"Authorization": f"Bearer {token}"} if token else None
+
     async def chat(
         self,
         model: str,
         messages: list[dict[str, Any]],
         schema: dict[str, Any],
         on_delta: DeltaFn | None = None,
+        key_id: str | None = None,
     ) -> Reply:
         name = wire_model(model)
         body = _body(name, messages)
@@ -88,7 +107,7 @@ class ModelClient:
                 "type": "json_schema",
                 "json_schema": {"name": "action", "schema": schema, "strict": True},
             }
-        response, reply = await self._send(body, model, tools=False, on_delta=on_delta)
+        response, reply = await self._send(body, model, tools=False, on_delta=on_delta, key_id=key_id)
         if (
             response.status_code == 400
             and "response_format" in body
@@ -96,10 +115,10 @@ class ModelClient:
         ):
             self._unconstrained.add(name)
             body.pop("response_format")
-            response, reply = await self._send(body, model, tools=False, on_delta=on_delta)
+            response, reply = await self._send(body, model, tools=False, on_delta=on_delta, key_id=key_id)
         return reply or _reply(response, model, tools=False)
 
-    async def protocol(self, model: str) -> Protocol:
+    async def protocol(self, model: str, key_id: str | None = None) -> Protocol:
         """``native`` unless the model is known to lack tool support: the server's
         ``GET /models/{id}`` lists ``capabilities`` without ``"tools"`` (conch's inference
         server, for its local models), or a request carrying ``tools`` was refused with a
@@ -111,7 +130,7 @@ class ModelClient:
             return known
         url = f"{self.base_url}/models/{quote(name, safe='/:')}"
         try:
-            response = await self._http().get(url)
+            response = await self._http().get(url, headers=self._auth(key_id))
         except httpx.HTTPError as exc:
             raise ModelUnavailable(
                 f"cannot reach the model server at {self.base_url}: {exc}"
@@ -138,6 +157,7 @@ class ModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         on_delta: DeltaFn | None = None,
+        key_id: str | None = None,
     ) -> Reply:
         """A chat turn with the API's ``tools``; :class:`ToolsUnsupported` when the server
         refuses them (a 400 naming tools), and the model is JSON-protocol from then on."""
@@ -146,7 +166,7 @@ class ModelClient:
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
-        response, reply = await self._send(body, model, tools=True, on_delta=on_delta)
+        response, reply = await self._send(body, model, tools=True, on_delta=on_delta, key_id=key_id)
         if response.status_code == 400 and tools and "tool" in response.text.lower():
             self._protocols[name] = "json"
             raise ToolsUnsupported(
@@ -155,18 +175,20 @@ class ModelClient:
         return reply or _reply(response, model, tools=True)
 
     async def _send(
-        self, body: dict[str, Any], model: str, *, tools: bool, on_delta: DeltaFn | None
+        self, body: dict[str, Any], model: str, *, tools: bool, on_delta: DeltaFn | None,
+        key_id: str | None = None,
     ) -> tuple[httpx.Response, Reply | None]:
         """The response, and the reply when it was streamed (``on_delta``) and came whole;
         an error response comes back read, for the caller to look at."""
         url = f"{self.base_url}/chat/completions"
+        headers = self._auth(key_id)
         try:
             if on_delta is None:
-                response = await self._http().post(url, json=body)
+                response = await self._http().post(url, json=body, headers=headers)
                 _check_up(response, self.base_url, model)
                 return response, None
             streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-            async with self._http().stream("POST", url, json=streamed) as response:
+            async with self._http().stream("POST", url, json=streamed, headers=headers) as response:
                 if response.status_code == 200:
                     return response, await _read_stream(response, model, tools, on_delta)
                 await response.aread()
@@ -174,7 +196,7 @@ class ModelClient:
                 # A server that streams but knows no stream_options: the usage is then
                 # whatever its chunks carry.
                 streamed.pop("stream_options")
-                async with self._http().stream("POST", url, json=streamed) as response:
+                async with self._http().stream("POST", url, json=streamed, headers=headers) as response:
                     if response.status_code == 200:
                         return response, await _read_stream(response, model, tools, on_delta)
                     await response.aread()

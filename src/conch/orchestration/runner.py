@@ -6,6 +6,11 @@ A task is run by the server that created it (it holds the task's lease) or that 
 approval policy says ``ask`` for stops the task (``waiting``) until a person approves or
 rejects it (or its approval timeout rejects it), through any server; the one that records
 the decision resumes the task.
+
+Tenants. A task is made with its ``owner`` (the tenant of the key that made it) and that
+key's id; every reader and action takes the caller's ``tenant`` (``None``: the admin, who
+sees every tenant's) and answers ``404`` for another tenant's task, as for none at all. A
+decision on a pending call is reported to ``on_decision`` (the audit log) with its ``actor``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from conch.orchestration.agents import DEFAULT_AGENT, AgentRegistry, AgentSpec, qualified_model
@@ -29,6 +35,15 @@ from conch.orchestration.runtime import Runtime, new_id
 from conch.orchestration.task_run import TaskDeps, TaskRun
 
 log = logging.getLogger("conch.orchestration")
+
+# (actor, task id, the decided call {call_id, tool, args, ...}, decision, edited args, message):
+# told of every decision once it is recorded (the web layer writes it to the audit log).
+OnDecision = Callable[[Any, str, dict[str, Any], str, dict[str, Any] | None, str | None], None]
+
+
+def _sees(tenant: str | None, owner: str | None) -> bool:
+    """Whether a caller of ``tenant`` (``None``: the admin) sees a thing of ``owner``."""
+    return tenant is None or tenant == owner
 
 
 def _conversation(task: Any, notes: dict[int, list[str]]) -> list[dict[str, Any]]:
@@ -61,6 +76,7 @@ class TaskRunner:
         # must keep answering other requests promptly however many tasks are queued.
         slots = max(1, rt.settings.orchestration_max_concurrent_tasks)
         self._slots = asyncio.Semaphore(slots)
+        self.on_decision: OnDecision | None = None
 
     # -- creating -------------------------------------------------------------------------
 
@@ -77,14 +93,17 @@ class TaskRunner:
         approval_timeout_s: float | None = None,
         thread_id: str | None = None,
         protocol: str | None = None,
+        owner: str | None = None,
+        key_id: str | None = None,
     ) -> dict[str, Any]:
-        """Record a task and start it in the background; returns the task record. In a
+        """Record a task of tenant ``owner`` (made by key ``key_id``, whose limits its model
+        turns count against) and start it in the background; returns the task record. In a
         thread (``thread_id``) it starts from the conversation of the thread's last task
         (``409`` while a task of the thread is active). ``protocol``: ``native`` or ``json``
         forces the tool-call protocol; ``auto`` (or None) chooses it when the task starts
         (the model's tool support)."""
         agent_id = agent or DEFAULT_AGENT
-        spec = await self.rt.db(self.deps.agents.get, agent_id)
+        spec = await self.rt.db(self.deps.agents.get, agent_id, owner)
         if spec is None:
             raise Invalid(f"agent: no agent {agent_id!r}", where="agent")
         if tools is None:
@@ -107,6 +126,7 @@ class TaskRunner:
             "approval_timeout_s": approval_timeout_s, "thread_id": thread_id,
             # Forced, or chosen (and recorded) when the task starts.
             "protocol": None if protocol == "auto" else protocol,
+            "tenant": owner, "key_id": key_id,
         }  # fmt: skip
         record = await self.rt.db(
             functools.partial(self.tasks.insert_task, row, continues=_conversation)
@@ -133,6 +153,9 @@ class TaskRunner:
         message: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
+        tenant: str | None = None,
+        owner: str | None = None,
+        key_id: str | None = None,
     ) -> dict[str, Any]:
         """Start a new task from task ``task_id``'s steps ``0..checkpoint-1`` (its history
         up to step ``checkpoint``), with the last kept call's result replaced by
@@ -140,7 +163,7 @@ class TaskRunner:
         checkpoint of the kept steps: no model turn before the fork point is asked again and
         no tool call runs again. The original is not changed (it may be running)."""
         loaded = await self.rt.db(self.rt.stores.checkpoints.checkpoint, task_id)
-        if loaded is None:
+        if loaded is None or not _sees(tenant, loaded[0].tenant):
             raise NotFound(f"no task {task_id!r}")
         original, entries = loaded
         steps, copied = fork(
@@ -167,6 +190,7 @@ class TaskRunner:
             **{c: getattr(original, c) for c in ("approvals", "approval_timeout_s", "protocol")},
             "max_steps": max_steps, "steps": steps, "usage": usage, "origin": "api",
             "thread_id": thread_id, "forked_from": task_id, "fork_checkpoint": checkpoint,
+            "tenant": owner, "key_id": key_id,
         }  # fmt: skip
         record = await self.rt.db(
             functools.partial(self.tasks.insert_task, row, copied, new_thread=thread_id is not None)
@@ -227,18 +251,24 @@ class TaskRunner:
 
     # -- reading and cancelling -----------------------------------------------------------
 
-    async def get_task(self, task_id: str) -> dict[str, Any]:
-        return await self.rt.found("task", self.tasks.get_task, task_id)
+    async def get_task(self, task_id: str, tenant: str | None = None) -> dict[str, Any]:
+        """The task, if ``tenant`` (``None``: any) may see it."""
+        record = await self.rt.found("task", self.tasks.get_task, task_id)
+        if not _sees(tenant, record.get("tenant")):
+            raise NotFound(f"no task {task_id!r}")
+        return record
 
-    async def get_thread(self, thread_id: str) -> dict[str, Any]:
+    async def get_thread(self, thread_id: str, tenant: str | None = None) -> dict[str, Any]:
         """A thread: its tasks, oldest first (``404`` for a thread with none)."""
-        tasks = await self.rt.db(self.tasks.thread, thread_id)
+        tasks = await self.rt.db(self.tasks.thread, thread_id, tenant)
         if not tasks:
             raise NotFound(f"no thread {thread_id!r}")
         return {"id": thread_id, "tasks": tasks}
 
-    async def task_checkpoint(self, task_id: str) -> list[dict[str, Any]]:
+    async def task_checkpoint(self, task_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
         """The task's checkpoint entries, in order."""
+        if tenant is not None:
+            await self.get_task(task_id, tenant)
         entries = await self.rt.db(self.rt.stores.checkpoints.checkpoint_entries, task_id)
         if entries is None:
             raise NotFound(f"no task {task_id!r}")
@@ -248,8 +278,10 @@ class TaskRunner:
         """The task record once it has finished (``TimeoutError`` after ``timeout`` s)."""
         return await self.rt.finished(f"task:{task_id}", self.get_task, task_id, timeout)
 
-    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+    async def cancel_task(self, task_id: str, tenant: str | None = None) -> dict[str, Any]:
         """Cancel a pending, running or waiting task (``409`` once it has finished)."""
+        if tenant is not None:
+            await self.get_task(task_id, tenant)
         record = await self.rt.db(
             self.tasks.finish_task,
             task_id,
@@ -268,7 +300,13 @@ class TaskRunner:
     # -- approvals ------------------------------------------------------------------------
 
     async def approve_task(
-        self, task_id: str, *, args: dict[str, Any] | None = None, call_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        args: dict[str, Any] | None = None,
+        call_id: str | None = None,
+        tenant: str | None = None,
+        actor: Any = None,
     ) -> dict[str, Any]:
         """Approve a waiting task's pending call (``args``: run it with these instead); the
         task resumes here. ``409`` unless it is waiting."""
@@ -276,27 +314,62 @@ class TaskRunner:
         def check(item: dict[str, Any], edited: Any) -> tuple[str, str] | None:
             return check_call_args(item["tool"], edited)
 
-        return await self._decide(task_id, approve=True, call_id=call_id, args=args, check=check)
+        return await self._decide(task_id, tenant, actor, approve=True, call_id=call_id,
+                                  args=args, check=check)  # fmt: skip
 
     async def reject_task(
-        self, task_id: str, *, message: str | None = None, call_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        message: str | None = None,
+        call_id: str | None = None,
+        tenant: str | None = None,
+        actor: Any = None,
     ) -> dict[str, Any]:
         """Reject a waiting task's pending call: the model is told ``message`` instead of
         its result, and the task goes on. ``409`` unless it is waiting."""
-        return await self._decide(task_id, approve=False, call_id=call_id, message=message)
+        return await self._decide(task_id, tenant, actor, approve=False, call_id=call_id,
+                                  message=message)  # fmt: skip
 
-    async def _decide(self, task_id: str, **kw: Any) -> dict[str, Any]:
+    async def _decide(
+        self, task_id: str, tenant: str | None = None, actor: Any = None, **kw: Any
+    ) -> dict[str, Any]:
+        before = await self.get_task(task_id, tenant)
         decide = self.rt.stores.checkpoints.decide
         got = await self.rt.db(
             functools.partial(
                 decide, task_id, owner=self.rt.instance, lease_until=self.rt.lease(), **kw
             )
         )
+        if self.on_decision is not None:
+            self._report(before, got["record"], actor, kw)
         if got["resumed"]:
             await self.step_status(task_id, got["record"], "running")
             self.launch(task_id, None, None, resume=True)
         self.rt.notify(f"task:{task_id}")
         return got["record"]  # type: ignore[no-any-return]
+
+    def _report(
+        self, before: dict[str, Any], after: dict[str, Any], actor: Any, kw: dict[str, Any]
+    ) -> None:
+        """Tell ``on_decision`` which call was decided (the one pending before that is not
+        pending after), how, and with what arguments."""
+        assert self.on_decision is not None
+        still = {p.get("call_id") for p in after.get("pending") or []}
+        decided = [p for p in before.get("pending") or [] if p.get("call_id") not in still]
+        wanted = kw.get("call_id")
+        for item in decided:
+            if wanted is not None and item.get("call_id") != wanted:
+                continue
+            decision = "approved" if kw.get("approve") else "rejected"
+            if kw.get("by") == "timeout":
+                decision = "timed_out"
+            try:
+                self.on_decision(actor, before["id"], item, decision, kw.get("args"),
+                                 kw.get("message"))  # fmt: skip
+            except Exception:  # the decision stands; the report is what failed
+                log.exception("reporting the decision on task %s", before["id"])
+            break
 
     async def approval_timer(self) -> None:
         """Reject the pending calls of tasks that waited longer than their approval

@@ -61,7 +61,11 @@ class WorkflowScheduler:
 
     # -- workflows ------------------------------------------------------------------------
 
-    async def create_workflow(self, body: Any) -> dict[str, Any]:
+    async def create_workflow(
+        self, body: Any, owner: str | None = None, key_id: str | None = None
+    ) -> dict[str, Any]:
+        """Record and start a workflow of tenant ``owner`` (made by key ``key_id``: its
+        ``task`` steps' tasks are made as the same tenant and key)."""
         req = body if isinstance(body, WorkflowRequest) else parse_workflow(body)
         p = plan(req)
         for i, sid in enumerate(p.steps):
@@ -75,21 +79,27 @@ class WorkflowScheduler:
                         f"steps[{i}].task.tools: unknown builtin {', '.join(map(repr, bad))}",
                         where=f"steps[{i}].task.tools",
                     )
-            if task.agent is not None and await self.rt.db(self.agents.get, task.agent) is None:
+            if task.agent is not None and await self.rt.db(self.agents.get, task.agent, owner) is None:
                 raise Invalid(
                     f"steps[{i}].task.agent: no agent {task.agent!r}",
                     where=f"steps[{i}].task.agent",
                 )
         wf_id = new_id("wf")
         self.plans[wf_id] = p
-        await self.rt.db(self.workflows.insert_workflow, wf_id, p)
+        await self.rt.db(self.workflows.insert_workflow, wf_id, p, owner, key_id)
         self._wake.set()
         return await self.get_workflow(wf_id)
 
-    async def get_workflow(self, wf_id: str) -> dict[str, Any]:
-        return await self.rt.found("workflow", self.workflows.get_workflow, wf_id)
+    async def get_workflow(self, wf_id: str, tenant: str | None = None) -> dict[str, Any]:
+        """The workflow, if ``tenant`` (``None``: any) may see it."""
+        record = await self.rt.db(self.workflows.get_workflow, wf_id, tenant)
+        if record is None:
+            raise NotFound(f"no workflow {wf_id!r}")
+        return record  # type: ignore[no-any-return]
 
-    async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
+    async def cancel_workflow(self, wf_id: str, tenant: str | None = None) -> dict[str, Any]:
+        if tenant is not None:
+            await self.get_workflow(wf_id, tenant)
         previous, running = await self.rt.db(self.workflows.cancel_workflow, wf_id)
         if previous is None:
             raise NotFound(f"no workflow {wf_id!r}")
@@ -272,12 +282,13 @@ class WorkflowScheduler:
                 goal = interpolate(task.goal, scope)
             except KeyError as exc:
                 return False, None, {"kind": "KeyError", "message": str(exc.args[0])}
+            owner, key_id = await self.rt.db(self.workflows.owner, wf_id) or (None, None)
             try:
                 record = await self.runner.create_task(
                     goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
                     model=task.model, origin="workflow", approvals=task.approvals,
                     approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
-                    protocol=task.protocol,
+                    protocol=task.protocol, owner=owner, key_id=key_id,
                 )  # fmt: skip
             except Conflict as exc:  # its thread is busy: the step fails (and may retry)
                 return False, None, {"kind": exc.kind, "message": exc.message}

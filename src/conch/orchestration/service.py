@@ -14,6 +14,10 @@ background of the server's event loop, in three parts over one :class:`~.runtime
 ``run`` steps and agent tool calls go through the executor (sandbox pool or Dask); models
 are reached through the inference server's OpenAI-compatible API. This class wires the parts
 together, starts and stops them, and answers for them.
+
+Tenants: what is made takes its ``owner`` (the tenant of the key that made it) and the key's
+id; what is read or acted on takes the caller's ``tenant`` (``None``: the admin, every
+tenant's), and another tenant's thing is not found (runner.py says more).
 """
 
 from __future__ import annotations
@@ -23,13 +27,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from conch.config import Settings
-from conch.orchestration.agents import AgentRegistry, AgentSpec, agent_record, qualified_model
+from conch.orchestration.agents import (
+    AgentRegistry,
+    AgentSpec,
+    AgentTaken,
+    agent_record,
+    qualified_model,
+)
 from conch.orchestration.approvals import parse_policy
 from conch.orchestration.builtin_tasks import BuiltinTasks
 from conch.orchestration.errors import Conflict, Invalid, NotFound
 from conch.orchestration.executor import Executor
 from conch.orchestration.keeper import LeaseKeeper
-from conch.orchestration.models import ModelClient
+from conch.orchestration.models import Credentials, ModelClient
 from conch.orchestration.protocols import unknown_tools
 from conch.orchestration.runner import TaskRunner
 from conch.orchestration.runtime import RunKind, Runtime
@@ -39,7 +49,11 @@ __all__ = ["Orchestrator", "RunKind"]
 
 
 class Orchestrator:
-    def __init__(self, settings: Settings, executor: Executor) -> None:
+    def __init__(
+        self, settings: Settings, executor: Executor, credentials: Credentials | None = None
+    ) -> None:
+        """``credentials``: the bearer a task's model requests carry, by the key that made
+        the task (:class:`~.models.ModelClient`)."""
         from conch import db
 
         self.settings = settings
@@ -47,7 +61,7 @@ class Orchestrator:
         self.rt = Runtime(settings, db.engine_for(settings.effective_database_url))
         self.stores = self.rt.stores
         self.agents = AgentRegistry(self.stores.db, settings.default_model)
-        self.models = ModelClient(settings.models_url)
+        self.models = ModelClient(settings.models_url, credentials=credentials)
         # The server's approval policy (the configuration's ``approvals``): under every
         # agent's and task's.
         try:
@@ -98,12 +112,17 @@ class Orchestrator:
     # -- runs and their events ------------------------------------------------------------
 
     async def list_runs(
-        self, kind: RunKind, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        kind: RunKind,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Tasks or workflows, newest first; ``status`` filters."""
+        """Tasks or workflows, newest first; ``status`` filters; ``tenant``'s only."""
         stores = self.stores
         read = stores.tasks.list_tasks if kind == "task" else stores.workflows.list_workflows
-        return await self.rt.db(read, status, limit, offset)  # type: ignore[no-any-return]
+        return await self.rt.db(read, status, limit, offset, tenant)  # type: ignore[no-any-return]
 
     def events(
         self, stream: str, after: int = 0, *, deltas: bool = False
@@ -115,13 +134,13 @@ class Orchestrator:
 
     # -- agents ---------------------------------------------------------------------------
 
-    async def list_agents(self) -> list[dict[str, Any]]:
-        specs = await self.rt.db(self.agents.list)
+    async def list_agents(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        specs = await self.rt.db(self.agents.list, tenant)
         busy = await self.rt.db(self.agents.busy_ids)
         return [agent_record(s, busy) for s in specs]
 
-    async def get_agent(self, id: str) -> dict[str, Any]:
-        spec = await self.rt.db(self.agents.get, id)
+    async def get_agent(self, id: str, tenant: str | None = None) -> dict[str, Any]:
+        spec = await self.rt.db(self.agents.get, id, tenant)
         if spec is None:
             raise NotFound(f"no agent {id!r}")
         busy = await self.rt.db(self.agents.busy_ids)
@@ -136,7 +155,11 @@ class Orchestrator:
         model: str | None,
         description: str = "",
         approvals: Any = None,
+        owner: str | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
+        """Register (or replace) an agent of tenant ``owner``; ``tenant``: the caller's (it
+        replaces only its own agents; ``None``, the admin, any)."""
         bad = unknown_tools(tools)
         if bad:
             raise Invalid(f"tools: unknown builtin {', '.join(map(repr, bad))}", where="tools")
@@ -149,16 +172,19 @@ class Orchestrator:
             model=qualified_model(model or self.settings.default_model),
             source="registered",
             approvals=policy,
+            tenant=owner,
         )
         try:
-            await self.rt.db(self.agents.register, spec)
+            await self.rt.db(self.agents.register, spec, tenant)
+        except AgentTaken as exc:
+            raise Conflict(str(exc), where="id") from None
         except ValueError as exc:
             raise Invalid(str(exc), where="id") from None
-        return await self.get_agent(id)
+        return await self.get_agent(id, tenant)
 
-    async def remove_agent(self, id: str) -> None:
+    async def remove_agent(self, id: str, tenant: str | None = None) -> None:
         try:
-            removed = await self.rt.db(self.agents.remove, id)
+            removed = await self.rt.db(self.agents.remove, id, tenant)
         except ValueError as exc:
             raise Conflict(str(exc)) from None
         if not removed:
@@ -173,20 +199,22 @@ class Orchestrator:
     async def fork_task(self, task_id: str, **kw: Any) -> dict[str, Any]:
         return await self.runner.fork_task(task_id, **kw)
 
-    async def get_task(self, task_id: str) -> dict[str, Any]:
-        return await self.runner.get_task(task_id)
+    async def get_task(self, task_id: str, tenant: str | None = None) -> dict[str, Any]:
+        return await self.runner.get_task(task_id, tenant)
 
-    async def cancel_task(self, task_id: str) -> dict[str, Any]:
-        return await self.runner.cancel_task(task_id)
+    async def cancel_task(self, task_id: str, tenant: str | None = None) -> dict[str, Any]:
+        return await self.runner.cancel_task(task_id, tenant)
 
     async def wait_task(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
         return await self.runner.wait_task(task_id, timeout)
 
-    async def get_thread(self, thread_id: str) -> dict[str, Any]:
-        return await self.runner.get_thread(thread_id)
+    async def get_thread(self, thread_id: str, tenant: str | None = None) -> dict[str, Any]:
+        return await self.runner.get_thread(thread_id, tenant)
 
-    async def task_checkpoint(self, task_id: str) -> list[dict[str, Any]]:
-        return await self.runner.task_checkpoint(task_id)
+    async def task_checkpoint(
+        self, task_id: str, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.runner.task_checkpoint(task_id, tenant)
 
     async def approve_task(self, task_id: str, **kw: Any) -> dict[str, Any]:
         return await self.runner.approve_task(task_id, **kw)
@@ -196,14 +224,16 @@ class Orchestrator:
 
     # -- workflows (the scheduler's) ------------------------------------------------------
 
-    async def create_workflow(self, body: Any) -> dict[str, Any]:
-        return await self.scheduler.create_workflow(body)
+    async def create_workflow(
+        self, body: Any, owner: str | None = None, key_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self.scheduler.create_workflow(body, owner, key_id)
 
-    async def get_workflow(self, wf_id: str) -> dict[str, Any]:
-        return await self.scheduler.get_workflow(wf_id)
+    async def get_workflow(self, wf_id: str, tenant: str | None = None) -> dict[str, Any]:
+        return await self.scheduler.get_workflow(wf_id, tenant)
 
-    async def cancel_workflow(self, wf_id: str) -> dict[str, Any]:
-        return await self.scheduler.cancel_workflow(wf_id)
+    async def cancel_workflow(self, wf_id: str, tenant: str | None = None) -> dict[str, Any]:
+        return await self.scheduler.cancel_workflow(wf_id, tenant)
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -211,8 +241,9 @@ class Orchestrator:
         """``{active_tasks, waiting_tasks}``, cheaply (the status history reads it every 2 s)."""
         return await self.rt.db(self.stores.tasks.active_counts)
 
-    async def metrics(self) -> dict[str, int]:
-        """The figures of the metrics route (``total_agents`` counts the built-in agent)."""
-        figures = await self.rt.db(self.stores.metrics)
+    async def metrics(self, tenant: str | None = None) -> dict[str, int]:
+        """The figures of the metrics route (``total_agents`` counts the built-in agent);
+        ``tenant``: of that tenant's tasks and workflows and the agents it sees."""
+        figures = await self.rt.db(self.stores.metrics, tenant)
         registered = figures.pop("registered_agents")
         return {"total_agents": registered + 1, **figures}

@@ -2,7 +2,12 @@
 
 Times are Unix seconds (floats) so that leases and backoff compare without time-zone
 parsing; records render them as ISO-8601 UTC. Created by the ``orchestration`` Alembic
-branch (``0002_orchestration``, ``0004_checkpoints``, ``0005_task_threads``), never by ``metadata.create_all``.
+branch (``0002_orchestration``, ``0004_checkpoints``, ``0005_task_threads``,
+``0009_orchestration_tenants``), never by ``metadata.create_all``.
+
+Tenants. Agents, tasks and workflows belong to the tenant of the key that made them
+(``tenant``; ``None``: the admin's, as everything made before keys); a task or workflow also
+keeps the key's id (``key_id``), whose limits its model calls count against.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def _lease() -> list[sa.Column[object]]:
     ]
 
 
-def _keyed_by_id(name: str, *columns: sa.Column[object]) -> sa.Table:
+def _keyed_by_id(name: str, *columns: sa.Column[object] | sa.Index) -> sa.Table:
     """A table of records each named by a string ``id`` (generated, or the agent's name)."""
     return sa.Table(name, metadata, sa.Column("id", sa.String, primary_key=True), *columns)
 
@@ -49,6 +54,7 @@ agents = _keyed_by_id(
     sa.Column("created_at", sa.Float, nullable=False),
     # The agent's approval policy (conch.orchestration.approvals), over the server's.
     sa.Column("approvals", sa.JSON, nullable=True),
+    sa.Column("tenant", sa.String, nullable=True),
 )
 
 tasks = _keyed_by_id(
@@ -80,6 +86,9 @@ tasks = _keyed_by_id(
     sa.Column("fork_checkpoint", sa.Integer, nullable=True),
     sa.Column("history", sa.JSON, nullable=True),
     sa.Column("protocol", sa.String, nullable=True),
+    sa.Column("tenant", sa.String, nullable=True),
+    sa.Column("key_id", sa.String, nullable=True),
+    sa.Index("ix_orch_tasks_tenant", "tenant", "created_at"),
 )
 
 workflows = _keyed_by_id(
@@ -90,6 +99,9 @@ workflows = _keyed_by_id(
     sa.Column("error", sa.JSON, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("tenant", sa.String, nullable=True),
+    sa.Column("key_id", sa.String, nullable=True),
+    sa.Index("ix_orch_workflows_tenant", "tenant", "created_at"),
 )
 
 workflow_steps = sa.Table(

@@ -203,7 +203,9 @@ class TaskRun:
             if replies:
                 protocol = "json"
             else:
-                protocol = await self._patiently(lambda: self.deps.models.protocol(row["model"]))
+                protocol = await self._patiently(
+                    lambda: self.deps.models.protocol(row["model"], row.get("key_id"))
+                )
             # Only a choice of native calls can still change (to JSON), so only it is kept.
             if not await self.rt.db(
                 self.tasks.set_task_protocol, self.task_id, self.owner, protocol,
@@ -319,9 +321,9 @@ class TaskRun:
         ):
             raise asyncio.CancelledError()
         assert self.row is not None
-        model = self.row["model"]
+        model, key_id = self.row["model"], self.row.get("key_id")
         reply = await self._ask(
-            lambda on_delta: self.deps.models.chat(model, messages, schema, on_delta), turn
+            lambda on_delta: self.deps.models.chat(model, messages, schema, on_delta, key_id), turn
         )
         self.unwritten.append(("model", {"turn": turn, "reply": reply.text, "usage": reply.usage}))
         return reply
@@ -331,9 +333,9 @@ class TaskRun:
         if turn < len(self.journal.replies):
             return self.journal.replies[turn]
         assert self.row is not None
-        model = self.row["model"]
+        model, key_id = self.row["model"], self.row.get("key_id")
         reply = await self._ask(
-            lambda on_delta: self.deps.models.chat_tools(model, messages, specs, on_delta), turn
+            lambda on_delta: self.deps.models.chat_tools(model, messages, specs, on_delta, key_id), turn
         )
         entry: dict[str, Any] = {"turn": turn, "reply": reply.text, "usage": reply.usage}
         if reply.tool_calls:

@@ -9,12 +9,18 @@ classes, so the documented shape is the sent one.
 
 Dataclasses rather than pydantic models: an envelope is built and read on every request of
 the hot path, and there is nothing to validate that :meth:`from_wire` does not check.
+
+``cpu_s`` is the CPU time the run took in its worker (user and system, its commands
+included), measured by the worker and sent on the wire for the server's CPU budgets of keys;
+it is not part of the client's body (nor of the documented shape).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from conch.sandbox.frames import dumps
 
@@ -55,6 +61,8 @@ class RunEnvelope:
     output: list[str] = field(default_factory=list)
     error: RunError | None = None
     elapsed_ms: int = 0
+    # The server's own (see the module doc): excluded from the body and the OpenAPI document.
+    cpu_s: Annotated[float | None, Field(exclude=True)] = None
 
     @classmethod
     def ok(cls, result: str, type: str, value: Any, output: list[str]) -> RunEnvelope:
@@ -104,12 +112,18 @@ class RunEnvelope:
             ):
                 raise TypeError("fields of the wrong type")
             err = None if error is None else RunError(**error)
+            cpu = data.get("cpu_s")
+            if cpu is not None and (type(cpu) is not float or not 0 <= cpu < 1e9):
+                raise TypeError("cpu_s must be a non-negative float")
             steps = data.get("steps")
             if steps is None:
-                return RunEnvelope(success, result, type_name, data.get("value"), output, err)
+                return RunEnvelope(
+                    success, result, type_name, data.get("value"), output, err, cpu_s=cpu
+                )
             timings = [StepTiming(**s) for s in steps]
             return PipelineEnvelope(
-                success, result, type_name, data.get("value"), output, err, steps=timings
+                success, result, type_name, data.get("value"), output, err, cpu_s=cpu,
+                steps=timings,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed envelope: {exc}") from None

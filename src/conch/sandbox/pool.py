@@ -155,6 +155,9 @@ class Job:
     # The pipeline's ``input`` as the client's own JSON text (``input`` is then ignored):
     # sent to the worker as it came, never decoded by the server.
     input_json: bytes | None = None
+    # A model pass: the run's programs call models as the key that asked for the run
+    # (conch.keys.service); None where the inference server needs no key.
+    models_token: str | None = None
 
     @property
     def carries_values(self) -> bool:
@@ -176,6 +179,7 @@ class Job:
             "limits": {k: getattr(limits, k) for k in _LIMIT_FIELDS},
             "cpu_s": wall + _GRACE_S,
             "input_follows": self.input_json is not None,
+            "models_token": self.models_token,
         }
 
 

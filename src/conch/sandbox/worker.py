@@ -185,6 +185,13 @@ def _cpu_used() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _cpu_all() -> float:
+    """CPU seconds of this worker and the commands it has waited for (a run's CPU time is
+    the difference across it, for the keys' CPU budgets)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return _cpu_used() + children.ru_utime + children.ru_stime
+
+
 class _CpuBudget:
     """Keeps ``RLIMIT_CPU`` ahead of each job without a system call per job.
 
@@ -411,6 +418,12 @@ class Runner:
             if target is not None:
                 ctx.host = (self._record_host if target is self._record_chan
                             else self._recording_host(target))
+        token = job.get("models_token")
+        credential = getattr(ctx.host, "with_credential", None)
+        if token is not None and credential is not None:
+            # The run's programs call models as the key that asked for the run (conch.host).
+            ctx.host = credential(token)
+        cpu_start = _cpu_all()
         steps: list[StepTiming] = []
         kind = PipelineEnvelope if job.get("mode") == "pipeline" else RunEnvelope
         recycle = False
@@ -436,11 +449,14 @@ class Runner:
         if isinstance(envelope, PipelineEnvelope):
             envelope.steps = steps
         recycle = recycle or _State.cpu_exceeded or _State.retire
+        wire = envelope.to_wire()
+        wire["cpu_s"] = round(max(0.0, _cpu_all() - cpu_start), 6)
         try:
-            chan.send(["done", envelope.to_wire(), recycle])
+            chan.send(["done", wire, recycle])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
-            failed = kind.failure(_run_error(from_python(exc)), output)
-            chan.send(["done", failed.to_wire(), recycle])
+            failed = kind.failure(_run_error(from_python(exc)), output).to_wire()
+            failed["cpu_s"] = wire["cpu_s"]
+            chan.send(["done", failed, recycle])
 
     def _recording_host(self, target: Channel) -> Any:
         assert self._host is not None

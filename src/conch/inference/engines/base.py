@@ -160,6 +160,18 @@ class Generation(abc.ABC):
 
     prompt_tokens: int
 
+    @property
+    def generated(self) -> int:
+        """Tokens sampled so far, whether or not their text went out yet (what a request
+        that ends early is billed for)."""
+        return 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether its last event (with its finish reason) was read: :attr:`generated` is
+        then final."""
+        return True
+
     @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
 

@@ -42,13 +42,18 @@ class ChatEvent:
     stop_sequence: str | None = None
 
 
-def start_chat(engine: Engine, spec: ChatSpec, prompt: ChatPrompt) -> AsyncIterator[ChatEvent]:
+def start_chat(
+    engine: Engine, spec: ChatSpec, prompt: ChatPrompt, gens: list[Generation] | None = None
+) -> AsyncIterator[ChatEvent]:
     """Start ``spec.n`` generations now; return their events interleaved as they come.
+    ``gens``: where the generations are put, for the caller to read how many tokens they
+    sampled (:attr:`Generation.generated`).
 
     Raises ``ContextLengthExceeded``/``QueueFull`` here, before any output exists, so the
     caller can still answer with an error status.
     """
-    gens = []
+    if gens is None:
+        gens = []
     try:
         for i in range(spec.n):
             sampling = prompt.sampling

@@ -31,7 +31,15 @@ from conch.inference.engines.base import (
     Unsupported,
 )
 from conch.inference.engines.chat import ChatEvent, start_chat
-from conch.inference.serving.base import Serving, request_body
+from conch.inference.serving.base import (
+    REMOTE_MAX_TOKENS,
+    Bill,
+    Meter,
+    Serving,
+    estimate_tokens,
+    request_body,
+    usage_tokens,
+)
 from conch.inference.serving.errors import InvalidRequest
 
 MAX_STOP_SEQUENCES = 4
@@ -39,12 +47,24 @@ MAX_STOP_SEQUENCES = 4
 
 class ChatServing(Serving):
     # -- the two entry points ------------------------------------------------------------
-    async def create(self, req: ChatCompletionRequest) -> dict[str, Any]:
-        """A whole ``chat.completion`` object."""
+    async def create(self, req: ChatCompletionRequest, meter: Meter | None = None) -> dict[str, Any]:
+        """A whole ``chat.completion`` object (``meter``: the request's token budget, told
+        before generation and settled at the end: :class:`~.base.Meter`)."""
         remote = self.remote(req.model)
         if remote is not None:
             provider, name = remote
-            return await provider.chat(name, request_body(req))
+            body = request_body(req)
+            if meter is None:
+                return await provider.chat(name, body)
+            prompt = estimate_tokens(body.get("messages"))
+            await meter.reserve(req.model, prompt, req.n * _remote_max(req))
+            used = 0  # refused or failed upstream: nothing to bill
+            try:
+                out = await provider.chat(name, body)
+                used = usage_tokens(out) or prompt
+                return out
+            finally:
+                await meter.settle(used)
         t_start = time.perf_counter()
         spec = chat_spec(req)
         record = self.resolver.local_record(req.model, "chat")
@@ -56,8 +76,9 @@ class ChatServing(Serving):
         n_out = 0
         n_prompt = 0
         first: float | None = None
+        bill = Bill(meter)
         async with self.lease(record, req.keep_alive) as engine:
-            n_prompt, events = _start(engine, spec, req)
+            n_prompt, events = await _start(engine, spec, req, bill)
             try:
                 async for ev in events:
                     if first is None:
@@ -77,6 +98,7 @@ class ChatServing(Serving):
                 self.metrics.observe_generation(
                     None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out
                 )
+                await bill.settle(n_out)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -112,7 +134,9 @@ class ChatServing(Serving):
             _check_engine(engine, spec, req)
             return len(engine.chat_prompt(spec).tokens)
 
-    async def stream(self, req: ChatCompletionRequest, *, prompt_usage: bool = False) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, req: ChatCompletionRequest, *, prompt_usage: bool = False, meter: Meter | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` objects as tokens come; closing the iterator cancels generation.
 
         Setup errors (unknown model, bad fields, a full queue, a prompt too long) are raised
@@ -126,12 +150,32 @@ class ChatServing(Serving):
             # Opening the upstream happens here, at the first ``anext``: whatever goes wrong
             # before its first chunk is raised before any of ours (the route's status).
             provider, name = remote
-            chunks = await provider.chat_stream(name, request_body(req))
+            body = request_body(req)
+            if meter is None:
+                chunks = await provider.chat_stream(name, body)
+                try:
+                    async for c in chunks:
+                        yield c
+                finally:
+                    await chunks.aclose()  # type: ignore[attr-defined]  # closes the upstream request
+                return
+            # Metered: reserved on an estimate, settled from the provider's usage when it
+            # gives one, else the estimate and a token per chunk of text.
+            estimate = estimate_tokens(body.get("messages"))
+            await meter.reserve(req.model, estimate, req.n * _remote_max(req))
+            used: int | None = None
+            pieces = 0
             try:
-                async for c in chunks:
-                    yield c
+                chunks = await provider.chat_stream(name, body)
+                try:
+                    async for c in chunks:
+                        used = usage_tokens(c) or used
+                        pieces += sum(1 for ch in c.get("choices") or () if (ch.get("delta") or {}).get("content"))
+                        yield c
+                finally:
+                    await chunks.aclose()  # type: ignore[attr-defined]
             finally:
-                await chunks.aclose()  # type: ignore[attr-defined]  # closes the upstream request
+                await meter.settle(used if used is not None else estimate + pieces if pieces else 0)
             return
         t_start = time.perf_counter()
         spec = chat_spec(req)
@@ -149,9 +193,10 @@ class ChatServing(Serving):
         n_out = 0
         n_prompt = 0
         first: float | None = None
+        bill = Bill(meter)
         with contextlib.ExitStack() as finish:
             async with self.lease(record, req.keep_alive) as engine:
-                n_prompt, events = _start(engine, spec, req)
+                n_prompt, events = await _start(engine, spec, req, bill)
                 finish.callback(
                     lambda: self.metrics.observe_generation(
                         None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out
@@ -173,6 +218,7 @@ class ChatServing(Serving):
                                          "total_tokens": n_prompt + n_out})
                 finally:
                     await events.aclose()  # type: ignore[attr-defined]
+                    await bill.settle(n_out)
 
 
 def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
@@ -272,10 +318,28 @@ def _check_engine(engine: Engine, spec: ChatSpec, req: ChatCompletionRequest) ->
         spec.sampling.logit_bias = logit_bias(req.logit_bias, engine.n_vocab)
 
 
-def _start(engine: Engine, spec: ChatSpec, req: ChatCompletionRequest) -> tuple[int, AsyncIterator[ChatEvent]]:
+def _remote_max(req: ChatCompletionRequest) -> int:
+    """The most a remote choice may generate, as far as conch knows."""
+    return req.max_completion_tokens or req.max_tokens or REMOTE_MAX_TOKENS
+
+
+async def _start(
+    engine: Engine, spec: ChatSpec, req: ChatCompletionRequest, bill: Bill
+) -> tuple[int, AsyncIterator[ChatEvent]]:
     _check_engine(engine, spec, req)
     prompt = engine.chat_prompt(spec)
-    return len(prompt.tokens), start_chat(engine, spec, prompt)
+    n_prompt = len(prompt.tokens)
+    # The most the choices may generate: their max_tokens, or the room left in the context.
+    room = max(0, engine.n_ctx - n_prompt)
+    most = min(prompt.sampling.max_tokens, room) if prompt.sampling.max_tokens else room
+    await bill.reserve(req.model, n_prompt, spec.n * most)
+    try:
+        events = start_chat(engine, spec, prompt, bill.gens)
+    except BaseException:
+        await bill.settle(0)
+        raise
+    bill.started = True
+    return n_prompt, events
 
 
 def _choice(index: int, delta: dict[str, Any], finish_reason: str | None = None,

@@ -23,7 +23,7 @@ from conch.inference.engines.base import (
     SamplingParams,
     Unsupported,
 )
-from conch.inference.serving.base import Serving
+from conch.inference.serving.base import Bill, Meter, Serving
 from conch.inference.serving.chat import logit_bias, logprob_entries
 from conch.inference.serving.errors import InvalidRequest
 
@@ -75,13 +75,17 @@ class CompletionServing(Serving):
                                  where="prompt")
         return prompt
 
-    async def stream(self, req: c.CompletionRequest, *, chat_logprobs: bool = False) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, req: c.CompletionRequest, *, chat_logprobs: bool = False, meter: Meter | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """``text_completion`` chunks (OpenAI's legacy stream shape); closing cancels generation.
 
         Errors known before generation (unknown model, bad fields, a full queue, a prompt too
         long) are raised by the first ``__anext__``. With ``chat_logprobs`` a choice's
         ``logprobs`` are chat's ``{"content": [{token, logprob, bytes, top_logprobs}]}``, for
         translations the legacy shape would lose bytes and same-text alternatives to.
+        ``meter``: the request's token budget (:class:`~.base.Meter`), told the prompts'
+        tokens and the most the choices may generate before they start, settled at the end.
         """
         t_start = time.perf_counter()
         c.check(req)
@@ -95,6 +99,7 @@ class CompletionServing(Serving):
 
         first: float | None = None
         n_prompt = n_out = 0
+        bill = Bill(meter)
         with contextlib.ExitStack() as finish:
             async with self.lease(record, req.keep_alive) as engine:
                 if "chat" not in engine.capabilities:
@@ -102,8 +107,13 @@ class CompletionServing(Serving):
                 base = self._sampling(req, engine)
                 token_prompts = [self._prompt_tokens(engine, req, p, i) for i, p in enumerate(prompts)]
                 n_prompt = sum(len(t) for t in token_prompts)
+                most = sum(
+                    min(req.max_tokens, room) if req.max_tokens is not None else room
+                    for room in (max(0, engine.n_ctx - len(t)) for t in token_prompts)
+                )
+                await bill.reserve(req.model, n_prompt, req.n * most)
                 choices: list[_Choice] = []
-                gens: list[Generation] = []
+                gens = bill.gens
                 queue: asyncio.Queue[tuple[_Choice, Any] | None] = asyncio.Queue()
                 try:
                     for i, tokens in enumerate(token_prompts):
@@ -119,7 +129,9 @@ class CompletionServing(Serving):
                 except BaseException:
                     for g in gens:
                         g.cancel()
+                    await bill.settle(0)
                     raise
+                bill.started = True
                 finish.callback(lambda: self.metrics.observe_generation(
                     None if first is None else first - t_start, time.perf_counter() - t_start, n_prompt, n_out))
                 running = [ch for ch in choices if ch.finish_reason is None]
@@ -169,15 +181,17 @@ class CompletionServing(Serving):
                         g.cancel()
                     for t in tasks:
                         t.cancel()
+                    await bill.settle(n_out)
 
-    async def create(self, req: c.CompletionRequest) -> dict[str, Any]:
+    async def create(self, req: c.CompletionRequest, meter: Meter | None = None) -> dict[str, Any]:
         """A whole ``text_completion`` object (the stream, collected)."""
         texts: dict[int, str] = {}
         reasons: dict[int, str] = {}
         logprobs: dict[int, dict[str, list[Any]]] = {}
         usage = None
         cid = None
-        async for chunk in self.stream(req.model_copy(update={"stream_options": StreamOptions(include_usage=True)})):
+        full = req.model_copy(update={"stream_options": StreamOptions(include_usage=True)})
+        async for chunk in self.stream(full, meter=meter):
             cid = chunk["id"]
             if chunk.get("usage"):
                 usage = chunk["usage"]

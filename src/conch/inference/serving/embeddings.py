@@ -11,19 +11,38 @@ from conch.inference.api.openai import EmbeddingRequest
 from conch.inference.engines.base import Engine
 from conch.inference.models.acquire import default_embedding_record
 from conch.inference.models.store import ModelRecord
-from conch.inference.serving.base import Serving, request_body
+from conch.inference.serving.base import (
+    Meter,
+    Serving,
+    estimate_tokens,
+    request_body,
+    usage_tokens,
+)
 from conch.inference.serving.errors import InvalidRequest
 
 
 class EmbeddingServing(Serving):
     prompt_field = "input"
 
-    async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
-        """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model answers."""
+    async def create(self, req: EmbeddingRequest, meter: Meter | None = None) -> dict[str, Any]:
+        """An OpenAI embeddings ``list`` object; without ``model``, the default embedding model
+        answers. ``meter``: the request's token budget (:class:`~.base.Meter`): the inputs'
+        tokens, reserved once tokenized and settled once embedded."""
         remote = self.remote(req.model)
         if remote is not None:
             provider, name = remote
-            return await provider.embed(name, request_body(req))
+            body = request_body(req)
+            if meter is None:
+                return await provider.embed(name, body)
+            estimate = estimate_tokens(body.get("input"))
+            await meter.reserve(str(req.model), estimate, 0)
+            used = 0
+            try:
+                out = await provider.embed(name, body)
+                used = usage_tokens(out) or estimate
+                return out
+            finally:
+                await meter.settle(used)
         record = await self._record(req.model)
         items = _inputs(req.input)
         async with self.lease(record, req.keep_alive) as engine:
@@ -32,8 +51,18 @@ class EmbeddingServing(Serving):
                 raise InvalidRequest(
                     f"'dimensions' must be at most {engine.n_embd} for this model", where="dimensions"
                 )
-            # On the model's account: a chat model opens its embedding context on first use.
-            vectors = await self.manager.run(record.id, engine.embed, token_lists)
+            n_tokens = sum(len(t) for t in token_lists)
+            if meter is not None:
+                await meter.reserve(req.model or record.id, n_tokens, 0)
+            try:
+                # On the model's account: a chat model opens its embedding context on first use.
+                vectors = await self.manager.run(record.id, engine.embed, token_lists)
+            except BaseException:
+                if meter is not None:
+                    await meter.settle(0)
+                raise
+            if meter is not None:
+                await meter.settle(n_tokens)
         data = []
         for i, vec in enumerate(vectors):
             if req.dimensions is not None:
@@ -45,7 +74,6 @@ class EmbeddingServing(Serving):
             if req.encoding_format == "base64":
                 emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
             data.append({"object": "embedding", "index": i, "embedding": emb})
-        n_tokens = sum(len(t) for t in token_lists)
         self.metrics.prompt_tokens += n_tokens
         self.metrics.embedded_inputs += len(items)
         return {

@@ -18,6 +18,8 @@ One store per job, all over one :class:`~.base.Database` (the transaction helper
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -63,22 +65,36 @@ class Stores:
         self.steps = StepStore(self.db)
         self.leases = LeaseStore(self.db, self.tasks, self.steps)
 
-    def metrics(self) -> dict[str, int]:
-        """Counts of agents, tasks and workflows by status, and the mean task duration."""
-        tk, wf = t.tasks, t.workflows
+    def metrics(self, tenant: str | None = None) -> dict[str, int]:
+        """Counts of agents, tasks and workflows by status, and the mean task duration
+        (``tenant``: of that tenant's, and the agents it sees; ``None``: of every tenant's)."""
+        tk, wf, ag = t.tasks, t.workflows, t.agents
+
+        def mine(table: sa.Table) -> Any:
+            return sa.true() if tenant is None else table.c.tenant == tenant
+
+        agents_seen = sa.true() if tenant is None else sa.or_(
+            ag.c.tenant == tenant, ag.c.source == "marketplace"
+        )
         with self.db.read() as conn:
             by_status: dict[str, int] = dict(
-                conn.execute(sa.select(tk.c.status, sa.func.count()).group_by(tk.c.status)).all()
+                conn.execute(
+                    sa.select(tk.c.status, sa.func.count()).where(mine(tk)).group_by(tk.c.status)
+                ).all()
             )
             avg = conn.execute(
                 sa.select(sa.func.avg(tk.c.finished_at - tk.c.started_at)).where(
-                    tk.c.status == "succeeded", tk.c.started_at.is_not(None)
+                    tk.c.status == "succeeded", tk.c.started_at.is_not(None), mine(tk)
                 )
             ).scalar_one()
             wf_status: dict[str, int] = dict(
-                conn.execute(sa.select(wf.c.status, sa.func.count()).group_by(wf.c.status)).all()
+                conn.execute(
+                    sa.select(wf.c.status, sa.func.count()).where(mine(wf)).group_by(wf.c.status)
+                ).all()
             )
-            agents = conn.execute(sa.select(sa.func.count()).select_from(t.agents)).scalar_one()
+            agents = conn.execute(
+                sa.select(sa.func.count()).select_from(ag).where(agents_seen)
+            ).scalar_one()
         return {
             "registered_agents": int(agents),
             "active_tasks": int(by_status.get("pending", 0) + by_status.get("running", 0)),

@@ -108,8 +108,12 @@ class Database:
         return [(r.seq, r.event, r.data) for r in rows]
 
 
-def page(table: sa.Table, status: str | None, limit: int, offset: int) -> sa.Select[Any]:
+def page(
+    table: sa.Table, status: str | None, limit: int, offset: int, tenant: str | None = None
+) -> sa.Select[Any]:
     """A page of tasks or workflows: newest first (ties by id, so pages never overlap),
-    optionally only those with ``status``."""
+    optionally only those with ``status``, and only ``tenant``'s (``None``: every tenant's)."""
     q = sa.select(table).order_by(table.c.created_at.desc(), table.c.id).limit(limit).offset(offset)
+    if tenant is not None:
+        q = q.where(table.c.tenant == tenant)
     return q.where(table.c.status == status) if status else q

@@ -47,6 +47,7 @@ def task_record(row: Any) -> dict[str, Any]:
         "forked_from": row.forked_from,
         "fork_checkpoint": row.fork_checkpoint,
         "protocol": row.protocol,
+        "tenant": row.tenant,
     }
 
 
@@ -84,6 +85,7 @@ def workflow_record(wf: Any, steps: Any) -> dict[str, Any]:
         "error": wf.error,
         "created_at": iso(wf.created_at),
         "finished_at": iso(wf.finished_at),
+        "tenant": wf.tenant,
     }
 
 

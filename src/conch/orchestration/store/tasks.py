@@ -4,6 +4,10 @@ A task is ``pending``, then ``running`` (held by one server under a lease, see
 :mod:`.leases`), perhaps ``waiting`` for a person (held by none, see :mod:`.checkpoints`),
 then ``succeeded``, ``failed`` or ``cancelled``. Tasks of one thread follow each other: a
 task joins its thread only when the thread's tasks have all finished.
+
+Tenants. A task belongs to its row's ``tenant``; readers that take a ``tenant`` read only
+that tenant's tasks (``None``: every tenant's, the admin). A thread is a tenant's: its id
+names a thread within the tenant, so two tenants' threads of one id never meet.
 """
 
 from __future__ import annotations
@@ -98,11 +102,12 @@ class TaskStore:
         new_thread: bool,
     ) -> dict[str, Any]:
         """The row of a task that joins ``thread``, once the thread allows it."""
-        self._lock_thread(conn, thread)
+        tenant = row.get("tenant")
+        self._lock_thread(conn, thread, tenant)
         tk = t.tasks
         earlier = conn.execute(
             sa.select(tk.c.id, tk.c.status, tk.c.created_at)
-            .where(tk.c.thread_id == thread)
+            .where(tk.c.thread_id == thread, _of(tk, tenant))
             .order_by(tk.c.created_at, tk.c.id)
         ).all()
         active = [r.id for r in earlier if r.status in TASK_ACTIVE]
@@ -122,22 +127,24 @@ class TaskStore:
             row = {**row, "history": continues(last, added_messages(conn, last.id))}
         return row
 
-    def _lock_thread(self, conn: Connection, thread: str) -> None:
+    def _lock_thread(self, conn: Connection, thread: str, tenant: str | None) -> None:
         """Serialise the tasks added to one thread (PostgreSQL: a transaction-scoped advisory
-        lock on the thread id's hash; SQLite has one writer anyway)."""
+        lock on the hash of the tenant and thread id; SQLite has one writer anyway)."""
         if not self.db.postgres:
             return
-        digest = hashlib.blake2b(f"conch-thread:{thread}".encode(), digest_size=8).digest()
+        name = f"conch-thread:{tenant or ''}:{thread}"
+        digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
         key = int.from_bytes(digest, "big", signed=True)
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
 
-    def thread(self, thread: str) -> list[dict[str, Any]]:
-        """The tasks of a thread, oldest first."""
+    def thread(self, thread: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The tasks of a thread, oldest first (``tenant``: that tenant's thread)."""
         tk = t.tasks
+        q = sa.select(tk).where(tk.c.thread_id == thread)
+        if tenant is not None:
+            q = q.where(tk.c.tenant == tenant)
         with self.db.read() as conn:
-            rows = conn.execute(
-                sa.select(tk).where(tk.c.thread_id == thread).order_by(tk.c.created_at, tk.c.id)
-            ).all()
+            rows = conn.execute(q.order_by(tk.c.created_at, tk.c.id)).all()
         return [task_record(r) for r in rows]
 
     def start_task(self, id: str, owner: str, lease_until: float) -> bool:
@@ -269,10 +276,18 @@ class TaskStore:
             ).scalar_one_or_none()
 
     def list_tasks(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
+        self, status: str | None = None, limit: int = 100, offset: int = 0,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Tasks newest first (``tenant``: only that tenant's)."""
+        q = page(t.tasks, status, limit, offset, tenant)
         with self.db.read() as conn:
-            return [task_record(r) for r in conn.execute(page(t.tasks, status, limit, offset))]
+            return [task_record(r) for r in conn.execute(q)]
+
+
+def _of(table: sa.Table, tenant: str | None) -> Any:
+    """The rows of ``tenant`` (``None``: the admin's, made without a tenant)."""
+    return table.c.tenant.is_(None) if tenant is None else table.c.tenant == tenant
 
 
 def _final_event(

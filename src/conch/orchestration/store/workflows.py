@@ -25,7 +25,9 @@ class WorkflowStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def insert_workflow(self, id: str, plan: Plan) -> None:
+    def insert_workflow(
+        self, id: str, plan: Plan, tenant: str | None = None, key_id: str | None = None
+    ) -> None:
         now = time.time()
         rows = [
             {
@@ -57,6 +59,8 @@ class WorkflowStore:
                     error=None,
                     created_at=now,
                     finished_at=None,
+                    tenant=tenant,
+                    key_id=key_id,
                 )
             )
             conn.execute(sa.insert(t.workflow_steps), rows)
@@ -68,10 +72,18 @@ class WorkflowStore:
                 sa.select(t.workflows.c.definition).where(t.workflows.c.id == id)
             ).scalar_one_or_none()
 
-    def get_workflow(self, id: str) -> dict[str, Any] | None:
+    def owner(self, id: str) -> tuple[str | None, str | None] | None:
+        """``(tenant, key_id)`` of a workflow (what its steps' tasks are made as)."""
+        w = t.workflows
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(w.c.tenant, w.c.key_id).where(w.c.id == id)).first()
+        return None if row is None else (row.tenant, row.key_id)
+
+    def get_workflow(self, id: str, tenant: str | None = None) -> dict[str, Any] | None:
+        """The workflow, if ``tenant`` (None: any) may see it."""
         with self.db.read() as conn:
             wf = conn.execute(sa.select(t.workflows).where(t.workflows.c.id == id)).first()
-            if wf is None:
+            if wf is None or (tenant is not None and wf.tenant != tenant):
                 return None
             steps = conn.execute(
                 steps_with_task_status()
@@ -81,10 +93,11 @@ class WorkflowStore:
         return workflow_record(wf, steps)
 
     def list_workflows(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
+        self, status: str | None = None, limit: int = 100, offset: int = 0,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
         with self.db.read() as conn:
-            wfs = conn.execute(page(t.workflows, status, limit, offset)).all()
+            wfs = conn.execute(page(t.workflows, status, limit, offset, tenant)).all()
             ids = [w.id for w in wfs]
             steps: dict[str, list[Any]] = {i: [] for i in ids}
             if ids:

@@ -13,23 +13,28 @@ from contextlib import asynccontextmanager
 from starlette.middleware import Middleware
 
 from conch import __version__
+from conch.chats import ChatStore
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
 from conch.sandbox.pool import SandboxPool
 from conch.web.agent import (
     analysis,
+    chats,
     discovery,
     execution,
     health,
+    keys,
     marketplace,
     mcp,
     orchestration,
     streams,
 )
-from conch.web.agent.errors import install_error_handlers
+from conch.web.agent.errors import agent_error_bytes, install_error_handlers
 from conch.web.agent.fast_path import AgentApp
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
+from conch.web.agent.scopes import DECLARATIONS
+from conch.web.common.auth import KeyAccess, guard_routes
 from conch.web.common.errors import agent_error_body
 from conch.web.common.metrics import MetricsMiddleware
 from conch.web.common.security import (
@@ -45,10 +50,11 @@ __all__ = ["ConfigurationError", "create_app"]
 
 def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     """The agent server app. Raises :class:`ConfigurationError` for an unsafe configuration."""
-    check_bind(settings.host, settings.api_key)
+    check_bind(settings.host, settings.api_key, settings.admin_key)
     load_all()
     pool = pool or SandboxPool(settings)
     metrics = AgentMetrics(pool)
+    access = KeyAccess.from_settings(settings, metrics.registry)
 
     @asynccontextmanager
     async def lifespan(app: AgentApp) -> AsyncIterator[None]:
@@ -71,6 +77,10 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
             loopback_only=is_loopback(settings.host),
             max_body_bytes=settings.max_body_bytes,
             error_body=agent_error_body,
+            open_paths=DECLARATIONS.open_paths(),
+            open_prefixes=DECLARATIONS.open_prefixes(),
+            access=access,
+            render=lambda _path, exc: agent_error_bytes(exc),
         ),
     ]
     app = AgentApp(
@@ -87,16 +97,20 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.started_at = time.monotonic()
     app.state.pool = pool
     app.state.metrics = metrics
-    app.state.runs = runs = Runs(pool, metrics)
-    app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
+    app.state.access = access
+    app.state.chats = ChatStore(access.keys.engine)
+    app.state.runs = runs = Runs(pool, metrics, access)
+    app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics, access)
     pool.recorder = orchestrator.record_builtin
     app.state.history = metrics.history(orchestrator.active_counts)
 
     install_error_handlers(app)
-    for module in (execution, streams, analysis, discovery, health, orchestration):
+    for module in (execution, streams, analysis, discovery, health, orchestration, keys, chats):
         app.include_router(module.router)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)
     mount_studio(app, ALL_PAGES)
+    # Last: every route is in place, and the fast path takes its routes' guards.
+    guard_routes(app, DECLARATIONS)
     app.serve_fast(runs, middleware, execution.router.routes)
     return app

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from conch.errors import DomainError
+from conch.keys import KeyLimitExceeded
 from conch.lang.builtins.registry import REGISTRY
 from conch.lang.errors import did_you_mean
 from conch.web.agent.protocol import REQUEST_MODELS
@@ -35,11 +36,26 @@ def error_response(
     )
 
 
-def domain_error_response(exc: DomainError) -> Response:
-    """The envelope of any error of the tree: its kind, and the field at fault under the key
-    its family's clients read (``where``, or ``field`` for the marketplace)."""
+def _fields(exc: DomainError) -> dict[str, Any]:
+    """The envelope's fields of an error of the tree: its kind, the field at fault under the
+    key its family's clients read (``where``, or ``field`` for the marketplace); for a limit
+    of a key, also its ``code`` (``rate_limit_exceeded`` or ``insufficient_quota``) and
+    ``retry_after``."""
     extra: dict[str, Any] = {exc.where_key: exc.where} if exc.where else {}
-    return error_response(exc.status, exc.message, exc.headers, kind=exc.kind, **extra)
+    if isinstance(exc, KeyLimitExceeded):
+        extra["code"] = exc.code
+        extra["retry_after"] = exc.retry_after
+    return {"kind": exc.kind, **extra}
+
+
+def agent_error_bytes(exc: DomainError) -> bytes:
+    """The body of any error of the tree (for code that answers before the app's handlers)."""
+    return agent_error_body(exc.status, exc.message, **_fields(exc))
+
+
+def domain_error_response(exc: DomainError) -> Response:
+    """The envelope of any error of the tree (:func:`_fields`)."""
+    return error_response(exc.status, exc.message, exc.headers, **_fields(exc))
 
 
 def problems(errors: Sequence[Any]) -> str:

@@ -29,6 +29,7 @@ from conch.web.agent.protocol import (
     parse_body,
     request_body,
 )
+from conch.web.common.auth import principal_of
 
 router = APIRouter(tags=["execution"])
 
@@ -77,13 +78,15 @@ def _route(
 @_route("/api/v1/execute", ExecuteRequest)
 async def execute(request: Request, runs: RunsDep) -> Response:
     """Run a conch command; the envelope holds its value, output and any error."""
-    return await runs.respond(execute_job(await parse_body(request, ExecuteRequest)), "execute")
+    job = execute_job(await parse_body(request, ExecuteRequest))
+    return await runs.respond(job, "execute", principal_of(request))
 
 
 @_route("/api/v1/eval", EvalRequest)
 async def evaluate(request: Request, runs: RunsDep) -> Response:
     """Evaluate a conch program (an expression or statements)."""
-    return await runs.respond(eval_job(await parse_body(request, EvalRequest)), "eval")
+    job = eval_job(await parse_body(request, EvalRequest))
+    return await runs.respond(job, "eval", principal_of(request))
 
 
 @_route("/api/v1/call/{builtin}", CallRequest, responses={**ERRORS, **UNKNOWN_BUILTIN})
@@ -92,10 +95,11 @@ async def call(builtin: str, request: Request, runs: RunsDep) -> Response:
     body = await parse_body(request, CallRequest)
     if lookup(builtin) is None:
         raise unknown_builtin(builtin)
-    return await runs.respond(call_job(builtin, body), "call")
+    return await runs.respond(call_job(builtin, body), "call", principal_of(request))
 
 
 @_route("/api/v1/pipeline", PipelineRequest, PipelineEnvelope)
 async def pipeline(request: Request, runs: RunsDep) -> Response:
     """Feed `input` through each stage of `steps`; adds per-step timings."""
-    return await runs.respond(pipeline_job(await parse_body(request, PipelineRequest)), "pipeline")
+    job = pipeline_job(await parse_body(request, PipelineRequest))
+    return await runs.respond(job, "pipeline", principal_of(request))

@@ -5,8 +5,9 @@ Running ``1 + 1`` costs one round trip to a sandbox process, and FastAPI's per-r
 :class:`AgentApp` hands these paths to :class:`FastPath`, which uses the same body models
 and job builders (``execution.FAST_ROUTES``), the same :class:`~conch.web.agent.runs.Runs`,
 the same error envelope and the same middleware as the documented routes — it skips only
-the framework's own layers, never the security checks. The FastAPI routes remain the
-reference for these paths (OpenAPI, other methods).
+the framework's own layers, never the security checks (the guard's authentication in the
+middleware, and the route's own guard: its scope and the key's limits). The FastAPI routes
+remain the reference for these paths (OpenAPI, other methods).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from conch.errors import DomainError
 from conch.sandbox.pool import Job
-from conch.web.agent.errors import problems
+from conch.web.agent.errors import agent_error_bytes, problems
 from conch.web.agent.execution import FAST_ROUTES, pipeline_job
 from conch.web.agent.protocol import PipelineRequest
 from conch.web.agent.runs import Runs
+from conch.web.common.auth import guard_of
 from conch.web.common.errors import agent_error_body
 
 
@@ -37,7 +40,8 @@ class AgentApp(FastAPI):
         self, runs: Runs, middleware: Sequence[Middleware], routes: Sequence[BaseRoute]
     ) -> None:
         """Serve ``FAST_ROUTES`` through ``middleware`` (outermost first) and a FastPath;
-        ``routes`` are the documented routes of those paths (for the metrics' label)."""
+        ``routes`` are the documented routes of those paths (for the metrics' label and their
+        guards: call once the routes are guarded)."""
         by_path = {getattr(r, "path", None): r for r in routes}
         inner: ASGIApp = FastPath(runs, {path: by_path[path] for path in FAST_ROUTES})
         for m in reversed(middleware):
@@ -63,13 +67,19 @@ class FastPath:
 
     def __init__(self, runs: Runs, routes: dict[str, Any]) -> None:
         self.runs = runs
-        # The documented route of each path, for the metrics' route label.
+        # The documented route of each path, for the metrics' route label, and its guard.
         self.routes = routes
+        self.guards = {path: guard_of(route) for path, route in routes.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         model, make_job, kind = FAST_ROUTES[path]
         scope["route"] = self.routes[path]
+        try:
+            principal = await self.guards[path].check(scope)
+        except DomainError as exc:
+            await _send_error(send, exc)
+            return
         message = await receive()
         if message["type"] == "http.disconnect":
             return
@@ -92,7 +102,10 @@ class FastPath:
             await _send(send, 400, agent_error_body(400, problems(exc.errors(include_url=False))))
             return
         try:
-            answer = await self.runs.envelope(job, kind)
+            answer = await self.runs.envelope(job, kind, principal)
+        except DomainError as exc:  # a limit of the key refused the run
+            await _send_error(send, exc)
+            return
         except Exception:
             # What the framework's error middleware does for the other routes: a 500, and
             # the exception goes on to the server's log.
@@ -136,7 +149,15 @@ def _pipeline_job(body: bytes) -> Job:
 _JSON = (b"content-type", b"application/json")
 
 
-async def _send(send: Send, status: int, body: bytes) -> None:
+async def _send(
+    send: Send, status: int, body: bytes, extra: dict[str, str] | None = None
+) -> None:
     headers = [_JSON, (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(send: Send, exc: DomainError) -> None:
+    """A refusal in the agent envelope, as the app's handler writes it."""
+    await _send(send, exc.status, agent_error_bytes(exc), exc.headers)

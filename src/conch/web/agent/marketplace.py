@@ -4,6 +4,10 @@
 The service is synchronous (SQLAlchemy Core); each call runs in a worker thread. Its errors
 (:class:`~conch.marketplace.MarketplaceError`, on conch's one tree) reach the client through the
 agent server's handler: ``{"success": false, "error": {kind, message, field}}``.
+
+Keys: the catalogue (search, list, versions) is public to any key; publishing needs
+``marketplace:publish`` and goes to the audit log with the publishing key; installing and
+uninstalling are the admin's (an installed agent is the server's, every tenant's).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from conch.marketplace.records import MAX_NAME, MAX_VERSION, PublishRequest
 from conch.marketplace.service import DEFAULT_LIMIT, MAX_LIMIT
 from conch.web.agent.deps import MarketplaceDep
 from conch.web.agent.protocol import request_body
+from conch.web.common.auth import ACCESS, PRINCIPAL, KeyAccess
 from conch.web.common.errors import WebError
 from conch.web.common.responses import json_response
 
@@ -138,6 +143,10 @@ async def publish(request: Request, service: MarketplaceDep) -> Response:
     model or an oversize field → `400` naming the field."""
     body = await _parse(request, PublishRequest)
     out = await _call(service.publish, body)
+    access: KeyAccess | None = request.scope.get(ACCESS)
+    if access is not None:
+        await _call(access.audit.marketplace_published, request.scope.get(PRINCIPAL),
+                    name=out["name"], version=out["version"], digest=out.get("digest"))  # fmt: skip
     return json_response(out, 201)
 
 

@@ -3,6 +3,9 @@ and metrics (``/api/v1/orchestration/...``).
 
 Routes validate, call the :class:`~conch.orchestration.service.Orchestrator` found at
 ``app.state.orchestrator`` and shape the answer; domain errors carry their HTTP status.
+Each route acts as the request's principal: what it makes belongs to the key's tenant, what
+it reads is that tenant's (every tenant's for the admin), and a decision on a pending call
+goes to the audit log with the deciding key.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.protocol import parse_body
+from conch.web.common.auth import KeyAccess, PrincipalDep
 from conch.web.common.errors import WebError
 from conch.web.common.responses import json_response
 from conch.web.common.sse import EventStreamResponse, encode_event
@@ -243,8 +247,8 @@ _Record = Coroutine[Any, Any, Any]
 
 def _runs(
     kind: RunKind,
-    get: Callable[[Orchestrator, str], _Record],
-    cancel: Callable[[Orchestrator, str], _Record],
+    get: Callable[[Orchestrator, str, str | None], _Record],
+    cancel: Callable[[Orchestrator, str, str | None], _Record],
     *,
     cancelled: str,
     record: type[BaseModel] | None = None,
@@ -256,23 +260,29 @@ def _runs(
 
     async def list_runs(
         orch: OrchestratorDep,
+        principal: PrincipalDep,
         status: str | None = Query(default=None),
         limit: int = Query(default=100, ge=1, le=1000),
         offset: int = Query(default=0, ge=0),
     ) -> Response:
-        return await _call(orch.list_runs(kind, status, limit, offset))
+        return await _call(orch.list_runs(kind, status, limit, offset, principal.reads))
 
     # The path parameter is named per kind (``task_id``), for the URL templates and the
     # OpenAPI document alike.
-    async def get_run(orch: OrchestratorDep, run_id: str = Path(alias=param)) -> Response:
-        return await _call(get(orch, run_id))
+    async def get_run(
+        orch: OrchestratorDep, principal: PrincipalDep, run_id: str = Path(alias=param)
+    ) -> Response:
+        return await _call(get(orch, run_id, principal.reads))
 
-    async def cancel_run(orch: OrchestratorDep, run_id: str = Path(alias=param)) -> Response:
-        return await _call(cancel(orch, run_id))
+    async def cancel_run(
+        orch: OrchestratorDep, principal: PrincipalDep, run_id: str = Path(alias=param)
+    ) -> Response:
+        return await _call(cancel(orch, run_id, principal.reads))
 
     async def run_events(
         orch: OrchestratorDep,
         request: Request,
+        principal: PrincipalDep,
         run_id: str = Path(alias=param),
         last_event_id: int | None = Query(default=None),
         deltas: bool = Query(
@@ -285,7 +295,7 @@ def _runs(
         if deltas and kind != "task":
             raise Invalid("deltas: only a task's event stream has model deltas", where="deltas")
         after = _last_event_id(request, last_event_id)
-        await _call(get(orch, run_id))
+        await _call(get(orch, run_id, principal.reads))
         return _stream(orch, f"{kind}:{run_id}", after, deltas)
 
     one: dict[int | str, dict[str, Any]] = {}
@@ -325,27 +335,30 @@ def _runs(
 
 
 @router.get("/agents")
-async def list_agents(orch: OrchestratorDep) -> Response:
-    """Every agent: `{id, status, capabilities, model, description}` (bare array)."""
-    return await _call(orch.list_agents())
+async def list_agents(orch: OrchestratorDep, principal: PrincipalDep) -> Response:
+    """Every agent the key sees (the built-in one, its tenant's and the marketplace's):
+    `{id, status, capabilities, model, description}` (bare array)."""
+    return await _call(orch.list_agents(principal.reads))
 
 
 @router.post("/agents", status_code=201, openapi_extra=_schema_body(AgentRequest))
-async def register_agent(request: Request, orch: OrchestratorDep) -> Response:
-    """Register (or replace) an agent `{id, system_prompt, tools, model}`."""
+async def register_agent(request: Request, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
+    """Register (or replace) an agent `{id, system_prompt, tools, model}` of the key's tenant
+    (`409` for an id another tenant uses)."""
     body = await parse_body(request, AgentRequest)
-    return await _call(orch.register_agent(**body.model_dump()), 201)
+    created = orch.register_agent(**body.model_dump(), owner=principal.owner, tenant=principal.reads)
+    return await _call(created, 201)
 
 
 @router.get("/agents/{agent_id}")
-async def get_agent(agent_id: str, orch: OrchestratorDep) -> Response:
-    return await _call(orch.get_agent(agent_id))
+async def get_agent(agent_id: str, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
+    return await _call(orch.get_agent(agent_id, principal.reads))
 
 
 @router.delete("/agents/{agent_id}")
-async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
+async def delete_agent(agent_id: str, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
     async def remove() -> dict[str, Any]:
-        await orch.remove_agent(agent_id)
+        await orch.remove_agent(agent_id, principal.reads)
         return {"id": agent_id, "deleted": True}
 
     return await _call(remove())
@@ -355,12 +368,13 @@ async def delete_agent(agent_id: str, orch: OrchestratorDep) -> Response:
 
 
 @router.post("/tasks", status_code=201, openapi_extra=_schema_body(TaskRequest))
-async def create_task(request: Request, orch: OrchestratorDep) -> Response:
+async def create_task(request: Request, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
     """Create a task `{goal, tools, max_steps, agent?, model?, thread_id?, protocol?}`; it
     runs in the background. With `thread_id` it continues the conversation of the thread's
     last task (`409` while a task of the thread is still pending, running or waiting)."""
     body = await parse_body(request, TaskRequest)
-    return await _call(orch.create_task(**body.model_dump()), 201)
+    created = orch.create_task(**body.model_dump(), owner=principal.owner, key_id=principal.key_id)
+    return await _call(created, 201)
 
 
 _runs(
@@ -394,11 +408,16 @@ _DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
     openapi_extra=_schema_body(ApproveRequest),
     responses=_DECISION_ERRORS,
 )
-async def approve_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+async def approve_task(
+    task_id: str, request: Request, orch: OrchestratorDep, principal: PrincipalDep
+) -> Response:
     """Approve a waiting task's pending call, optionally with edited `args` (and `call_id`
-    when several are pending); the task resumes."""
+    when several are pending); the task resumes. Needs the `approve` scope; recorded in the
+    audit log with the key and the edited arguments."""
     body = await _optional_body(request, ApproveRequest)
-    return await _call(orch.approve_task(task_id, args=body.args, call_id=body.call_id))
+    decided = orch.approve_task(task_id, args=body.args, call_id=body.call_id,
+                                tenant=principal.reads, actor=principal)  # fmt: skip
+    return await _call(decided)
 
 
 @router.post(
@@ -406,21 +425,25 @@ async def approve_task(task_id: str, request: Request, orch: OrchestratorDep) ->
     openapi_extra=_schema_body(RejectRequest),
     responses=_DECISION_ERRORS,
 )
-async def reject_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+async def reject_task(
+    task_id: str, request: Request, orch: OrchestratorDep, principal: PrincipalDep
+) -> Response:
     """Reject a waiting task's pending call: the model sees `message` as the call's result
-    and the task goes on."""
+    and the task goes on. Needs the `approve` scope; recorded in the audit log."""
     body = await _optional_body(request, RejectRequest)
-    return await _call(orch.reject_task(task_id, message=body.message, call_id=body.call_id))
+    decided = orch.reject_task(task_id, message=body.message, call_id=body.call_id,
+                               tenant=principal.reads, actor=principal)  # fmt: skip
+    return await _call(decided)
 
 
 @router.get(
     "/tasks/{task_id}/checkpoint",
     responses={200: {"model": list[CheckpointEntry], "description": "The entries, in order."}},
 )
-async def task_checkpoint(task_id: str, orch: OrchestratorDep) -> Response:
+async def task_checkpoint(task_id: str, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
     """The task's checkpoint: every model reply and tool call as it completed, and every
     approval asked for and decided (what a restarted server resumes it from)."""
-    return await _call(orch.task_checkpoint(task_id))
+    return await _call(orch.task_checkpoint(task_id, principal.reads))
 
 
 @router.post(
@@ -437,13 +460,17 @@ async def task_checkpoint(task_id: str, orch: OrchestratorDep) -> Response:
         409: {"description": "`thread_id` names a thread that has tasks."},
     },
 )  # fmt: skip
-async def fork_task(task_id: str, request: Request, orch: OrchestratorDep) -> Response:
+async def fork_task(
+    task_id: str, request: Request, orch: OrchestratorDep, principal: PrincipalDep
+) -> Response:
     """Start a new task from a checkpoint of this one (any status, running included): the
     history up to step `checkpoint`, optionally with the last kept tool result replaced and a
     user message added. Kept model turns and tool calls are replayed from the copied
     checkpoint, not asked or run again; the original stays as it was."""
     body = await parse_body(request, ForkRequest)
-    return await _call(orch.fork_task(task_id, **body.model_dump()), 201)
+    forked = orch.fork_task(task_id, **body.model_dump(), tenant=principal.reads,
+                            owner=principal.owner, key_id=principal.key_id)  # fmt: skip
+    return await _call(forked, 201)
 
 
 # -- threads ------------------------------------------------------------------------------
@@ -456,16 +483,17 @@ async def fork_task(task_id: str, request: Request, orch: OrchestratorDep) -> Re
         404: {"description": "No task has this thread_id."},
     },
 )
-async def get_thread(thread_id: str, orch: OrchestratorDep) -> Response:
-    """A thread `{id, tasks}`: the tasks created with this `thread_id`, oldest first."""
-    return await _call(orch.get_thread(thread_id))
+async def get_thread(thread_id: str, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
+    """A thread `{id, tasks}`: the tasks created with this `thread_id`, oldest first (the
+    key's tenant's thread of that id)."""
+    return await _call(orch.get_thread(thread_id, principal.reads))
 
 
 # -- workflows ----------------------------------------------------------------------------
 
 
 @router.post("/workflows", status_code=201)
-async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
+async def create_workflow(request: Request, orch: OrchestratorDep, principal: PrincipalDep) -> Response:
     """Create and start a workflow (a DAG of `run` and `task` steps)."""
     raw = await request.body()
     try:
@@ -473,7 +501,7 @@ async def create_workflow(request: Request, orch: OrchestratorDep) -> Response:
     except ValueError as exc:
         raise Invalid(f"body: not JSON ({exc})", where="body") from None
     req = parse_workflow(data)
-    return await _call(orch.create_workflow(req), 201)
+    return await _call(orch.create_workflow(req, principal.owner, principal.key_id), 201)
 
 
 _runs(
@@ -488,10 +516,11 @@ _runs(
 
 
 @router.get("/metrics")
-async def metrics(orch: OrchestratorDep) -> Response:
+async def metrics(orch: OrchestratorDep, principal: PrincipalDep) -> Response:
     """`{total_agents, active_tasks, completed_tasks, avg_task_duration_ms, failed_tasks,
-    cancelled_tasks, total_workflows, running_workflows, waiting_tasks}`."""
-    return await _call(orch.metrics())
+    cancelled_tasks, total_workflows, running_workflows, waiting_tasks}` of the key's tenant
+    (of every tenant for the admin)."""
+    return await _call(orch.metrics(principal.reads))
 
 
 class OrchestrationCollector(Collector):
@@ -523,9 +552,70 @@ class OrchestrationCollector(Collector):
                 )
 
 
-def build(settings: Settings, pool: SandboxPool, metrics: AgentMetrics) -> Orchestrator:
+# How long a task's model pass lives; a new one is issued once half of it has passed.
+PASS_S = 900.0
+
+
+def build(
+    settings: Settings, pool: SandboxPool, metrics: AgentMetrics, access: KeyAccess | None = None
+) -> Orchestrator:
     """The orchestrator of the app (started and closed by the app's lifespan); its figures
-    join the app's Prometheus registry."""
-    orch = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker))
+    join the app's Prometheus registry. With keys (``access``), a task's model turns carry a
+    pass of the key that made it, and decisions on pending calls go to the audit log."""
+    credentials = _Passes(access) if access is not None else None
+    orch = Orchestrator(
+        settings, make_executor(settings, pool, dask_job=run_on_dask_worker), credentials
+    )
     metrics.registry.register(OrchestrationCollector(orch))
+    if access is not None:
+        orch.runner.on_decision = _AuditDecisions(access)
     return orch
+
+
+class _Passes:
+    """The model pass of each key whose tasks run here (issued again before it expires)."""
+
+    def __init__(self, access: KeyAccess) -> None:
+        self.access = access
+        self._passes: dict[str | None, tuple[str | None, float]] = {}
+
+    def __call__(self, key_id: str | None) -> str | None:
+        import time
+
+        now = time.monotonic()
+        got = self._passes.get(key_id)
+        if got is not None and got[1] > now:
+            return got[0]
+        token = self.access.keys.issue_pass_for(key_id or "admin", PASS_S)
+        if len(self._passes) > 10_000:
+            self._passes.clear()
+        self._passes[key_id] = (token, now + PASS_S / 2)
+        return token
+
+
+class _AuditDecisions:
+    """A decision on a pending call, written to the audit log (by which key, with the edited
+    arguments); a timeout's has no key."""
+
+    def __init__(self, access: KeyAccess) -> None:
+        self.access = access
+
+    def __call__(
+        self,
+        actor: Any,
+        task_id: str,
+        item: dict[str, Any],
+        decision: str,
+        edited: dict[str, Any] | None,
+        message: str | None,
+    ) -> None:
+        self.access.audit.approval_decided(
+            actor,
+            task_id=task_id,
+            call_id=str(item.get("call_id")),
+            decision=decision,
+            tool=item.get("tool"),
+            arguments=item.get("args") if isinstance(item.get("args"), dict) else None,
+            edited_arguments=edited,
+            reason=message,
+        )

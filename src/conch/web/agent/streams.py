@@ -16,7 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from conch.sandbox.envelope import RunError
+from conch.keys import Admission, Principal
+from conch.sandbox.envelope import RunEnvelope, RunError
 from conch.sandbox.pool import Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.execution import eval_job, execute_job, pipeline_job
@@ -29,6 +30,7 @@ from conch.web.agent.protocol import (
     request_body,
 )
 from conch.web.agent.runs import Runs
+from conch.web.common.auth import principal_of
 from conch.web.common.sse import EventStreamResponse, encode_event
 
 router = APIRouter(tags=["streaming"])
@@ -49,11 +51,37 @@ def _error_message(error: RunError) -> str:
     return message
 
 
-def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
+async def admitted(runs: Runs, job: Job, request: Request) -> tuple[Principal, Admission]:
+    """Admit a streamed run against the caller's key before its ``200`` (a refusal is a
+    ``429``, not an error event)."""
+    job.stream = True
+    principal = principal_of(request)
+    return principal, await runs.admit(principal, job)
+
+
+def stream(
+    runs: Runs,
+    job: Job,
+    kind: str,
+    principal: Principal | None = None,
+    admission: Admission | None = None,
+) -> EventStreamResponse:
+    """The run's events; ``admission`` (:func:`admitted`) is settled when it ends."""
     job.stream = True
     run_id = runs.pool.new_run_id()
 
+    finished: list[RunEnvelope] = []
+
     async def events() -> AsyncGenerator[bytes, None]:
+        try:
+            async with aclosing(run_events()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            if admission is not None and admission.recorded:
+                await runs.finish(principal, admission, finished[0] if finished else None)
+
+    async def run_events() -> AsyncGenerator[bytes, None]:
         started = time.perf_counter()
         seq = 0
 
@@ -72,6 +100,7 @@ def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
                         "progress", {"step": e.step, "total": e.total, "message": e.message}
                     )
                 elif e.kind == "done" and e.result is not None:
+                    finished.append(e.result)
                     runs.metrics.observe_run(kind, started)
                     elapsed = int((time.perf_counter() - started) * 1000)
                     done = e.result
@@ -98,17 +127,19 @@ def _route(path: str, model: type[Any]) -> Any:
 @_route("/api/v1/stream/execute", ExecuteRequest)
 async def stream_execute(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As execute, as Server-Sent Events."""
-    return stream(runs, execute_job(await parse_body(request, ExecuteRequest)), "stream_execute")
+    job = execute_job(await parse_body(request, ExecuteRequest))
+    return stream(runs, job, "stream_execute", *await admitted(runs, job, request))
 
 
 @_route("/api/v1/stream/eval", EvalRequest)
 async def stream_eval(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As eval, as Server-Sent Events."""
-    return stream(runs, eval_job(await parse_body(request, EvalRequest)), "stream_eval")
+    job = eval_job(await parse_body(request, EvalRequest))
+    return stream(runs, job, "stream_eval", *await admitted(runs, job, request))
 
 
 @_route("/api/v1/stream/pipeline", PipelineRequest)
 async def stream_pipeline(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As pipeline, step by step, as Server-Sent Events."""
-    body = await parse_body(request, PipelineRequest)
-    return stream(runs, pipeline_job(body), "stream_pipeline")
+    job = pipeline_job(await parse_body(request, PipelineRequest))
+    return stream(runs, job, "stream_pipeline", *await admitted(runs, job, request))

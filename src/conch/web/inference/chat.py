@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from conch.errors import DomainError
 from conch.inference.api.openai import ChatCompletion, ChatCompletionRequest
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
 from conch.web.inference.deps import ChatDep
 from conch.web.inference.errors import OPENAI
+from conch.web.inference.metering import meter
 from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["chat"])
@@ -27,10 +28,11 @@ router = APIRouter(tags=["chat"])
     responses={**errors(), 200: {"content": {"text/event-stream": {}},
                                  "description": "A completion, or SSE chunks when stream is true"}},
 )
-async def chat_completions(req: ChatCompletionRequest, chat: ChatDep) -> Any:
+async def chat_completions(req: ChatCompletionRequest, chat: ChatDep, request: Request) -> Any:
+    budget = meter(request, req.model, chat.providers)
     if not req.stream:
-        return await chat.create(req)
-    return await openai_stream(chat.stream(req))
+        return await chat.create(req, budget)
+    return await openai_stream(chat.stream(req, meter=budget))
 
 
 async def openai_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventStreamResponse:

@@ -26,6 +26,7 @@ from conch.inference.api.stream import ChatStreamTranslator
 from conch.inference.serving.chat import ChatServing
 from conch.web.common.sse import EventStreamResponse
 from conch.web.inference.errors import Envelope
+from conch.web.inference.metering import meter
 
 
 class VendorError(errors.DomainError):
@@ -149,10 +150,14 @@ async def serve_chat(request: Request, serving: ChatServing, dialect: ChatDialec
     created = int(time.time())
     body = await read_json(request)
     req = validated(ChatCompletionRequest, dialect.to_chat(body), dialect.envelope.field)
+    budget = meter(request, req.model, serving.providers)
     if not req.stream:
-        return JSONResponse(dialect.answer(await serving.create(req), body, created))
-    # Errors known before any output (unknown model, prompt too long) still get a status.
-    first, stream = await primed(serving.stream(req, prompt_usage=dialect.prompt_usage))
+        return JSONResponse(dialect.answer(await serving.create(req, budget), body, created))
+    # Errors known before any output (unknown model, prompt too long, a limit of the key)
+    # still get a status.
+    first, stream = await primed(
+        serving.stream(req, prompt_usage=dialect.prompt_usage, meter=budget)
+    )
     translator = dialect.translator(body, first)
     encode = dialect.encode
 

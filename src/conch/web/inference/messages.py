@@ -1,8 +1,10 @@
 """Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
 Translated to a chat request (``conch.inference.api.anthropic``), served by the chat
-serving layer, translated back. ``x-api-key`` and ``anthropic-version`` are accepted (a local
-server needs no key); errors use Anthropic's ``{"type": "error", "error": {...}}`` shape.
+serving layer, translated back. The API key may come as ``x-api-key`` (Anthropic's clients)
+or as a bearer token; ``anthropic-version`` is accepted. Errors use Anthropic's
+``{"type": "error", "error": {...}}`` shape, a refusal of the key's limits included
+(``rate_limit_error``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from conch.web.common.sse import encode_event
 from conch.web.inference.compat import ChatDialect, read_json, serve_chat, validated
 from conch.web.inference.deps import ChatDep
 from conch.web.inference.errors import ANTHROPIC, AnthropicRoute
+from conch.web.inference.metering import meter
 
 router = APIRouter(tags=["anthropic"], route_class=AnthropicRoute)
 
@@ -53,4 +56,5 @@ async def create_message(request: Request, serving: ChatDep) -> Any:
 async def count_tokens(request: Request, serving: ChatDep) -> Any:
     body = await read_json(request)
     req = validated(ChatCompletionRequest, a.messages_to_chat(body, require_max_tokens=False))
+    meter(request, req.model, serving.providers)  # the key's allow-list; counting uses no tokens
     return {"input_tokens": await serving.count_prompt_tokens(req)}

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -30,11 +30,14 @@ from conch.inference.models.sources import SOURCES, ModelOpError, get_source
 from conch.inference.models.store import ModelRecord
 from conch.inference.serving.errors import Conflict, InvalidRequest, NotFound
 from conch.inference.serving.manager import ModelManager
+from conch.web.common.auth import principal_of
 from conch.web.common.sse import DONE, EventStreamResponse, encode_event
+from conch.web.inference import audit
 from conch.web.inference.compat import validated
 from conch.web.inference.deps import AcquirerDep, ManagerDep, ProvidersDep, StoreDep
 from conch.web.inference.errors import OPENAI
 from conch.web.inference.jobs import Job, JobRun
+from conch.web.inference.metering import allows
 from conch.web.inference.openapi import errors
 
 router = APIRouter(tags=["models"])
@@ -71,16 +74,21 @@ class ConvertBody(BaseModel):
     stream: bool = False
 
 
-async def _run(job: Job, stream: bool, mgr: ModelManager) -> Any:
+async def _run(job: Job, stream: bool, mgr: ModelManager, done: Callable[[], Awaitable[None]] | None = None) -> Any:
     """Answer ``201`` with the model once the job is done, or, with ``stream``, SSE progress
-    events ending with the model (or the error: the ``200`` is sent by then) and ``[DONE]``."""
+    events ending with the model (or the error: the ``200`` is sent by then) and ``[DONE]``.
+    ``done``: called once the job has succeeded (the audit log's entry)."""
     if stream:
-        return EventStreamResponse(_progress_events(job, mgr))
+        return EventStreamResponse(_progress_events(job, mgr, done))
     record = await asyncio.to_thread(job, None, None)
+    if done is not None:
+        await done()
     return JSONResponse((await details(record, mgr)).model_dump(mode="json"), status_code=201)
 
 
-async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
+async def _progress_events(
+    job: Job, mgr: ModelManager, done: Callable[[], Awaitable[None]] | None = None
+) -> AsyncIterator[bytes]:
     run = JobRun(job)
     try:
         async for event in run.progress():
@@ -97,6 +105,8 @@ async def _progress_events(job: Job, mgr: ModelManager) -> AsyncIterator[bytes]:
             failure["error"]["status"] = err.status
             yield encode_event(failure)
         else:
+            if done is not None:
+                await done()
             yield encode_event((await details(record, mgr)).model_dump(mode="json"))
         yield DONE
     finally:
@@ -125,7 +135,9 @@ async def details(record: ModelRecord, mgr: ModelManager) -> p.ModelDetails:
 
 
 @router.get("/v1/models", response_model=p.ModelList)
-async def list_models(models: StoreDep, registry: ProvidersDep) -> Any:
+async def list_models(models: StoreDep, registry: ProvidersDep, request: Request) -> Any:
+    """The models the key may use (its allow-list), local and remote."""
+    principal = principal_of(request)
     records, remote = await asyncio.gather(asyncio.to_thread(models.list), registry.models())
     data = [
         p.Model(id=r.id, created=r.created, owned_by=r.owned_by, capabilities=list(r.capabilities))
@@ -133,7 +145,7 @@ async def list_models(models: StoreDep, registry: ProvidersDep) -> Any:
     ]
     # Remote models: the providers' last lists (cached 60 s, never waited on for long).
     data += [p.Model(id=m["id"], created=m["created"], owned_by=m["owned_by"]) for m in remote]
-    return p.ModelList(data=data)
+    return p.ModelList(data=[m for m in data if allows(principal, m.id, registry)])
 
 
 # Download and convert: declared before GET/DELETE /v1/models/{model_id:path}, whose path
@@ -147,7 +159,8 @@ _model_job = functools.partial(router.post, status_code=201, responses={
 
 
 @_model_job("/v1/models/{model_id:path}/download", summary="Download a model from a source into the store")
-async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: DownloadBody | None = None) -> Any:
+async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, request: Request,
+                         req: DownloadBody | None = None) -> Any:
     body = req or DownloadBody()
     if not body.source:
         raise InvalidRequest(f"`source` is required; valid sources: {', '.join(SOURCES)}",
@@ -160,7 +173,9 @@ async def download_model(model_id: str, acq: AcquirerDep, mgr: ManagerDep, req: 
         url=body.url, package=body.package, name=body.name, path=body.path,
         registry=body.registry, sha256=body.sha256,
     )
-    return await _run(functools.partial(acq.download, model_id, spec), body.stream, mgr)
+    pulled = functools.partial(audit.model_pulled, request, model_id, body.source,
+                               url=body.url, repo=body.repo, name=body.name, revision=body.revision)
+    return await _run(functools.partial(acq.download, model_id, spec), body.stream, mgr, pulled)
 
 
 @_model_job("/v1/models/{model_id:path}/convert", summary="Convert or quantize a model into a new model")
@@ -180,7 +195,7 @@ class LoadBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_ctx: int | None = Field(default=None, ge=1, description="Tokens one request may hold.")
+    n_ctx: int | None = Field(default=None, ge=0, description="KV cells every request shares (0: the model's training context).")
     n_gpu_layers: int | None = Field(default=None, ge=-1, description="Layers on the GPU (-1: all, 0: CPU only).")
     main_gpu: int | None = Field(default=None, ge=0)
     n_threads: int | None = Field(default=None, ge=1, description="Threads for generation.")
@@ -189,6 +204,7 @@ class LoadBody(BaseModel):
     kv_cache_type: Literal["f16", "q8_0"] | None = None
     n_ubatch: int | None = Field(default=None, ge=1)
     n_batch: int | None = Field(default=None, ge=1)
+    batch_invariant: bool | None = Field(default=None, description="Logits bitwise the same however a prompt is split.")
     draft_model: str | None = Field(default=None, description="A local model proposing speculative drafts.")
     keep_alive: float | str | None = Field(
         default=None, description="How long it stays loaded when idle (seconds or a duration; negative: until "
@@ -234,7 +250,7 @@ async def get_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
 
 @router.delete("/v1/models/{model_id:path}", response_model=p.ModelDeleted,
                responses=errors((409, "Model in use")))
-async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
+async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep, request: Request) -> Any:
     record = await asyncio.to_thread(models.find, model_id)
     if record is None:
         raise _no_such_model(model_id)
@@ -245,6 +261,7 @@ async def delete_model(model_id: str, models: StoreDep, mgr: ManagerDep) -> Any:
         raise Conflict(f"The model '{model_id}' is serving requests; try again when they finish", code="model_in_use")
     await mgr.unload(mid)
     await asyncio.to_thread(models.delete, mid)
+    await audit.model_deleted(request, mid)
     return p.ModelDeleted(id=model_id, deleted=True)
 
 

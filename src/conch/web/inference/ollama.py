@@ -30,7 +30,9 @@ from conch.inference.models.acquire import DownloadSpec
 from conch.inference.models.sources import ModelOpError, get_source
 from conch.inference.models.store import ModelStore
 from conch.inference.serving.embeddings import EmbeddingServing
+from conch.web.common.auth import principal_of
 from conch.web.common.responses import compact_json
+from conch.web.inference import audit
 from conch.web.inference.compat import (
     BadRequest,
     Conflict,
@@ -51,6 +53,7 @@ from conch.web.inference.deps import (
 )
 from conch.web.inference.errors import OLLAMA, OllamaRoute
 from conch.web.inference.jobs import JobRun
+from conch.web.inference.metering import allows, meter
 
 router = APIRouter(tags=["ollama"], route_class=OllamaRoute)
 
@@ -128,7 +131,9 @@ async def chat(request: Request, serving: ChatDep, settings: SettingsDep, store:
     body = await _read_model_request(request, store)
     req = validated(ChatCompletionRequest, o.chat_request(body, _context_of(settings, store, body["model"])))
     stream_out = body.get("stream", True) is not False
-    return await _generation("chat", body["model"], stream_out, start, lambda: serving.stream(req))
+    budget = meter(request, req.model, serving.providers)
+    return await _generation("chat", body["model"], stream_out, start,
+                             lambda: serving.stream(req, meter=budget))
 
 
 @router.post("/api/generate", openapi_extra=_body("An Ollama generate request"), summary="Ollama generate")
@@ -139,6 +144,7 @@ async def generate(request: Request, chat: ChatDep, completions: CompletionDep, 
     stream_out = body.get("stream", True) is not False
     if not body["model"]:
         raise TranslationError("model is required", "model")
+    budget = meter(request, body["model"], chat.providers)
     if not body.get("prompt") and not body.get("suffix"):
         # An empty prompt loads the model and answers at once (Ollama's preload idiom).
         async with manager.use(body["model"], body.get("keep_alive")):
@@ -148,9 +154,11 @@ async def generate(request: Request, chat: ChatDep, completions: CompletionDep, 
         return JSONResponse(done) if not stream_out else StreamingResponse(iter([_line(done)]), media_type=NDJSON)
     kind, translated = o.generate_request(body, _context_of(settings, store, body["model"]))
     if kind == "chat":
-        source: Callable[[], Any] = functools.partial(chat.stream, validated(ChatCompletionRequest, translated))
+        source: Callable[[], Any] = functools.partial(
+            chat.stream, validated(ChatCompletionRequest, translated), meter=budget)
     else:
-        source = functools.partial(completions.stream, validated(CompletionRequest, translated), chat_logprobs=True)
+        source = functools.partial(completions.stream, validated(CompletionRequest, translated),
+                                   chat_logprobs=True, meter=budget)  # fmt: skip
     return await _generation("generate", body["model"], stream_out, start, source)
 
 
@@ -159,7 +167,8 @@ async def _embed(request: Request, serving: EmbeddingServing, store: ModelStore,
     body = await _read_model_request(request, store)
     if legacy and not isinstance(body.get("prompt"), str):
         raise TranslationError("'prompt' must be a string", "prompt")
-    result = await serving.create(validated(EmbeddingRequest, o.embed_request(body)))
+    req = validated(EmbeddingRequest, o.embed_request(body))
+    result = await serving.create(req, meter(request, req.model, serving.providers))
     total = int((time.perf_counter() - start) * 1e9)
     answer = o.embed_response(body["model"], result, total)
     if legacy:
@@ -184,9 +193,12 @@ def _usable(record: Any) -> bool:
 
 
 @router.get("/api/tags", summary="Ollama: local models")
-async def tags(store: StoreDep) -> Any:
+async def tags(store: StoreDep, request: Request) -> Any:
+    """The models the key may use."""
+    principal = principal_of(request)
     records = await asyncio.to_thread(store.list)
-    return {"models": [o.tag_entry(r) for r in records if _usable(r)]}
+    return {"models": [o.tag_entry(r) for r in records
+                       if _usable(r) and allows(principal, r.id, None)]}  # fmt: skip
 
 
 async def _record(store: ModelStore, body: dict[str, Any]) -> Any:
@@ -247,6 +259,7 @@ async def delete(request: Request, store: StoreDep, manager: ManagerDep) -> Any:
         raise Conflict(f"model '{record.id}' is serving requests; try again when they finish")
     await manager.unload(record.id)
     await asyncio.to_thread(store.delete, record.id)
+    await audit.model_deleted(request, record.id)
     return Response(status_code=200)
 
 
@@ -274,6 +287,7 @@ async def pull(request: Request, acquirer: AcquirerDep) -> Any:
 
     if body.get("stream", True) is False:
         await asyncio.to_thread(acquirer.download, model, spec)
+        await audit.model_pulled(request, model, source, name=fields.get("name"))
         return {"status": "success"}
 
     async def lines() -> AsyncIterator[str]:
@@ -290,6 +304,7 @@ async def pull(request: Request, acquirer: AcquirerDep) -> Any:
             except Exception as exc:
                 yield _line(o.error_body(f"pull failed: {exc}"))
                 return
+            await audit.model_pulled(request, model, source, name=fields.get("name"))
             if record.sha256:
                 yield _line({"status": "verifying sha256 digest", "digest": f"sha256:{record.sha256}"})
             yield _line({"status": "writing manifest"})

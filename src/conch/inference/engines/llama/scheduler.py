@@ -97,6 +97,14 @@ class LlamaGeneration(Generation):
             if not self._done:
                 self.cancel()
 
+    @property
+    def generated(self) -> int:
+        return self._job.n_gen
+
+    @property
+    def finished(self) -> bool:
+        return self._done
+
     def cancel(self) -> None:
         if not self._done:
             self._job.cancelled = True
