@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     session_ttl_s: float = 86_400.0
     session_disk_mb: int = 512
     session_upload_mb: int = 100
+    # Warm sandbox workers kept waiting for a session (imports done, not yet confined): a
+    # session's first run binds one in milliseconds instead of starting a process.
+    session_spares: int = 2
 
     # model inference server
     models_host: str = "127.0.0.1"

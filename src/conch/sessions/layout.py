@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
 from pathlib import Path
 
 from conch.sessions.errors import SessionNotFound
@@ -76,6 +77,57 @@ class SessionDirs:
         if self.owner is not None:
             os.chown(root / "workspace", *self.owner, follow_symlinks=False)
         return root
+
+    def owner_of(self, id: str) -> Owner | None:
+        """Who the session's files belong to now: ``owner`` where it is fixed, else the user
+        its workspace was last handed to (:meth:`hand_over`); None where that is the server's
+        own user (nothing to give)."""
+        if self.owner is not None:
+            return self.owner
+        try:
+            st = os.lstat(self.workspace(id))
+        except FileNotFoundError:
+            return None
+        if st.st_uid == os.geteuid():
+            return None
+        return st.st_uid, st.st_gid
+
+    def hand_over(self, id: str, uid: int | None, gid: int | None, *,
+                  others: range | None = None) -> None:
+        """Give the session's files to the user its next worker runs as (``uid``, ``gid``;
+        None: the server's own user, nothing to give).
+
+        Every entry of the workspace owned by its previous user (the workspace's owner) or by
+        a uid of ``others`` (the sandbox's range: a hand-over cut short) is changed, without
+        following a link, and the workspace itself last: its owner says the hand-over is
+        complete, so one cut short is finished by the next. Entries of anyone else (which no
+        worker could have made) are left as they are."""
+        if uid is None or gid is None:
+            return
+        workspace = self.workspace(id)
+        top = os.lstat(workspace)
+        if top.st_uid == uid and top.st_gid == gid:
+            return
+        old = top.st_uid
+
+        def theirs(st: os.stat_result) -> bool:
+            return st.st_uid == old or (others is not None and st.st_uid in others)
+
+        try:
+            for _root, dirs, files, fd in os.fwalk(workspace, follow_symlinks=False):
+                for name in dirs + files:
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        if theirs(st) and (st.st_uid, st.st_gid) != (uid, gid):
+                            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+        except RecursionError:
+            # Nested deeper than Python recurses: chown(1) walks any depth, never following
+            # a link (-P), changing links themselves (-h).
+            subprocess.run(["chown", "-R", "-h", "-P", f"{uid}:{gid}", "--", "."],
+                           cwd=workspace, check=True, capture_output=True)
+        os.chown(workspace, uid, gid, follow_symlinks=False)
 
     def remove(self, id: str) -> None:
         """Remove the session's directories and all in them (links removed, never followed);

@@ -127,7 +127,7 @@ class SessionService:
             tmp=self.dirs.tmp(session.id),
             quota_bytes=self.settings.session_disk_mb * MB,
             upload_bytes=self.settings.session_upload_mb * MB,
-            owner=self.dirs.owner,
+            owner=self.dirs.owner_of(session.id),
         )
 
     def files(self, id: str, *, tenant: str | None = None) -> SessionFiles:

@@ -16,6 +16,8 @@ from conch import __version__
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
 from conch.sandbox.pool import SandboxPool
+from conch.sessions.runtime import SessionRuntime
+from conch.sessions.service import SessionService
 from conch.web.agent import (
     analysis,
     discovery,
@@ -24,6 +26,7 @@ from conch.web.agent import (
     marketplace,
     mcp,
     orchestration,
+    sessions,
     streams,
 )
 from conch.web.agent.errors import install_error_handlers
@@ -49,15 +52,19 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     load_all()
     pool = pool or SandboxPool(settings)
     metrics = AgentMetrics(pool)
+    session_service = SessionService.from_settings(settings)
+    session_runtime = SessionRuntime(session_service, pool)
 
     @asynccontextmanager
     async def lifespan(app: AgentApp) -> AsyncIterator[None]:
         await pool.start()
+        await session_runtime.start()
         await app.state.orchestrator.start()
         try:
             yield
         finally:
             await app.state.orchestrator.close()
+            await session_runtime.close()
             await pool.close()
 
     # Outermost first; the fast path goes through the very same stack.
@@ -69,6 +76,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
             loopback_only=is_loopback(settings.host),
             max_body_bytes=settings.max_body_bytes,
             error_body=agent_error_body,
+            body_exempt=sessions.is_upload,
         ),
     ]
     app = AgentApp(
@@ -85,12 +93,14 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.started_at = time.monotonic()
     app.state.pool = pool
     app.state.metrics = metrics
-    app.state.runs = runs = Runs(pool, metrics)
+    app.state.sessions = session_service
+    app.state.session_runtime = session_runtime
+    app.state.runs = runs = Runs(pool, metrics, session_runtime)
     app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
     pool.recorder = orchestrator.record_builtin
 
     install_error_handlers(app)
-    for module in (execution, streams, analysis, discovery, health, orchestration):
+    for module in (execution, streams, analysis, discovery, health, orchestration, sessions):
         app.include_router(module.router)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)

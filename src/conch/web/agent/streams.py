@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from conch.sandbox.envelope import RunError
-from conch.sandbox.pool import Job
+from conch.sandbox.pool import Event, Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.execution import eval_job, execute_job, pipeline_job
 from conch.web.agent.protocol import (
@@ -49,12 +49,36 @@ def _error_message(error: RunError) -> str:
     return message
 
 
-def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
+async def stream(
+    runs: Runs, job: Job, kind: str, session: str | None = None, tenant: str | None = None
+) -> EventStreamResponse:
+    """The run's events as SSE. In a ``session``, the session is taken (found, its lease,
+    a worker) before the answer starts, so that a session not found or busy elsewhere is an
+    HTTP error; ``complete`` and ``error`` then add ``unsaved``."""
     job.stream = True
     run_id = runs.pool.new_run_id()
+    began = time.perf_counter()
+    source: AsyncGenerator[Event, None]
+    first: Event | None = None
+    if session is not None:
+        assert runs.sessions is not None, "the sessions' runtime is not attached"
+        source = runs.sessions.events(session, job, tenant=tenant)
+        try:
+            first = await anext(source)
+        except BaseException:
+            await source.aclose()
+            raise
+    else:
+        source = runs.pool.events(job)
+
+    async def chained() -> AsyncGenerator[Event, None]:
+        if first is not None:
+            yield first
+        async for e in source:
+            yield e
 
     async def events() -> AsyncGenerator[bytes, None]:
-        started = time.perf_counter()
+        started = began if session is not None else time.perf_counter()
         seq = 0
 
         def event(name: str, data: dict[str, Any]) -> bytes:
@@ -63,7 +87,7 @@ def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
             return encode_event(data, event=name, id=seq)
 
         yield event("start", {"id": run_id})
-        async with aclosing(runs.pool.events(job)) as run_events:
+        async with aclosing(source), aclosing(chained()) as run_events:
             async for e in run_events:
                 if e.kind == "data":
                     yield event("data", {"result": e.text})
@@ -75,12 +99,13 @@ def stream(runs: Runs, job: Job, kind: str) -> EventStreamResponse:
                     runs.metrics.observe_run(kind, started)
                     elapsed = int((time.perf_counter() - started) * 1000)
                     done = e.result
+                    extra = {} if session is None else {"unsaved": e.unsaved or []}
                     if done.error is None:
                         complete = {"result": done.result, "elapsed_ms": elapsed, "type": done.type}
-                        yield event("complete", complete)
+                        yield event("complete", {**complete, **extra})
                     else:
                         failure = {**done.error.to_json(), "message": _error_message(done.error)}
-                        yield event("error", failure)
+                        yield event("error", {**failure, **extra})
 
     return EventStreamResponse(events())
 
@@ -98,17 +123,19 @@ def _route(path: str, model: type[Any]) -> Any:
 @_route("/api/v1/stream/execute", ExecuteRequest)
 async def stream_execute(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As execute, as Server-Sent Events."""
-    return stream(runs, execute_job(await parse_body(request, ExecuteRequest)), "stream_execute")
+    body = await parse_body(request, ExecuteRequest)
+    return await stream(runs, execute_job(body), "stream_execute", body.session)
 
 
 @_route("/api/v1/stream/eval", EvalRequest)
 async def stream_eval(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As eval, as Server-Sent Events."""
-    return stream(runs, eval_job(await parse_body(request, EvalRequest)), "stream_eval")
+    body = await parse_body(request, EvalRequest)
+    return await stream(runs, eval_job(body), "stream_eval", body.session)
 
 
 @_route("/api/v1/stream/pipeline", PipelineRequest)
 async def stream_pipeline(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As pipeline, step by step, as Server-Sent Events."""
     body = await parse_body(request, PipelineRequest)
-    return stream(runs, pipeline_job(body), "stream_pipeline")
+    return await stream(runs, pipeline_job(body), "stream_pipeline", body.session)

@@ -8,7 +8,8 @@ the hot path and also covers streaming responses.
 - With an API key, every route but ``/health`` needs ``Authorization: Bearer <key>``
   (compared in constant time); otherwise ``401`` with ``WWW-Authenticate: Bearer``.
 - Bodies larger than ``max_body_bytes`` are refused with ``413``, by ``Content-Length`` or
-  while reading a chunked body.
+  while reading a chunked body; but for the requests ``body_exempt`` names (a file upload,
+  which its route bounds by a limit of its own).
 - Refusals are written with the server's own error-body builder
   (:mod:`conch.web.common.errors`), so each server answers in its family's envelope.
 - Every response gets ``X-Content-Type-Options: nosniff``; API responses that did not choose
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -79,8 +81,10 @@ class SecurityMiddleware:
         max_body_bytes: int,
         error_body: ErrorBody,
         open_paths: frozenset[str] = OPEN_PATHS,
+        body_exempt: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.app = app
+        self.body_exempt = body_exempt
         self.error_body = error_body
         self.open_paths = open_paths
         self.key = f"Bearer {api_key}".encode() if api_key else None
@@ -117,8 +121,9 @@ class SecurityMiddleware:
                     send, 401, message, [(b"www-authenticate", b'Bearer realm="conch"')]
                 )
                 return
+        exempt = self.body_exempt is not None and self.body_exempt(scope["method"], path)
         length = headers.get(b"content-length")
-        if length is not None:
+        if length is not None and not exempt:
             try:
                 too_large = int(length) > self.max_body
             except ValueError:
@@ -154,7 +159,7 @@ class SecurityMiddleware:
             return message
 
         try:
-            await self.app(scope, limited_receive, send_with_headers)
+            await self.app(scope, receive if exempt else limited_receive, send_with_headers)
         except BodyTooLarge:
             if not started:
                 await self._reply(send, 413, f"request body larger than {self.max_body} bytes")
