@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     # Warm sandbox workers kept waiting for a session (imports done, not yet confined): a
     # session's first run binds one in milliseconds instead of starting a process.
     session_spares: int = 2
+    # The most sessions this server keeps a worker for; past it the one idle longest is
+    # paused early (a paused session costs disk, a warm one a process).
+    session_workers_max: int = 100
 
     # model inference server
     models_host: str = "127.0.0.1"

@@ -276,7 +276,23 @@ class SessionRuntime:
         elif tenant is not None and live.tenant != tenant:
             raise SessionNotFound(f"no session {live.id!r}", where="session")
         if live.worker is None:
+            await self._make_room()
             await self._bind(live)
+
+    async def _make_room(self) -> None:
+        """Pause the sessions idle longest while this server keeps ``session_workers_max``
+        workers or more (one is about to be bound)."""
+        warm = [live for live in self._live.values() if live.worker is not None]
+        excess = len(warm) + 1 - max(1, self.settings.session_workers_max)
+        if excess <= 0:
+            return
+        idle = sorted((live for live in warm if not live.users and not live.lock.locked()),
+                      key=lambda live: live.last_used)
+        for live in idle[:excess]:
+            async with live.lock:
+                with contextlib.suppress(SessionError):
+                    await self._pause(live)
+            self._forget_if_idle(live)
 
     async def _acquire(self, live: _Live, tenant: str | None) -> Session:
         """The session's lease; waits up to ``BUSY_WAIT_S`` while another server holds it."""

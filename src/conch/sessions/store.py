@@ -85,6 +85,8 @@ class _Q:
         .values(
             lease_owner=sa.bindparam("owner", type_=sa.String),
             lease_expires_at=sa.bindparam("until", type_=sa.Float),
+            # Held by a server: it has (or is about to have) a worker, so it is not paused.
+            status=ACTIVE,
         )
         .returning(*_S.c)
     )
