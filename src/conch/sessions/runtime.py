@@ -445,10 +445,12 @@ class SessionRuntime:
             with contextlib.suppress(SessionError):
                 await self._flush(live)
 
-    def is_live(self, id: str) -> bool:
-        """Whether a worker of this server holds the session now."""
+    def worker_pid(self, id: str) -> int | None:
+        """The pid of the worker this server keeps for the session (None: none now)."""
         live = self._live.get(id)
-        return live is not None and live.worker is not None and not live.worker.closed
+        if live is None or live.worker is None or live.worker.closed:
+            return None
+        return live.worker.pid
 
     # -- the heartbeat ----------------------------------------------------------------------
 
