@@ -261,6 +261,10 @@ class SessionRuntime:
     async def _ready(self, live: _Live, tenant: str | None) -> None:
         if live.worker is not None and live.worker.closed:
             live.worker = None  # lost (a crash, a limit): the next worker resumes from disk
+        if live.held and not os.path.isdir(live.state.dir):
+            # Deleted, by another server perhaps, since this one last asked: ask again.
+            self._unbind(live)
+            live.held = False
         now = time.time()
         if not live.held or now > live.lease_until - self.lease_s / 3:
             session = await self._acquire(live, tenant)
