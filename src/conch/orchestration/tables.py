@@ -80,6 +80,8 @@ tasks = _keyed_by_id(
     sa.Column("fork_checkpoint", sa.Integer, nullable=True),
     sa.Column("history", sa.JSON, nullable=True),
     sa.Column("protocol", sa.String, nullable=True),
+    # The session its tool calls run in (conch.sessions): given, or its thread's
+    sa.Column("session", sa.String, nullable=True),
 )
 
 workflows = _keyed_by_id(

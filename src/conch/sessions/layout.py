@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -129,6 +131,28 @@ class SessionDirs:
                            cwd=workspace, check=True, capture_output=True)
         os.chown(workspace, uid, gid, follow_symlinks=False)
 
+    def copy_workspace(self, source: str, target: str) -> None:
+        """Copy the files of ``source``'s workspace into ``target``'s (made by the server,
+        so the server's until ``target``'s first worker is handed them): directories and
+        regular files, symbolic links as links (never followed); fifos, sockets and devices
+        are left out."""
+        src_top, dst_top = self.workspace(source), self.workspace(target)
+        for root, dirs, files, root_fd in os.fwalk(src_top, follow_symlinks=False):
+            below = os.path.relpath(root, src_top)
+            dst_dir = dst_top if below == "." else dst_top / below
+            for name in dirs + files:
+                try:
+                    st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                target_path = dst_dir / name
+                if stat.S_ISDIR(st.st_mode):
+                    target_path.mkdir(mode=PRIVATE_MODE, exist_ok=True)
+                elif stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(name, dir_fd=root_fd), target_path)
+                elif stat.S_ISREG(st.st_mode):
+                    _copy_file(root_fd, name, target_path)
+
     def remove(self, id: str) -> None:
         """Remove the session's directories and all in them (links removed, never followed);
         nothing to do when they are gone already."""
@@ -150,3 +174,16 @@ class SessionDirs:
                 e.name for e in it if _ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
             )
         return []
+
+
+def _copy_file(dir_fd: int, name: str, target: Path) -> None:
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):  # swapped for something else meanwhile
+            return
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600)
+        with open(src, "rb", closefd=False) as reader, open(dst, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+    finally:
+        os.close(src)

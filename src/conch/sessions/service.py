@@ -135,6 +135,27 @@ class SessionService:
         session = self.get(id, tenant=tenant)
         return self.files_of(self.store.touch(session.id))
 
+    def fork(self, source: str, *, tenant: str | None = None) -> Session:
+        """A new session that starts as a copy of ``source``: its TTL, limits and
+        permissions, its files (links copied as links, never followed) and its saved
+        bindings as of the last completed save. (A run of ``source`` in progress is not in
+        the copy: what the copy holds is what a resume of ``source`` would hold.)"""
+        original = self.get(source, tenant=tenant)
+        copy = self.create(
+            tenant=original.tenant, ttl_s=original.ttl_s, limits=original.limits,
+            allow_network=original.allow_network, allow_process=original.allow_process,
+        )  # fmt: skip
+        try:
+            self.dirs.copy_workspace(source, copy.id)
+            snapshot = self.state(source).load(collect=False)
+            if snapshot.bindings:
+                self.state(copy.id).save(list(snapshot.bindings.values()))
+            self.measure(copy.id)
+        except BaseException:
+            self.delete(copy.id)
+            raise
+        return self.store.get(copy.id)
+
     def state(self, id: str) -> SessionState:
         """The saved bindings of session ``id`` (written only by the lease holder)."""
         return SessionState(self.dirs.state(id))

@@ -47,6 +47,8 @@ def task_record(row: Any) -> dict[str, Any]:
         "forked_from": row.forked_from,
         "fork_checkpoint": row.fork_checkpoint,
         "protocol": row.protocol,
+        # Only where there is one: a task without a session answers as it always did.
+        **({"session": row.session} if row.session is not None else {}),
     }
 
 

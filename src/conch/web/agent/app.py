@@ -18,6 +18,7 @@ from conch.lang.builtins.registry import load_all
 from conch.sandbox.pool import SandboxPool
 from conch.sessions.runtime import SessionRuntime
 from conch.sessions.service import SessionService
+from conch.sessions.tasks import TaskSessions
 from conch.web.agent import (
     analysis,
     discovery,
@@ -96,7 +97,8 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.sessions = session_service
     app.state.session_runtime = session_runtime
     app.state.runs = runs = Runs(pool, metrics, session_runtime)
-    app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics)
+    app.state.orchestrator = orchestrator = orchestration.build(
+        settings, pool, metrics, TaskSessions(session_runtime))
     pool.recorder = orchestrator.record_builtin
 
     install_error_handlers(app)

@@ -23,6 +23,7 @@ from conch.orchestration.errors import Invalid
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.orchestration.task_run import TaskSessions
 from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
 from conch.web.agent.metrics import AgentMetrics
@@ -182,6 +183,10 @@ class TaskRecord(BaseModel):
     protocol: Literal["native", "json"] | None = Field(
         description="The tool-call protocol the task runs with: the model API's tools "
         "(native) or JSON actions (json); null until it starts, unless the request forced one."
+    )
+    session: str | None = Field(
+        default=None, description="The session its tool calls run in (given, or its "
+        "thread's); absent for a task without one."
     )
 
 
@@ -508,9 +513,13 @@ class OrchestrationCollector(Collector):
                 )
 
 
-def build(settings: Settings, pool: SandboxPool, metrics: AgentMetrics) -> Orchestrator:
+def build(
+    settings: Settings, pool: SandboxPool, metrics: AgentMetrics,
+    sessions: TaskSessions | None = None,
+) -> Orchestrator:
     """The orchestrator of the app (started and closed by the app's lifespan); its figures
-    join the app's Prometheus registry."""
-    orch = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker))
+    join the app's Prometheus registry. ``sessions``: where tasks with a session run."""
+    executor = make_executor(settings, pool, dask_job=run_on_dask_worker)
+    orch = Orchestrator(settings, executor, sessions)
     metrics.registry.register(OrchestrationCollector(orch))
     return orch
