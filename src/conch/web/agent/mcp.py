@@ -3,17 +3,22 @@
 A plain route inside the app, so the same guard as every other route applies (Host check on a
 loopback bind, bearer key, body limit). The SDK's own DNS-rebinding check is therefore off:
 it would only repeat ours with a narrower list of loopback names.
+
+Each MCP client has a conch session of its own (:mod:`conch.mcp_server`, "Sessions"): over
+HTTP it is carried by the ``conch_session`` cookie, read here into the request's
+:class:`~conch.mcp_server.SessionSlot` and set on the answer that made the session.
 """
 
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from conch.mcp_server import ConchMCP, OrchestratorRunner
+from conch.mcp_server import COOKIE, CURRENT_SLOT, ConchMCP, OrchestratorRunner, SessionSlot
 
 PATH = "/mcp"
 
@@ -27,6 +32,7 @@ def attach(app: Any, settings: Any) -> ConchMCP:
         run_job=app.state.pool.run,
         installed=app.state.marketplace.installed,
         run_agent=OrchestratorRunner(orchestrator) if orchestrator is not None else None,
+        sessions=getattr(app.state, "session_runtime", None),
     )
     manager = StreamableHTTPSessionManager(
         app=server.server,
@@ -37,7 +43,7 @@ def attach(app: Any, settings: Any) -> ConchMCP:
     )
     app.router.add_route(
         PATH,
-        StreamableHTTPASGIApp(manager),
+        _with_session_cookie(StreamableHTTPASGIApp(manager)),
         methods=["GET", "POST", "DELETE"],
         include_in_schema=False,
     )
@@ -51,3 +57,39 @@ def attach(app: Any, settings: Any) -> ConchMCP:
 
     app.router.lifespan_context = lifespan
     return server
+
+
+class _with_session_cookie:  # a class, not a function: Starlette mounts it as an ASGI app
+    """``inner`` (the MCP transport) with the client's session carried by a cookie."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        slot = SessionSlot(_cookie(scope))
+
+        async def send_cookie(message: Any) -> None:
+            if message["type"] == "http.response.start" and slot.made and slot.id:
+                cookie = f"{COOKIE}={slot.id}; Path={PATH}; HttpOnly; SameSite=Strict"
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"set-cookie", cookie.encode())]}
+            await send(message)
+
+        token = CURRENT_SLOT.set(slot)
+        try:
+            await self.inner(scope, receive, send_cookie)
+        finally:
+            CURRENT_SLOT.reset(token)
+
+
+def _cookie(scope: Any) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"cookie":
+            jar: SimpleCookie = SimpleCookie()
+            try:
+                jar.load(value.decode("latin-1"))
+            except CookieError:
+                return None
+            morsel = jar.get(COOKIE)
+            return morsel.value if morsel is not None else None
+    return None
