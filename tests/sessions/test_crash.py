@@ -5,6 +5,7 @@ process, killed for real)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -48,11 +49,9 @@ def test_sigkill_with_twenty_active_sessions_loses_no_completed_run(tmp_path: Pa
         def in_progress() -> None:
             with first.client() as c2:
                 started.set()
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     c2.post("/api/v1/execute", json={
                         "command": "v = -1; let lost = 1; sleep(4000)", "session": ids[1]})
-                except httpx.HTTPError:
-                    pass
 
         thread = threading.Thread(target=in_progress)
         thread.start()

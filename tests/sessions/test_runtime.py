@@ -45,7 +45,7 @@ def _run(tmp_path: Path, body: Body, **overrides: Any) -> Any:
 
 
 async def _value(runtime: SessionRuntime, sid: str, source: str) -> Any:
-    done, unsaved = await runtime.run(sid, Job("program", source=source))
+    done, _unsaved = await runtime.run(sid, Job("program", source=source))
     assert done.success, done.error
     return done.value
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from conch.sessions import runtime as runtime_module
-from testsupport.servers import start_thread_server
 from tests.orchestration.pg import postgres_cluster
+from testsupport.servers import start_thread_server
 
 pytestmark = pytest.mark.timeout(300)
 

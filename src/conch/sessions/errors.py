@@ -63,6 +63,11 @@ class NoWorker(SessionError, errors.Unavailable):
     the server is shutting down); trying again later may succeed."""
 
 
+class SessionMisplaced(SessionError, errors.Unavailable):
+    """The session's row is in the database but its files are not under this server's
+    ``sessions_dir``: servers sharing a database must share ``sessions_dir`` too."""
+
+
 class UploadTooLarge(SessionError, errors.TooLarge):
     """An upload longer than ``session_upload_mb``."""
 

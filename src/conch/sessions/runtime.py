@@ -55,6 +55,7 @@ from conch.sessions.errors import (
     NoWorker,
     SessionBusy,
     SessionError,
+    SessionMisplaced,
     SessionNotFound,
 )
 from conch.sessions.instance import Instance
@@ -334,6 +335,7 @@ class SessionRuntime:
         """A worker for the session: a spare bound to its workspace, its files handed to the
         worker's user, its saved bindings restored."""
         self._unbind(live)
+        self._present(live.id)
         snapshot = await asyncio.to_thread(live.state.load, raw=True, collect=True)
         given: dict[str, int | None] = {}
 
@@ -365,6 +367,13 @@ class SessionRuntime:
             live.notes += [{"name": d["name"],
                             "reason": f"its saved value could not be restored ({d['reason']})"}
                            for d in damaged]
+
+    def _present(self, id: str) -> None:
+        if not self.service.dirs.exists(id):
+            raise SessionMisplaced(
+                f"session {id!r} is in the database, but its files are not under this "
+                f"server's sessions_dir ({self.settings.sessions_dir}): servers that share a "
+                "database must share sessions_dir too", where="session")
 
     def _unbind(self, live: _Live) -> None:
         if live.worker is not None:

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 
 from conch.config import Settings
 from conch.sessions import limits as lim
+from conch.sessions.errors import SessionMisplaced
 from conch.sessions.files import SessionFiles
 from conch.sessions.layout import Owner, SessionDirs
 from conch.sessions.records import Session
@@ -141,6 +142,11 @@ class SessionService:
         bindings as of the last completed save. (A run of ``source`` in progress is not in
         the copy: what the copy holds is what a resume of ``source`` would hold.)"""
         original = self.get(source, tenant=tenant)
+        if not self.dirs.exists(source):
+            raise SessionMisplaced(
+                f"session {source!r} is in the database, but its files are not under this "
+                f"server's sessions_dir ({self.settings.sessions_dir}): servers that share a "
+                "database must share sessions_dir too", where="session")
         copy = self.create(
             tenant=original.tenant, ttl_s=original.ttl_s, limits=original.limits,
             allow_network=original.allow_network, allow_process=original.allow_process,
