@@ -27,6 +27,7 @@ SUBCOMMANDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("marketplace", "conch.cli.marketplace", ("app",)),
     ("mcp", "conch.cli.marketplace", ("mcp_app",)),
     ("tasks", "conch.cli.orchestration", ("register",)),
+    ("sessions", "conch.cli.sessions", ("register",)),
     ("lsp", "conch.cli.lsp", ("lsp",)),
 ]
 
