@@ -69,6 +69,10 @@ _GRACE_S = 1.0
 # never left waiting forever behind a stuck pool.
 QUEUE_TIMEOUT_S = 120.0
 
+# How long after a bind its spare is replaced: the fork and the new spare's preparation then
+# do not compete with the session's first run for the CPU.
+SPARE_REFILL_S = 0.05
+
 # The largest document one binding of a session may be saved as; a larger one is named in
 # the run's ``unsaved``.
 STATE_MAX_BYTES = 64 * 1024 * 1024
@@ -988,13 +992,15 @@ class SandboxPool:
             return
 
     async def bind(
-        self, place: Placement, *, hand_over: Callable[[int | None, int | None], None] | None = None
+        self, place: Placement, *, hand_over: Callable[[int | None, int | None], None] | None = None,
+        inline: bool = False,
     ) -> Worker:
         """A worker of a session's own: a warm spare (or, where none is left, a new one)
         confined to ``place``'s workspace with its permissions, and with a ``conch.lang``
-        Session kept from run to run. ``hand_over(uid, gid)`` is called (in a thread) with
-        the user the worker will run as (None: the server's own) before the worker reaches
-        the workspace, to make the session's files theirs. The worker runs nothing but what
+        Session kept from run to run. ``hand_over(uid, gid)`` is called (in a thread, or on
+        the loop when ``inline``: a workspace known to be all but empty) with the user the
+        worker will run as (None: the server's own) before the worker reaches the workspace,
+        to make the session's files theirs. The worker runs nothing but what
         :meth:`run_on`, :meth:`events_on` and :meth:`restore_on` give it; :meth:`unbind`
         ends it. ``WorkerError`` if it cannot be had."""
         if self._closed:
@@ -1008,12 +1014,14 @@ class SandboxPool:
             self._retire(candidate)
         if worker is None:
             worker = await self._spawn(configure=False)  # no spare left: a cold start
-        self.keep_spares()
         try:
             config = self._session_config(place, worker)
             if hand_over is not None:
                 uid, gid = (config.user[0], config.user[1]) if config.user else (None, None)
-                await asyncio.to_thread(hand_over, uid, gid)
+                if inline:
+                    hand_over(uid, gid)
+                else:
+                    await asyncio.to_thread(hand_over, uid, gid)
             greeting = worker.greeting
             assert greeting is not None
             frame = encode_exact(["config", dataclasses.asdict(config)])
@@ -1032,6 +1040,9 @@ class SandboxPool:
         except BaseException:
             self._retire(worker)
             raise
+        finally:
+            # A spare to replace this one, once the session's first run has had the CPU.
+            asyncio.get_running_loop().call_later(SPARE_REFILL_S, self.keep_spares)
         worker.bound = True
         self._bound.add(worker)
         return worker

@@ -355,6 +355,9 @@ def _stage(pre: dict[str, Any]) -> None:
         from conch.sandbox.namespaces import enter_processes
 
         enter_processes(plan)
+    # Once more in this process: what the first run touches is copied from the zygote's
+    # pages now, before a session waits for it.
+    _warm_session()
     _State.staged = pre
 
 

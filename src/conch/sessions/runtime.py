@@ -45,6 +45,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from conch.config import parse_id_range
@@ -63,7 +64,7 @@ from conch.sessions.layout import check_id
 from conch.sessions.limits import server_limits
 from conch.sessions.records import Session
 from conch.sessions.service import SessionService
-from conch.sessions.state import SessionState
+from conch.sessions.state import SessionState, Snapshot
 
 log = logging.getLogger("conch.sessions")
 
@@ -336,7 +337,10 @@ class SessionRuntime:
         worker's user, its saved bindings restored."""
         self._unbind(live)
         self._present(live.id)
-        snapshot = await asyncio.to_thread(live.state.load, raw=True, collect=True)
+        if live.state.version() == 0:
+            snapshot = Snapshot(0, {})  # nothing saved yet (a new session): nothing to read
+        else:
+            snapshot = await asyncio.to_thread(live.state.load, raw=True, collect=True)
         given: dict[str, int | None] = {}
 
         def hand_over(uid: int | None, gid: int | None) -> None:
@@ -346,7 +350,8 @@ class SessionRuntime:
         place = Placement(self.service.dirs.workspace(live.id), live.allow_network,
                           live.allow_process)
         try:
-            worker = await self.pool.bind(place, hand_over=hand_over)
+            worker = await self.pool.bind(place, hand_over=hand_over,
+                                          inline=self._small(place.workspace))
         except (WorkerError, OSError) as exc:
             raise NoWorker(f"no sandbox worker could be started for the session: {exc}") from exc
         damaged = list(snapshot.damaged)
@@ -367,6 +372,19 @@ class SessionRuntime:
             live.notes += [{"name": d["name"],
                             "reason": f"its saved value could not be restored ({d['reason']})"}
                            for d in damaged]
+
+    @staticmethod
+    def _small(workspace: Path) -> bool:
+        """Whether the workspace holds a few plain files at most (handed over on the loop:
+        a thread would cost more than the few ``chown`` calls)."""
+        try:
+            with os.scandir(workspace) as it:
+                for n, entry in enumerate(it):
+                    if n >= 16 or entry.is_dir(follow_symlinks=False):
+                        return False
+        except OSError:
+            return False
+        return True
 
     def _present(self, id: str) -> None:
         if not self.service.dirs.exists(id):

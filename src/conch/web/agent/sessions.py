@@ -94,13 +94,13 @@ _CREATE_DOC = {
 
 
 @router.post("", status_code=201, openapi_extra=_CREATE_DOC)
-async def create_session(request: Request, service: ServiceDep) -> Response:
+async def create_session(request: Request, service: ServiceDep, runtime: RuntimeDep) -> Response:
     """A new session: `{id, status, created_at, last_used_at, expires_at, ttl_s, limits,
     allow_network, allow_process, workspace_bytes, runs}`. It may lower the server's limits
     and permissions, never raise them (`400` naming the field)."""
     body = await _create_body(request)
     tenant = tenant_of(request)
-    session = await asyncio.to_thread(service.create, tenant=tenant, **body)
+    session = await runtime.db(service.create, tenant=tenant, **body)
     return json_response(session.public(), 201)
 
 
