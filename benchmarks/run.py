@@ -65,6 +65,7 @@ def _jupyter() -> None:
         _imports("jupyter_client, ipykernel")()
     except RuntimeError:
         from peers import peer_venv
+
         from sessions import JUPYTER_REQUIREMENTS
 
         peer_venv("jupyter", JUPYTER_REQUIREMENTS, "jupyter_client, ipykernel")
