@@ -248,16 +248,19 @@ async def _client(port: int, body: dict[str, Any], stop: float, latencies: list[
         conn.close()
 
 
-async def _load(port: int, bodies: list[dict[str, Any]]) -> dict[str, float]:
+async def _load(port: int, pid: int, bodies: list[dict[str, Any]]) -> dict[str, float]:
     await asyncio.gather(*(_client(port, b, time.perf_counter() + 0.3, []) for b in bodies))
     latencies: list[float] = []
+    cpu = _cpu_s(pid)
     started = time.perf_counter()
     await asyncio.gather(*(_client(port, b, started + DURATION_S, latencies) for b in bodies))
     elapsed = time.perf_counter() - started
-    return {"rps": len(latencies) / elapsed, "p50_ms": _p50(latencies)}
+    cpu = _cpu_s(pid) - cpu
+    return {"rps": len(latencies) / elapsed, "p50_ms": _p50(latencies),
+            "cpu_us_per_req": cpu / len(latencies) * 1e6}
 
 
-async def _warm(port: int) -> dict[str, Any]:
+async def _warm(port: int, pid: int) -> dict[str, Any]:
     conn = await Conn(port).open()
     sessions = [(await _ok(conn, "POST", "/api/v1/sessions", {}))["id"] for _ in range(16)]
     for sid in sessions:
@@ -271,13 +274,18 @@ async def _warm(port: int) -> dict[str, Any]:
                 bodies = [{"command": "1 + 1", **({"session": sessions[k]}
                                                    if label == "session" else {})}
                           for k in range(clients)]
-                runs[label].append(await _load(port, bodies))
+                runs[label].append(await _load(port, pid, bodies))
         ratios = [s["rps"] / p["rps"] for s, p in zip(runs["session"], runs["stateless"],
                                                         strict=True)]
+        for label, found in runs.items():
+            out[f"{clients}/{label}/cpu_us_per_req"] = statistics.median(
+                r["cpu_us_per_req"] for r in found)
         for label, found in runs.items():
             found.sort(key=lambda r: r["rps"])
             out[f"{clients}/{label}"] = found[len(found) // 2]
         out[f"{clients}/ratio"] = statistics.median(ratios)
+    conn.close()  # idle through the rounds: the server has closed it
+    conn = await Conn(port).open()
     for sid in sessions:
         await _ok(conn, "DELETE", f"/api/v1/sessions/{sid}")
     conn.close()
@@ -374,7 +382,7 @@ def run() -> dict[str, Any]:
                     except Exception as exc:
                         results["jupyter"] = {"error": str(exc)}
                 if "warm" in SCENARIOS:
-                    results["warm"] = uvloop.run(_warm(port))
+                    results["warm"] = uvloop.run(_warm(port, proc.pid))
                 if "large" in SCENARIOS:
                     results["large"] = uvloop.run(_large(port))
                 if "save" in SCENARIOS:
@@ -416,7 +424,9 @@ def main() -> None:
             s, p = results["warm"][f"{clients}/session"], results["warm"][f"{clients}/stateless"]
             print(f"warm session c={clients}: {s['rps']:.0f} req/s (p50 {s['p50_ms']:.2f} ms) vs "
                   f"stateless {p['rps']:.0f} req/s (p50 {p['p50_ms']:.2f} ms): "
-                  f"{results['warm'][f'{clients}/ratio']:.2f}x (median of paired rounds)")
+                  f"{results['warm'][f'{clients}/ratio']:.2f}x (median of paired rounds); CPU "
+                  f"{results['warm'][f'{clients}/session/cpu_us_per_req']:.0f} vs "
+                  f"{results['warm'][f'{clients}/stateless/cpu_us_per_req']:.0f} µs/req")
     if "idle" in results:
         r = results["idle"]
         print(f"{r['sessions']} sessions made and run once in {r['made_s']:.0f} s; processes "

@@ -283,6 +283,8 @@ class _Run:
 
 
 _KINDS = frozenset({"data", "progress", "done"})
+# What a session's run that changed no binding reports (shared: its readers never change it)
+_NO_CHANGE: dict[str, Any] = {}
 
 
 class Worker:
@@ -429,7 +431,9 @@ class Worker:
             except (ValueError, IndexError):
                 self._shut("the sandbox worker misbehaved")
                 return False
-            run.inbox.append(["done", envelope, run.state])
+            # A session's worker sends no state frame for a run that changed nothing.
+            state = run.state if run.state is not None or not self.bound else _NO_CHANGE
+            run.inbox.append(["done", envelope, state])
             self.run = None
             self.pool._finished(self, len(message) > 2 and message[2] is True)
         else:

@@ -574,8 +574,11 @@ class Runner:
             envelope.steps = steps
         recycle = recycle or _State.cpu_exceeded or _State.retire
         if self.bindings is not None:
-            # Before ``done``: the server saves these before it answers the run.
-            chan.send(["state", self._changes(mark)])
+            # Before ``done``: the server saves these before it answers the run. A run that
+            # changed nothing sends none (the server reads no frame as nothing changed).
+            changes = self._changes(mark)
+            if changes["saved"] or changes["removed"] or changes["unsaved"]:
+                chan.send(["state", changes])
         try:
             chan.send(["done", envelope.to_wire(), recycle])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
