@@ -166,10 +166,11 @@ class SessionRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heart
         for live in list(self._live.values()):
+            warm = live.worker is not None
             self._unbind(live)
             with contextlib.suppress(SessionError):
                 await self._flush(live)
-                if live.held:
+                if live.held or warm:  # no process holds it any more
                     await self.db(self.store.mark_paused, live.id, owner=self.owner)
             live.held = False
         self._live.clear()
