@@ -246,3 +246,17 @@ def test_a_restored_document_that_is_damaged_is_named_once(tmp_path: Path) -> No
         assert again == []
 
     _run(tmp_path, body)
+
+
+def test_saved_bindings_are_bounded_by_the_disk_quota(tmp_path: Path) -> None:
+    async def body(service: SessionService, runtime: SessionRuntime, pool: SandboxPool) -> None:
+        sid = service.create().id
+        done, unsaved = await runtime.run(sid, Job("program", source='let small = "ok"'))
+        assert done.success and unsaved == []
+        big = 'let big = range(0, 30000) | map(fn(i) => "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") | reverse'
+        done, unsaved = await runtime.run(sid, Job("program", source=big))
+        assert done.success
+        assert [u["name"] for u in unsaved] == ["big"] and "session_disk_mb" in unsaved[0]["reason"]
+        assert [b["name"] for b in service.state(sid).bindings()] == ["small"]
+
+    _run(tmp_path, body, session_disk_mb=1)

@@ -421,6 +421,14 @@ class SessionRuntime:
                 live.worker = None
             return notes
         docs, removed, unsaved = _checked(state)
+        quota = self.settings.session_disk_mb * 1024 * 1024
+        if docs and live.state.size_bytes() + int(state.get("bytes") or 0) > quota:
+            # The saved state is bounded as the files are: a session cannot fill the disk
+            # with bindings either.
+            unsaved += [{"name": str(d["name"]), "reason": (
+                f"the session's saved bindings would take more than session_disk_mb "
+                f"({self.settings.session_disk_mb} MiB)")} for d in docs]
+            docs = []
         # A binding whose new value cannot be saved must not come back with its old one.
         removed += [u["name"] for u in unsaved]
         if docs or removed:
