@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "lsp", "agent_server", "sandbox", "inference", "speculative", "prompt_cache", "models", "budget", "providers", "studio", "orchestration", "marketplace", "gpu"]
+SUITES = ["lang", "lsp", "agent_server", "sandbox", "sessions", "inference", "speculative", "prompt_cache", "models", "budget", "providers", "studio", "orchestration", "marketplace", "gpu"]
 
 
 def _imports(module: str) -> Callable[[], None]:
@@ -60,6 +60,17 @@ def _llama_server() -> None:
     serving.build_llama_server()  # once: about 10 minutes on two cores; then found in .bench-cache
 
 
+def _jupyter() -> None:
+    try:
+        _imports("jupyter_client, ipykernel")()
+    except RuntimeError:
+        from peers import peer_venv
+
+        from sessions import JUPYTER_REQUIREMENTS
+
+        peer_venv("jupyter", JUPYTER_REQUIREMENTS, "jupyter_client, ipykernel")
+
+
 def _curl() -> None:
     if shutil.which("curl") is None:
         raise RuntimeError("curl is not on PATH")
@@ -69,6 +80,7 @@ def _curl() -> None:
 PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
     "lang": [("Nushell", _nushell)],
     "agent_server": [("Starlette on uvloop + httptools", _imports("uvloop, httptools"))],
+    "sessions": [("a Jupyter kernel (ipykernel, driven by jupyter_client)", _jupyter)],
     "inference": [
         ("llama-cpp-python in-process", _imports("llama_cpp")),
         ("llama-cpp-python server", _imports("llama_cpp.server.app")),

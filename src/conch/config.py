@@ -145,6 +145,16 @@ class Settings(BaseSettings):
     session_ttl_s: float = 86_400.0
     session_disk_mb: int = 512
     session_upload_mb: int = 100
+    # Warm sandbox workers kept waiting for a session (imports done, not yet confined): a
+    # session's first run binds one in milliseconds instead of starting a process.
+    session_spares: int = 2
+    # The most sessions this server keeps a worker for; past it the one idle longest is
+    # paused early (a paused session costs disk, a warm one a process).
+    session_workers_max: int = 100
+    # The agent tasks of a thread share a session of their own (its files, its variables),
+    # made with the thread's first task; off: they run in the shared workspace, statelessly,
+    # as tasks without a thread do.
+    thread_sessions: bool = True
 
     # model inference server
     models_host: str = "127.0.0.1"

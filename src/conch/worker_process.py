@@ -6,7 +6,8 @@ know how to run a job, and nothing of what a program's ``ai``/``agent`` calls re
 module sits above them and above :mod:`conch.host`, so that the choice of host is made here,
 in each process's entry point, and no room imports a room above it to make it.
 
-A sandbox worker is started as ``python -P -m conch.worker_process FD`` by the pool.
+A sandbox worker is started as ``python -P -m conch.worker_process FD`` by the pool, and the
+pool's zygote, which forks the workers of sessions, as ``… FD zygote``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ _RUNNERS: dict[str, Runner] = {}
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(args[0]))
+    zygote = len(args) > 1 and args[1] == "zygote"
     with contextlib.suppress(BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
-        worker_main(sock, host=server_host)
+        worker_main(sock, host=server_host, zygote=zygote)
 
 
 def run_on_dask_worker(config: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:

@@ -126,3 +126,54 @@ def test_stdio(tmp_path: Path) -> None:
     from conch.config import Settings
 
     check_tour(run(params, tour), Settings(data_dir=tmp_path / "data"))
+
+
+async def _remember(client: Client) -> dict[str, Any]:
+    """Two tool calls of one client: a variable and a file made by the first, read back by
+    the second and as a resource."""
+    first = await client.call_tool("execute", {"command": 'let x = 41; write("note.txt", "kept")'})
+    second = await client.call_tool("execute", {"command": "x + 1"})
+    built = await client.call_tool("cat", {"path": "note.txt"})
+    resources = await client.list_resources()
+    note = await client.read_resource("conch://files/note.txt")
+    templates = await client.list_resource_templates()
+    return locals()
+
+
+def _check_remembered(out: dict[str, Any]) -> None:
+    assert out["first"].is_error is False, text(out["first"])
+    assert text(out["second"]) == "42"
+    session = out["first"].structured_content["session"]
+    assert session.startswith("sess_") and out["second"].structured_content["session"] == session
+    assert text(out["built"]) == "kept"
+    uris = {str(r.uri) for r in out["resources"].resources}
+    assert "conch://files/note.txt" in uris
+    assert out["note"].contents[0].text == "kept"
+    assert [t.uri_template for t in out["templates"].resource_templates] == ["conch://files/{path}"]
+
+
+def test_an_mcp_client_keeps_its_variables_between_calls(server: AgentServer) -> None:
+    out = run(server.url + "/mcp", _remember)
+    _check_remembered(out)
+    # Another client has a session of its own: none of the first one's state.
+    other = run(server.url + "/mcp", lambda c: c.call_tool("execute", {"command": "x"}))
+    assert other.is_error and text(other).startswith("NameError: ")
+    # A client that keeps no cookie names the session itself.
+    session = out["first"].structured_content["session"]
+    named = run(server.url + "/mcp",
+                lambda c: c.call_tool("execute", {"command": "x", "session": session}))
+    assert text(named) == "41"
+
+
+def test_an_mcp_client_keeps_its_variables_over_stdio(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "CONCH_DATA_DIR": str(tmp_path / "data"),
+        "CONCH_CONFIG": str(tmp_path / "none.toml"),
+        "CONCH_WORKERS": "1",
+    }
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "conch.cli.main", "mcp"], env=env, cwd=str(tmp_path)
+    )
+    _check_remembered(run(params, _remember))

@@ -21,8 +21,11 @@ def scripted() -> Iterator[ScriptedModel]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel) -> Iterator[Server]:
+    # thread_sessions off: these tests assert what a thread's calls leave in the shared
+    # workspace (test_task_sessions.py has threads with sessions of their own).
     srv = start_thread_server(
-        tmp_path_factory.mktemp("orch"), models_url=scripted.v1, wall_time_s=5.0
+        tmp_path_factory.mktemp("orch"), models_url=scripted.v1, wall_time_s=5.0,
+        thread_sessions=False,
     )
     yield srv
     srv.stop()

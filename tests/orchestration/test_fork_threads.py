@@ -324,6 +324,8 @@ def test_forks_and_threads_across_two_servers_on_postgres(
             "models_url": scripted.v1,
             "orchestration_lease_s": "3",
             "workers": "1",
+            # the thread's calls write each server's shared workspace, as asserted
+            "thread_sessions": "false",
         }
         a = start_process_server(tmp_path / "a", tmp_path / "a.log", **env)
         b = start_process_server(tmp_path / "b", tmp_path / "b.log", **env)
@@ -404,7 +406,8 @@ def test_fork_and_thread_task_resume_after_sigkill(tmp_path: Path, scripted: Scr
     restarted server resumes them from their own checkpoints and histories, and nothing kept
     from the original or the thread is asked or run again."""
     data, log = tmp_path / "data", tmp_path / "server.log"
-    env = {"models_url": scripted.v1, "orchestration_lease_s": "3", "workers": "1"}
+    env = {"models_url": scripted.v1, "orchestration_lease_s": "3", "workers": "1",
+           "thread_sessions": "false"}  # the thread's calls write the shared workspace
     goal = scripted.script_by_position(
         "restart fork: original", tool("append", path="r.log", content="1\n"), final("orig")
     )

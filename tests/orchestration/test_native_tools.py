@@ -38,6 +38,7 @@ def net_server(tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel
         wall_time_s=10.0,
         allow_network=True,
         network_allow=["127.0.0.1"],
+        thread_sessions=False,  # the thread's calls write the shared workspace, as asserted
     )
     yield srv
     srv.stop()

@@ -28,6 +28,7 @@ SUBCOMMANDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("mcp", "conch.cli.marketplace", ("mcp_app",)),
     ("tasks", "conch.cli.orchestration", ("register",)),
     ("keys", "conch.cli.keys", ("app",)),
+    ("sessions", "conch.cli.sessions", ("register",)),
     ("lsp", "conch.cli.lsp", ("lsp",)),
 ]
 

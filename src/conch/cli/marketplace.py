@@ -162,6 +162,9 @@ async def _serve_stdio(settings: Any) -> None:
     from conch.orchestration.executor import make_executor
     from conch.orchestration.service import Orchestrator
     from conch.sandbox.pool import SandboxPool
+    from conch.sessions.runtime import SessionRuntime
+    from conch.sessions.service import SessionService
+    from conch.sessions.tasks import TaskSessions
     from conch.worker_process import run_on_dask_worker
 
     load_all()
@@ -169,10 +172,14 @@ async def _serve_stdio(settings: Any) -> None:
     service = MarketplaceService.from_settings(settings)
     service.seed(CATALOGUE)
     pool = SandboxPool(settings)
-    orchestrator = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker))
+    # The client's session (one client: the process), paused when it goes.
+    sessions = SessionRuntime(SessionService.from_settings(settings), pool)
+    orchestrator = Orchestrator(settings, make_executor(settings, pool, dask_job=run_on_dask_worker),
+                                sessions=TaskSessions(sessions))
     pool.recorder = orchestrator.record_builtin
     service.attach_sink(RegistrySink(orchestrator.agents))
     await pool.start()
+    await sessions.start()
     await orchestrator.start()
     try:
         server = ConchMCP(
@@ -180,9 +187,11 @@ async def _serve_stdio(settings: Any) -> None:
             run_job=pool.run,
             installed=service.installed,
             run_agent=OrchestratorRunner(orchestrator),
+            sessions=sessions,
         )
         async with stdio_server() as (read, write):
             await server.server.run(read, write, server.server.create_initialization_options())
     finally:
         await orchestrator.close()
+        await sessions.close()
         await pool.close()

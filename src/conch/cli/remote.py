@@ -45,7 +45,8 @@ def request(
         data = {"success": False, "error": {"kind": "Error", "message": r.text}}
     if r.status_code >= 400:
         err = data.get("error", {}) if isinstance(data, dict) else {}
-        where = f" ({err['field']})" if err.get("field") else ""
+        field = err.get("field") or err.get("where")
+        where = f" ({field})" if field else ""
         typer.echo(
             f"error {r.status_code}: {err.get('kind', 'Error')}: {err.get('message', r.text)}{where}",
             err=True,

@@ -415,7 +415,11 @@ class Stage:
         tree.line, tree.col = 1, 1
         self.program = Program(text, tree, frozenset({_STAGE_INPUT}))
 
-    def __call__(self, value: Any, context: Context | None = None) -> Any:
+    def __call__(self, value: Any, context: Context | None = None,
+                 variables: dict[str, Any] | None = None) -> Any:
+        """``variables``: names the stage may use besides the builtins (a session's)."""
+        if variables:
+            return self.program.run(context=context, variables={**variables, _STAGE_INPUT: value})
         return self.program.run(context=context, variables={_STAGE_INPUT: value})
 
 

@@ -32,7 +32,7 @@ from conch.orchestration.loop import transcript
 from conch.orchestration.models import ModelClient
 from conch.orchestration.protocols import unknown_tools
 from conch.orchestration.runtime import Runtime, new_id
-from conch.orchestration.task_run import TaskDeps, TaskRun
+from conch.orchestration.task_run import TaskDeps, TaskRun, TaskSessions
 
 log = logging.getLogger("conch.orchestration")
 
@@ -64,9 +64,10 @@ class TaskRunner:
         models: ModelClient,
         executor: Executor,
         policy: dict[str, Any],
+        sessions: TaskSessions | None = None,
     ) -> None:
         self.rt = rt
-        self.deps = TaskDeps(agents, models, executor, self.step_status)
+        self.deps = TaskDeps(agents, models, executor, self.step_status, sessions)
         self.tasks = rt.stores.tasks
         # The server's approval policy, under every agent's and task's.
         self.policy = policy
@@ -95,13 +96,18 @@ class TaskRunner:
         protocol: str | None = None,
         owner: str | None = None,
         key_id: str | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         """Record a task of tenant ``owner`` (made by key ``key_id``, whose limits its model
         turns count against) and start it in the background; returns the task record. In a
         thread (``thread_id``) it starts from the conversation of the thread's last task
         (``409`` while a task of the thread is active). ``protocol``: ``native`` or ``json``
         forces the tool-call protocol; ``auto`` (or None) chooses it when the task starts
-        (the model's tool support)."""
+        (the model's tool support).
+
+        ``session``: its tool calls run in that session (its files, its bindings). The tasks
+        of a thread share one by default (``thread_sessions``): the session of the thread's
+        earlier tasks, or a new one for its first."""
         agent_id = agent or DEFAULT_AGENT
         spec = await self.rt.db(self.deps.agents.get, agent_id, owner)
         if spec is None:
@@ -117,6 +123,7 @@ class TaskRunner:
             raise Invalid("protocol: must be native, json or auto", where="protocol")
         if approval_timeout_s is None:
             approval_timeout_s = self.rt.settings.approval_timeout_s
+        session, made = await self._session_for(session, thread_id, owner)
         task_id = new_id("task")
         row = {
             **self._new_row(task_id),
@@ -126,14 +133,37 @@ class TaskRunner:
             "approval_timeout_s": approval_timeout_s, "thread_id": thread_id,
             # Forced, or chosen (and recorded) when the task starts.
             "protocol": None if protocol == "auto" else protocol,
-            "tenant": owner, "key_id": key_id,
+            "tenant": owner, "key_id": key_id, "session": session,
         }  # fmt: skip
-        record = await self.rt.db(
-            functools.partial(self.tasks.insert_task, row, continues=_conversation)
-        )
+        try:
+            record = await self.rt.db(
+                functools.partial(self.tasks.insert_task, row, continues=_conversation)
+            )
+        except BaseException:
+            if made and session is not None and self.deps.sessions is not None:
+                await self.deps.sessions.discard(session)
+            raise
         # In a thread its history was made in the store: the run reads the row back.
         self.launch(task_id, spec, row if thread_id is None else None, resume=False)
         return record  # type: ignore[no-any-return]
+
+    async def _session_for(
+        self, session: str | None, thread_id: str | None, owner: str | None
+    ) -> tuple[str | None, bool]:
+        """The session a new task's calls run in (one of tenant ``owner``'s), and whether it
+        was made for the task."""
+        sessions = self.deps.sessions
+        if session is not None:
+            if sessions is None:
+                raise Invalid("session: this server runs no sessions", where="session")
+            await sessions.check(session, tenant=owner)
+            return session, False
+        if thread_id is None or sessions is None or not self.rt.settings.thread_sessions:
+            return None, False
+        earlier = await self.rt.db(self.tasks.thread_session, thread_id)
+        if earlier is not None:
+            return earlier, False
+        return await sessions.create(tenant=owner), True
 
     def _new_row(self, task_id: str) -> dict[str, Any]:
         """The columns every new task starts with: pending, held by this server."""
@@ -183,6 +213,9 @@ class TaskRunner:
             for key, value in (step.get("usage") or {}).items():
                 usage[key] = usage.get(key, 0) + value
         new = new_id("task")
+        session = None
+        if original.session is not None and self.deps.sessions is not None:
+            session = await self.deps.sessions.fork(original.session, tenant=owner)
         row = {
             **self._new_row(new),
             **{c: getattr(original, c) for c in ("goal", "tools", "agent", "model", "history")},
@@ -190,11 +223,15 @@ class TaskRunner:
             **{c: getattr(original, c) for c in ("approvals", "approval_timeout_s", "protocol")},
             "max_steps": max_steps, "steps": steps, "usage": usage, "origin": "api",
             "thread_id": thread_id, "forked_from": task_id, "fork_checkpoint": checkpoint,
-            "tenant": owner, "key_id": key_id,
+            "tenant": owner, "key_id": key_id, "session": session,
         }  # fmt: skip
-        record = await self.rt.db(
-            functools.partial(self.tasks.insert_task, row, copied, new_thread=thread_id is not None)
-        )
+        try:
+            record = await self.rt.db(functools.partial(
+                self.tasks.insert_task, row, copied, new_thread=thread_id is not None))
+        except BaseException:
+            if session is not None and self.deps.sessions is not None:
+                await self.deps.sessions.discard(session)
+            raise
         self.launch(new, None, row, resume=False)
         return record  # type: ignore[no-any-return]
 

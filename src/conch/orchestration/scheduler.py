@@ -288,7 +288,7 @@ class WorkflowScheduler:
                     goal=goal, tools=task.tools, max_steps=task.max_steps, agent=task.agent,
                     model=task.model, origin="workflow", approvals=task.approvals,
                     approval_timeout_s=task.approval_timeout_s, thread_id=task.thread_id,
-                    protocol=task.protocol, owner=owner, key_id=key_id,
+                    protocol=task.protocol, session=task.session, owner=owner, key_id=key_id,
                 )  # fmt: skip
             except Conflict as exc:  # its thread is busy: the step fails (and may retry)
                 return False, None, {"kind": exc.kind, "message": exc.message}

@@ -44,16 +44,22 @@ from conch.orchestration.protocols import unknown_tools
 from conch.orchestration.runner import TaskRunner
 from conch.orchestration.runtime import RunKind, Runtime
 from conch.orchestration.scheduler import WorkflowScheduler
+from conch.orchestration.task_run import TaskSessions
 
 __all__ = ["Orchestrator", "RunKind"]
 
 
 class Orchestrator:
     def __init__(
-        self, settings: Settings, executor: Executor, credentials: Credentials | None = None
+        self,
+        settings: Settings,
+        executor: Executor,
+        credentials: Credentials | None = None,
+        sessions: TaskSessions | None = None,
     ) -> None:
         """``credentials``: the bearer a task's model requests carry, by the key that made
-        the task (:class:`~.models.ModelClient`)."""
+        the task (:class:`~.models.ModelClient`); ``sessions``: where tasks with a session
+        run."""
         from conch import db
 
         self.settings = settings
@@ -68,7 +74,7 @@ class Orchestrator:
             policy = parse_policy(settings.approvals, where="approvals")
         except Invalid as exc:
             raise ValueError(f"configuration: {exc.message}") from None
-        self.runner = TaskRunner(self.rt, self.agents, self.models, executor, policy)
+        self.runner = TaskRunner(self.rt, self.agents, self.models, executor, policy, sessions)
         self.scheduler = WorkflowScheduler(self.rt, self.agents, executor, self.runner)
         self.keeper = LeaseKeeper(self.rt, self.runner, self.scheduler)
         self.builtin = BuiltinTasks(settings, self.stores.tasks)

@@ -38,6 +38,9 @@ class TaskRequest(BaseModel):
     # The tool-call protocol: the model API's tools (native), JSON actions (json), or
     # native when the model supports tools (auto, the default).
     protocol: Literal["native", "json", "auto"] | None = None
+    # The session its tool calls run in (POST /api/v1/sessions); a thread's tasks share one
+    # by default.
+    session: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class StepSpec(BaseModel):

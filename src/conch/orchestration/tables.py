@@ -89,6 +89,8 @@ tasks = _keyed_by_id(
     sa.Column("tenant", sa.String, nullable=True),
     sa.Column("key_id", sa.String, nullable=True),
     sa.Index("ix_orch_tasks_tenant", "tenant", "created_at"),
+    # The session its tool calls run in (conch.sessions): given, or its thread's
+    sa.Column("session", sa.String, nullable=True),
 )
 
 workflows = _keyed_by_id(

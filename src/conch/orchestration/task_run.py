@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from conch.config import Settings
 from conch.lang.builtins.registry import lookup
@@ -56,14 +56,31 @@ RETRY_MAX_S = 5.0
 StepStatusFn = Callable[[str, dict[str, Any], str], Awaitable[None]]
 
 
+class TaskSessions(Protocol):
+    """Sessions (conch.sessions.tasks.TaskSessions): where the tool calls of a task with a
+    ``session`` run, and how a thread's first task or a fork gets one."""
+
+    async def run(self, session: str, job: Job) -> dict[str, Any]: ...
+
+    async def check(self, session: str, *, tenant: str | None = None) -> None: ...
+
+    async def create(self, *, tenant: str | None = None) -> str: ...
+
+    async def fork(self, source: str, *, tenant: str | None = None) -> str: ...
+
+    async def discard(self, session: str) -> None: ...
+
+
 @dataclass
 class TaskDeps:
-    """What a run needs besides its runtime: agents, models, where calls run."""
+    """What a run needs besides its runtime: agents, models, where calls run (the executor,
+    or the task's session)."""
 
     agents: AgentRegistry
     models: ModelClient
     executor: Executor
     step_status: StepStatusFn
+    sessions: TaskSessions | None = None
 
 
 class TaskRun:
@@ -413,7 +430,12 @@ class TaskRun:
         run_args = ruling
         await self._record("call", {"index": index, "call_id": cid, "tool": name,
                                     "args": run_args, "effect": effect})  # fmt: skip
-        envelope = await self.deps.executor.run(Job("call", builtin=name, kwargs=run_args))
+        job = Job("call", builtin=name, kwargs=run_args)
+        session = self.row.get("session") if self.row is not None else None
+        if session is not None and self.deps.sessions is not None:
+            envelope = await self.deps.sessions.run(session, job)
+        else:
+            envelope = await self.deps.executor.run(job)
         observation, failure = observation_of(envelope, self.chars)
         done_args = run_args if run_args != args else None
         return await self._completed(

@@ -27,6 +27,7 @@ the rest as missing; ``"strict"`` refuses to start without the layers of
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -76,6 +77,12 @@ class Confinement:
     unix_sockets: bool = True
 
 
+@functools.cache
+def interpreter_paths() -> tuple[str, ...]:
+    """:func:`_interpreter_paths`, worked out once per process (a spare does it early)."""
+    return tuple(_interpreter_paths())
+
+
 def _interpreter_paths() -> list[str]:
     """Where this interpreter reads code from: the standard library, site-packages, the
     import path (an editable install's source tree, ``PYTHONPATH``) and conch's package."""
@@ -111,7 +118,7 @@ def ruleset(plan: Confinement, abi: int) -> landlock.Ruleset:
     if not plan.process:
         workspace &= ~landlock.EXECUTE
     rules.allow([plan.workspace], workspace)
-    rules.allow(_interpreter_paths(), landlock.READ_EXECUTE)
+    rules.allow(interpreter_paths(), landlock.READ_EXECUTE)
     rules.allow(_SHARED_LIBRARIES, landlock.READ_EXECUTE)
     rules.allow(_ALWAYS_READ, landlock.READ)
     rules.allow(["/dev/null"], landlock.READ_FILE | landlock.WRITE_FILE)

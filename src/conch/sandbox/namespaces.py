@@ -83,6 +83,36 @@ def enter(plan: Plan | dict[str, Any], workspace: str) -> None:
         _fork_into_pid_namespace()
 
 
+def enter_processes(plan: Plan | dict[str, Any]) -> None:
+    """The first half of :func:`enter`, for a spare worker that does not know its workspace
+    yet: the network namespace (its loopback, its routes) and the PID namespace (this
+    returns in PID 1 of it). :func:`enter_mounts` does the rest once the workspace is known."""
+    if isinstance(plan, dict):
+        plan = Plan(**plan)
+    from conch.sandbox import netns
+
+    flags = (CLONE_NEWNET if plan.net else 0) | (CLONE_NEWPID if plan.pid else 0)
+    if flags:
+        _unshare(flags)
+    if plan.net:
+        netns.loopback_up()
+        if plan.prohibit:
+            netns.prohibit(plan.prohibit)
+    if plan.pid:
+        _fork_into_pid_namespace()
+
+
+def enter_mounts(plan: Plan | dict[str, Any], workspace: str) -> None:
+    """The second half of :func:`enter`: a mount namespace of this process's own, set up for
+    ``workspace`` (:func:`conch.sandbox.mountns.setup`)."""
+    if isinstance(plan, dict):
+        plan = Plan(**plan)
+    from conch.sandbox import mountns
+
+    _unshare(CLONE_NEWNS)
+    mountns.setup(workspace, plan.covers, plan.files)
+
+
 def _fork_into_pid_namespace() -> None:
     child = os.fork()
     if child == 0:

@@ -34,18 +34,28 @@ from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from conch.config import Settings
 from conch.lang.context import Limits
-from conch.sandbox import cgroups, identity, netns, probe, relay, slirp, uids
+from conch.sandbox import cgroups, identity, mountns, netns, probe, relay, slirp, uids
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
-from conch.sandbox.frames import MAX_FRAME, decode, encode, encode_exact, encode_raw, split_header
+from conch.sandbox.frames import (
+    HEADER,
+    MAX_FRAME,
+    decode,
+    encode,
+    encode_exact,
+    encode_raw,
+    split_header,
+)
 from conch.sandbox.layers import REQUIRED_IN_STRICT, Confinement, Layer, SandboxUnavailable
 from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
+from conch.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger("conch.sandbox")
+HEADER_BYTES = HEADER.size
 
 _LIMIT_FIELDS = ("wall_time_s", "steps", "recursion", "output_bytes", "collection_size")
 
@@ -58,6 +68,14 @@ _GRACE_S = 1.0
 # than any wall time so that a burst queues instead of failing; bounded so that a client is
 # never left waiting forever behind a stuck pool.
 QUEUE_TIMEOUT_S = 120.0
+
+# How long after a bind its spare is replaced: the fork and the new spare's preparation then
+# do not compete with the session's first run for the CPU.
+SPARE_REFILL_S = 0.05
+
+# The largest document one binding of a session may be saved as; a larger one is named in
+# the run's ``unsaved``.
+STATE_MAX_BYTES = 64 * 1024 * 1024
 
 # A worker is replaced after this many runs, so that whatever a long series of programs
 # leaves behind in its heap (fragmentation, caches) is bounded. Starting a worker costs a
@@ -194,6 +212,11 @@ class Event:
     message: str = ""
     text: str = ""
     result: RunEnvelope | None = None
+    # A session's run (``done`` only): what it changed of the session's bindings, as the
+    # worker sent it (``{saved, removed, unsaved}``; conch.sandbox.worker.Runner), with the
+    # frame's size (``bytes``); and, once saved, the bindings that could not be
+    state: dict[str, Any] | None = None
+    unsaved: list[dict[str, str]] | None = None
 
 
 class _Started(NamedTuple):
@@ -205,8 +228,35 @@ class _Started(NamedTuple):
     deadline: float | None
 
 
+class Process(Protocol):
+    """A worker's process as the pool uses it: one it started (``subprocess.Popen``) or a
+    child of the zygote (:class:`conch.sandbox.zygote.ForkedProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class WorkerError(Exception):
     """A worker did not behave (died, sent garbage, did not start)."""
+
+
+class WorkerGone(WorkerError):
+    """The worker bound to a session is gone (killed, crashed, retired after a limit): the
+    job never reached it, and the session needs another."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a session's worker runs: its workspace (the session's own directory) and its
+    permissions, which may lower the server's, never raise them."""
+
+    workspace: Path
+    allow_network: bool
+    allow_process: bool
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -217,10 +267,12 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class _Run:
     """One job's place on a worker: its encoded frame and the frames that came back."""
 
-    __slots__ = ("frame", "inbox", "undelivered", "unsent", "waiter")
+    __slots__ = ("frame", "inbox", "state", "undelivered", "unsent", "waiter")
 
     def __init__(self, frame: bytes) -> None:
         self.frame = frame
+        # A session's run: the ``state`` frame that came before ``done``
+        self.state: dict[str, Any] | None = None
         self.inbox: deque[list[Any]] = deque()
         self.waiter: asyncio.Future[None] | None = None
         # The tail of a frame too large for one write, for the run's task to send.
@@ -235,6 +287,8 @@ class _Run:
 
 
 _KINDS = frozenset({"data", "progress", "done"})
+# What a session's run that changed no binding reports (shared: its readers never change it)
+_NO_CHANGE: dict[str, Any] = {}
 
 
 class Worker:
@@ -251,7 +305,7 @@ class Worker:
 
     def __init__(
         self,
-        process: subprocess.Popen[bytes],
+        process: Process,
         sock: socket.socket,
         loop: asyncio.AbstractEventLoop,
         pool: SandboxPool,
@@ -272,9 +326,16 @@ class Worker:
         # Why the channel is unusable when the worker broke the protocol (not when it died).
         self.fault: str | None = None
         self.run: _Run | None = None
+        # Bound to a session (SandboxPool.bind): never handed a run of the shared pool
+        self.bound = False
+        # A spare (SandboxPool.bind): sent ``prepare``, not the pool's config; ``warm`` is
+        # its answer (``["warm", pid]`` or ``["refused", why]``; None: it died first)
+        self.spare = False
+        self.warm: asyncio.Future[list[Any] | None] = loop.create_future()
         self.greeting: asyncio.Future[Any] | None = loop.create_future()
         self._buf = bytearray()
         self._need = 4
+        self._frame_bytes = 0
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -320,6 +381,7 @@ class Worker:
             stop = pos + 4 + size
             if stop > end:
                 break
+            self._frame_bytes = size
             try:
                 message = decode(data[pos + 4 : stop], exact)
             except (ValueError, RecursionError):
@@ -333,12 +395,25 @@ class Worker:
     def _deliver(self, message: Any) -> bool:
         greeting = self.greeting
         if greeting is not None:
+            if self.spare and not self.warm.done():
+                ok = type(message) is list and len(message) == 2 and message[0] in ("warm",
+                                                                                     "refused")
+                self.warm.set_result(message if ok else None)
+                if not ok:
+                    self._shut("a spare sandbox worker sent an unexpected greeting")
+                    return False
+                return True
             self.greeting = None
             if not greeting.done():
                 greeting.set_result(message)
             return True
         run = self.run
         kind = message[0] if type(message) is list and message else None
+        if kind == "state" and self.bound and run is not None and len(message) == 2 \
+                and type(message[1]) is dict and run.state is None:
+            run.state = message[1]
+            run.state["bytes"] = self._frame_bytes  # the server's count, not the worker's
+            return True
         if kind == "record" and run is not None and len(message) == 3:
             # ["record", kind, data]: something the server keeps for the run (an agent
             # builtin's task), handed to the pool's recorder; never a reason to stop the run.
@@ -360,7 +435,9 @@ class Worker:
             except (ValueError, IndexError):
                 self._shut("the sandbox worker misbehaved")
                 return False
-            run.inbox.append(["done", envelope])
+            # A session's worker sends no state frame for a run that changed nothing.
+            state = run.state if run.state is not None or not self.bound else _NO_CHANGE
+            run.inbox.append(["done", envelope, state])
             self.run = None
             self.pool._finished(self, len(message) > 2 and message[2] is True)
         else:
@@ -375,6 +452,8 @@ class Worker:
         self.fault = fault
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.sock.fileno())
+        if not self.warm.done():
+            self.warm.set_result(None)
         if self.greeting is not None and not self.greeting.done():
             self.greeting.set_exception(WorkerError(fault or "worker closed its channel"))
         if self.run is not None:
@@ -444,6 +523,8 @@ class Worker:
                 self.loop.remove_reader(self.sock.fileno())
             if self.run is not None:
                 self.run.wake()
+            if not self.warm.done():
+                self.warm.set_result(None)
         with contextlib.suppress(Exception):
             self.sock.close()
 
@@ -456,12 +537,14 @@ class SandboxPool:
     """A fixed number of warm worker processes; runs queue for a free one."""
 
     def __init__(self, settings: Settings, size: int | None = None, *,
-                 language_checks: bool = True) -> None:
+                 language_checks: bool = True, spares: int | None = None) -> None:
         """``language_checks=False`` turns off the language's own path, effect and network
         checks in the workers, so that tests can show what the kernel layers refuse on
-        their own. It is reachable from Python only: no setting or request can reach it."""
+        their own. It is reachable from Python only: no setting or request can reach it.
+        ``spares``: warm workers kept unbound for sessions (``session_spares``)."""
         self.settings = settings
         self.size = max(1, size if size is not None else settings.workers)
+        self.spares = max(0, spares if spares is not None else settings.session_spares)
         self.workspace = Path(settings.workspace_dir)
         public = worker_settings(settings)
         self.config = WorkerConfig(
@@ -503,6 +586,18 @@ class SandboxPool:
         self._spawning: set[asyncio.Task[None]] = set()
         # Killed, not yet reaped: what they hold (a uid, a cgroup) is given back once gone
         self._dying: set[Worker] = set()
+        # Warm workers waiting for a session (imports done, no config yet), those being
+        # started, and workers bound to a session
+        self._spares: list[Worker] = []
+        self._spare_tasks: set[asyncio.Task[None]] = set()
+        self._bound: set[Worker] = set()
+        # The process that forks spares (conch.sandbox.zygote), started with the first
+        # spares; where it cannot start, spares are started as any worker is
+        self._zygote: Zygote | None = None
+        self._zygote_start: asyncio.Task[Zygote | None] | None = None
+        self._zygote_failed = False
+        # A session worker's settings by (allow_network, allow_process)
+        self._session_settings: dict[tuple[bool, bool], tuple[Settings, str]] = {}
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -606,11 +701,19 @@ class SandboxPool:
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._spawning):
+        for task in list(self._spawning) + list(self._spare_tasks):
             task.cancel()
-        for w in list(self._workers):
+        for w in list(self._workers) + self._spares + list(self._bound):
             w.kill()
-        ending = self._workers | self._dying
+        if self._zygote_start is not None:
+            self._zygote_start.cancel()
+        zygote, self._zygote = self._zygote, None
+        if zygote is not None:
+            zygote.kill()
+            await asyncio.to_thread(zygote.reap)
+        ending = self._workers | self._dying | set(self._spares) | self._bound
+        self._spares.clear()
+        self._bound.clear()
         await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in ending))
         for w in ending:
             await asyncio.to_thread(self._gone, w)
@@ -637,6 +740,21 @@ class SandboxPool:
     def worker_pids(self) -> list[int]:
         return sorted(w.pid for w in self._workers)
 
+    def session_pids(self) -> list[int]:
+        """Workers bound to a session now."""
+        return sorted(w.pid for w in self._bound)
+
+    @property
+    def spare_count(self) -> int:
+        """Warm workers waiting for a session."""
+        return len(self._spares)
+
+    @property
+    def namespaced(self) -> bool:
+        """Whether workers enter mount namespaces of their own (a session's workspace is then
+        the only directory of ``sessions_dir`` its worker sees)."""
+        return self.config.namespaces is not None
+
     def busy_pids(self) -> list[int]:
         """Workers running a program now."""
         return sorted(w.pid for w in self._busy)
@@ -645,7 +763,9 @@ class SandboxPool:
     def idle(self) -> int:
         return len(self._idle)
 
-    async def _spawn(self) -> Worker:
+    async def _spawn(self, *, configure: bool = True) -> Worker:
+        """A started worker: given the pool's config and greeted (``configure``), or warm
+        and waiting for a session's (a spare: its imports done, nothing else)."""
         config = self.config
         lease = None
         if self.ids is not None and self.group is not None:
@@ -655,7 +775,12 @@ class SandboxPool:
             config = dataclasses.replace(config, user=[lease.id, self.group.id], own_uid=True)
         parent_sock, child_sock = socket.socketpair()
         try:
-            process = await asyncio.to_thread(self._popen, child_sock.fileno())
+            zygote = await self._zygote_for_spares() if not configure else None
+            process: Process
+            if zygote is not None:
+                process = await zygote.fork(child_sock.fileno())
+            else:
+                process = await asyncio.to_thread(self._popen, child_sock.fileno())
         except BaseException:
             parent_sock.close()
             if lease is not None:
@@ -675,6 +800,18 @@ class SandboxPool:
                         f"worker-{worker.pid}", memory_mb=self.settings.worker_memory_mb,
                         pids_max=self.settings.worker_pids_max)
                     worker.cgroup.add(worker.pid)
+                if not configure:
+                    worker.spare = True
+                    frame = encode_exact(["prepare", self._stage_config(lease)])
+                    await asyncio.get_running_loop().sock_sendall(parent_sock, frame)
+                    warm = await asyncio.wait_for(asyncio.shield(worker.warm), timeout=60)
+                    if warm is None:
+                        raise WorkerError("the worker exited while it started")
+                    if warm[0] == "refused":
+                        raise WorkerError(f"a spare worker could not prepare: {warm[1]}")
+                    worker.pid = _serving_pid(process, warm[1])
+                    await self._connect(worker, stack=False)  # the relay, if any
+                    return worker
                 frame = encode_exact(["config", dataclasses.asdict(config)])
                 await asyncio.get_running_loop().sock_sendall(parent_sock, frame)
                 ready = await asyncio.wait_for(greeting, timeout=60)
@@ -696,14 +833,16 @@ class SandboxPool:
         self._workers.add(worker)
         return worker
 
-    async def _connect(self, worker: Worker) -> None:
+    async def _connect(self, worker: Worker, stack: bool | None = None,
+                       model: bool = True) -> None:
         """Give a worker in a network namespace of its own what reaches out of it: the
-        user-mode stack (``allow_network``) and the relay of the inference server's port
-        (``allow_model``). ``WorkerError`` where either cannot be had."""
+        user-mode stack (``allow_network``; ``stack``: whether this one gets it) and the
+        relay of the inference server's port (``allow_model``; ``model``: whether to give
+        it now). ``WorkerError`` where either cannot be had."""
         try:
-            if self.stack:
+            if self.stack if stack is None else stack:
                 worker.stack = await asyncio.to_thread(slirp.attach, worker.pid)
-            if self.relay is not None:
+            if self.relay is not None and model:
                 target = self.relay
                 for host in target.listen:
                     try:
@@ -717,12 +856,12 @@ class SandboxPool:
         except OSError as exc:
             raise WorkerError(f"a sandbox worker's network could not be set up: {exc}") from exc
 
-    def _popen(self, fd: int) -> subprocess.Popen[bytes]:
+    def _popen(self, fd: int, *extra: str) -> subprocess.Popen[bytes]:
         env = worker_environment(self.settings)
         if self.user is not None:
             env["HOME"] = str(self.workspace)  # not root's home, which it cannot read
         return subprocess.Popen(
-            [sys.executable, "-P", "-m", "conch.worker_process", str(fd)],
+            [sys.executable, "-P", "-m", "conch.worker_process", str(fd), *extra],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -736,12 +875,26 @@ class SandboxPool:
     def _closed_channel(self, worker: Worker) -> None:
         # A worker that dies while idle (the OOM killer, say) is replaced at once, so that
         # no run is handed to it; a busy worker's run notices the closed channel itself.
+        if worker in self._spares:
+            self._spares.remove(worker)
+            self._retire(worker)
+            self.keep_spares()
+            return
+        if worker.bound and worker.run is None:
+            self._retire(worker)  # its session binds another at its next run
+            return
         if worker in self._idle:
             self._idle.remove(worker)
             self._replace(worker, "crash" if worker.fault is None else "protocol")
 
     def _replace(self, worker: Worker, reason: str) -> None:
-        """Kill ``worker`` and start its successor in the background (once per worker)."""
+        """Kill ``worker`` and start its successor in the background (once per worker); a
+        session's worker has none (its session binds another when it next runs)."""
+        if worker.bound:
+            if worker in self._bound:
+                self.restarts[reason] += 1
+            self._retire(worker)
+            return
         worker.kill()
         self._busy.discard(worker)
         if worker not in self._workers:
@@ -770,12 +923,305 @@ class SandboxPool:
         self._spawning.add(task)
         task.add_done_callback(self._spawning.discard)
 
+    # -- workers for sessions -------------------------------------------------------------
+
+    def _retire(self, worker: Worker) -> None:
+        """Kill a spare or a session's worker (it has no successor) and reap it."""
+        worker.kill()
+        self._busy.discard(worker)
+        self._bound.discard(worker)
+        if worker in self._spares:
+            self._spares.remove(worker)
+        if worker not in self._dying:
+            self._dying.add(worker)
+            _reap_later(asyncio.get_running_loop(), worker)
+
+    def keep_spares(self) -> None:
+        """Start spares in the background until ``spares`` are warm or on their way (the
+        sessions' runtime asks once it has started; each bind asks again)."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(self.spares - len(self._spares) - len(self._spare_tasks)):
+            task = loop.create_task(self._new_spare())
+            self._spare_tasks.add(task)
+            task.add_done_callback(self._spare_tasks.discard)
+
+    async def _zygote_for_spares(self) -> Zygote | None:
+        """The zygote (started on first use), or None where it cannot be had: spares are
+        then started as any worker is."""
+        if self._zygote is not None and not self._zygote.closed:
+            return self._zygote
+        if self._zygote_failed or self._closed:
+            return None
+        if self._zygote_start is None or self._zygote_start.done():
+            self._zygote_start = asyncio.get_running_loop().create_task(self._start_zygote())
+        return await asyncio.shield(self._zygote_start)
+
+    async def _start_zygote(self) -> Zygote | None:
+        try:
+            zygote = await Zygote.start(lambda fd: self._popen(fd, "zygote"),
+                                        self._zygote_config())
+        except (ZygoteError, OSError) as exc:
+            log.warning("sandbox: no zygote (%s); spares start as other workers do", exc)
+            self._zygote_failed = True
+            return None
+        if self._closed:
+            zygote.kill()
+            return None
+        self._zygote = zygote
+        return zygote
+
+    def _zygote_config(self) -> dict[str, Any]:
+        """What the zygote prepares for all its children: the imports a sandbox uid must
+        reach (as a session's worker, with what its mount namespace will cover), libseccomp,
+        the settings, a session compiled once."""
+        user = self.config.user
+        if self.ids is not None:
+            user = [self.ids.ids[0], self.ids.ids[0]]  # any of the range: none owns a thing
+        sandbox_user = identity.SandboxUser("", user[0], user[1]) if user is not None else None
+        example = Path(self.settings.sessions_dir).resolve() / "sess" / "workspace"
+        hidden = (self._covers(str(example), sandbox_user)[0]
+                  if self.config.namespaces is not None else [])
+        return {"user": user, "hidden": hidden, "settings_json": self.config.settings_json}
+
+    async def _new_spare(self) -> None:
+        for attempt in range(5):
+            try:
+                worker = await self._spawn(configure=False)
+            except (WorkerError, SandboxUnavailable, OSError) as exc:
+                log.warning("sandbox: a spare worker failed to start: %s", exc)
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            if self._closed or worker.closed:
+                self._retire(worker)
+                return
+            self._spares.append(worker)
+            return
+
+    async def bind(
+        self, place: Placement, *, hand_over: Callable[[int | None, int | None], None] | None = None,
+        inline: bool = False,
+    ) -> Worker:
+        """A worker of a session's own: a warm spare (or, where none is left, a new one)
+        confined to ``place``'s workspace with its permissions, and with a ``conch.lang``
+        Session kept from run to run. ``hand_over(uid, gid)`` is called (in a thread, or on
+        the loop when ``inline``: a workspace known to be all but empty) with the user the
+        worker will run as (None: the server's own) before the worker reaches the workspace,
+        to make the session's files theirs. The worker runs nothing but what
+        :meth:`run_on`, :meth:`events_on` and :meth:`restore_on` give it; :meth:`unbind`
+        ends it. ``WorkerError`` if it cannot be had."""
+        if self._closed:
+            raise WorkerError("the sandbox is closing")
+        worker = None
+        while self._spares:
+            candidate = self._spares.pop()
+            if not candidate.closed:
+                worker = candidate
+                break
+            self._retire(candidate)
+        if worker is None:
+            worker = await self._spawn(configure=False)  # no spare left: a cold start
+        try:
+            config = self._session_config(place, worker)
+            if hand_over is not None:
+                uid, gid = (config.user[0], config.user[1]) if config.user else (None, None)
+                if inline:
+                    hand_over(uid, gid)
+                else:
+                    await asyncio.to_thread(hand_over, uid, gid)
+            greeting = worker.greeting
+            assert greeting is not None
+            frame = encode_exact(["config", dataclasses.asdict(config)])
+            await asyncio.get_running_loop().sock_sendall(worker.sock, frame)
+            try:
+                ready = await asyncio.wait_for(greeting, timeout=60)
+            except (TimeoutError, WorkerError, OSError) as exc:
+                raise WorkerError(f"a session's worker failed to start: {exc}") from exc
+            if isinstance(ready, list) and ready and ready[0] == "refused":
+                raise WorkerError(f"a session's worker refused its confinement: {ready[1]}")
+            if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
+                raise WorkerError("a session's worker sent an unexpected greeting")
+            worker.pid = _serving_pid(worker.process, ready[1])
+            if self.stack and place.allow_network:
+                await self._connect(worker, stack=True, model=False)  # the relay: as a spare
+        except BaseException:
+            self._retire(worker)
+            raise
+        finally:
+            # A spare to replace this one, once the session's first run has had the CPU.
+            asyncio.get_running_loop().call_later(SPARE_REFILL_S, self.keep_spares)
+        worker.bound = True
+        self._bound.add(worker)
+        return worker
+
+    def unbind(self, worker: Worker) -> None:
+        """End a session's worker (paused, deleted, or taken over elsewhere)."""
+        if worker.bound:
+            self._retire(worker)
+
+    def _stage_config(self, lease: uids.Lease | None) -> dict[str, Any]:
+        """What a spare prepares before it knows its session (conch.sandbox.worker._stage):
+        the user it will run as, the directories its mount namespace will likely cover (as a
+        session's beneath ``sessions_dir``), its PID and network namespaces, its settings."""
+        user = [lease.id, lease.id] if lease is not None else self.config.user
+        sandbox_user = (identity.SandboxUser("", user[0], user[1]) if user is not None
+                        else None)
+        example = Path(self.settings.sessions_dir).resolve() / "sess" / "workspace"
+        plan = self.config.namespaces
+        hidden = self._covers(str(example), sandbox_user)[0] if plan is not None else []
+        staged_plan = None
+        if plan is not None:
+            staged_plan = {"pid": plan.get("pid", False), "net": plan.get("net", ""),
+                           "prohibit": list(plan.get("prohibit") or [])}
+        return {"user": user, "hidden": hidden, "namespaces": staged_plan,
+                "settings_json": self.config.settings_json}
+
+    @staticmethod
+    def _covers(workspace: str,
+                user: identity.SandboxUser | None) -> tuple[list[str], list[str]]:
+        """What a mount namespace must cover for a worker of ``user`` confined to
+        ``workspace``: the outermost directory above it the user cannot search (where it
+        holds only the way down to the workspace), and the host's socket directories that
+        do not hold it; and the socket directories it must leave (they hold it)."""
+        covered, kept = mountns.socket_covers(workspace)
+        blocked = identity.first_blocked(workspace, user) if user is not None else None
+        if blocked is not None:
+            cover = blocked[0].rstrip("/")
+            covered = [cover] + [c for c in covered if c != cover and not c.startswith(cover + "/")]
+        return covered, kept
+
+    def _session_config(self, place: Placement, worker: Worker) -> WorkerConfig:
+        """The config of a session's worker: the pool's, confined to the session's workspace
+        (its real path), its permissions lowered where the session lowers them, a uid of its
+        own as its group too (a session shares its files with no other), a private umask."""
+        net = place.allow_network and self.settings.allow_network
+        proc = place.allow_process and self.settings.allow_process
+        settings, settings_json = self._settings_for(net, proc)
+        workspace = os.path.realpath(place.workspace)
+        config = dataclasses.replace(
+            self.config,
+            workspace=workspace,
+            allowed_effects=sorted(allowed_effects(settings)),
+            settings_json=settings_json,
+            session=True,
+            state_max_bytes=STATE_MAX_BYTES,
+            umask=0o077,
+        )
+        user = None
+        if worker.lease is not None:
+            config.user = [worker.lease.id, worker.lease.id]
+            config.own_uid = True
+            config.nproc = self.settings.worker_pids_max
+            user = identity.SandboxUser(f"uid {worker.lease.id}", worker.lease.id,
+                                        worker.lease.id)
+        elif self.user is not None:
+            user = self.user
+        unix = True
+        if self.config.confinement is not None:
+            unix = bool(self.config.confinement.get("unix_sockets", True))
+        if self.config.namespaces is not None:
+            plan = dict(self.config.namespaces)
+            covered, kept = self._covers(workspace, user)
+            plan["covers"] = covered
+            unix = not kept
+            if not net and plan.get("net") == "stack":
+                plan["net"] = "none"
+                plan["prohibit"] = []
+                plan["files"] = {k: v for k, v in dict(plan.get("files") or {}).items()
+                                 if k != "/etc/resolv.conf"}
+            config.namespaces = plan
+        elif user is not None:
+            blocked = identity.first_blocked(workspace, user)
+            if blocked is not None:
+                raise WorkerError(f"a session's workspace is out of its worker's reach "
+                                  f"({blocked[1]}) and workers have no mount namespace to "
+                                  "reach it through")
+        if self.config.confinement is not None:
+            conf = dataclasses.asdict(confinement(settings, Path(workspace)))
+            conf["unix_sockets"] = unix
+            config.confinement = conf
+        return config
+
+    def _settings_for(self, net: bool, proc: bool) -> tuple[Settings, str]:
+        """The server's settings with a session's permissions, and the JSON its worker gets
+        (the public settings the pool's workers get, likewise lowered)."""
+        known = self._session_settings.get((net, proc))
+        if known is None:
+            update = {"allow_network": net, "allow_process": proc}
+            settings = self.settings.model_copy(update=update)
+            public = worker_settings(self.settings)
+            if self.config.settings_json is not None:
+                public = Settings.model_validate_json(self.config.settings_json)
+            known = (settings, public.model_copy(update=update).model_dump_json())
+            self._session_settings[(net, proc)] = known
+        return known
+
+    async def run_on(self, worker: Worker, job: Job) -> tuple[RunEnvelope, dict[str, Any] | None]:
+        """Run ``job`` on a session's worker: its envelope and what it changed of the
+        session's bindings (the ``state`` frame; None where the worker was lost).
+        ``WorkerGone`` when the worker could not be given the job."""
+        begun = await self._begin(job, on=worker)
+        assert isinstance(begun, _Started)
+        try:
+            while True:
+                event = await self._next(job, begun)
+                if event.kind == "done":
+                    assert event.result is not None
+                    return event.result, event.state
+        finally:
+            self._end(begun)
+
+    async def events_on(self, worker: Worker, job: Job) -> AsyncGenerator[Event, None]:
+        """:meth:`events` of ``job`` on a session's worker (the ``done`` event carries its
+        ``state``). ``WorkerGone`` before the first event when the worker could not take it."""
+        begun = await self._begin(job, on=worker)
+        assert isinstance(begun, _Started)
+        try:
+            while True:
+                event = await self._next(job, begun)
+                yield event
+                if event.kind == "done":
+                    return
+        finally:
+            self._end(begun)
+
+    async def restore_on(self, worker: Worker, docs: list[bytes]) -> list[dict[str, str]]:
+        """Restore a session's saved bindings (their documents, as the JSON bytes they were
+        saved as) into its worker; the names that could not be, with why."""
+        job = Job("restore")
+        limits = self._limits(job)
+        head = encode(job.payload(limits))[HEADER_BYTES:-1]  # the payload without its "}"
+        body = head + b',"docs":[' + b",".join(docs) + b"]}"
+        begun = await self._begin(job, on=worker, frame=encode_raw(body))
+        assert isinstance(begun, _Started)
+        try:
+            while True:
+                event = await self._next(job, begun)
+                if event.kind == "done":
+                    break
+        finally:
+            self._end(begun)
+        done = event.result
+        assert done is not None
+        if not done.success:
+            assert done.error is not None
+            raise WorkerError(f"restoring the session's bindings failed: {done.error.message}")
+        damaged = done.value if isinstance(done.value, list) else []
+        return [{"name": str(d.get("name", "?")), "reason": str(d.get("reason", ""))}
+                for d in damaged if isinstance(d, dict)]
+
     # -- handing out workers --------------------------------------------------------------
 
     def _finished(self, worker: Worker, recycle: bool) -> None:
         """A run's ``done`` frame arrived (called from the reader): recycle the worker (when
         it asked to be, after a limit) or give it the next queued run."""
         self._busy.discard(worker)
+        if worker.bound:
+            if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
+                self.restarts["limit" if recycle else "recycle"] += 1
+                self._retire(worker)
+            return
         if recycle or worker.jobs >= RECYCLE_AFTER_JOBS:
             self._replace(worker, "limit" if recycle else "recycle")
         else:
@@ -823,27 +1269,27 @@ class SandboxPool:
         return worker
 
     async def _begin(
-        self, job: Job, payload: dict[str, Any] | None = None, first_wall: float | None = None
+        self, job: Job, payload: dict[str, Any] | None = None, first_wall: float | None = None,
+        *, on: Worker | None = None, frame: bytes | None = None,
     ) -> _Started | Event:
         """The job started on a worker (counted in ``active`` until :meth:`_end`), or the
         answer when no worker could take it. ``payload`` replaces the job's own (a batch);
-        ``first_wall`` is the wall time the watchdog allows before the first frame back.
+        ``first_wall`` is the wall time the watchdog allows before the first frame back;
+        ``on``: the worker bound to a session that must run it (``WorkerGone`` if it cannot);
+        ``frame``: the job already encoded.
 
         A worker found dead before the job reached it (it died while idle) never started
         the job, so the job is retried once on another worker instead of failing.
         """
         limits = self._limits(job)
-        # What a client sent is sent exactly (NaN, big integers), and its own bytes are
-        # passed on rather than decoded and encoded again (a pipeline's input). A job that
-        # carries no client values (a program's source, finite limits) is exact in orjson,
-        # which takes a fifth of the time: on ``execute 1 + 1`` that was a tenth of the
-        # server's work per request.
-        if payload is None and not job.carries_values:
-            frame = encode(job.payload(limits))
-        else:
-            frame = encode_exact(payload if payload is not None else job.payload(limits))
-        if job.input_json is not None and payload is None:
-            frame += encode_raw(job.input_json)
+        if on is not None:
+            run = _Run(frame if frame is not None else self._frame(job, limits, payload))
+            await self._dispatch_to(on, run)
+            wall = limits.wall_time_s or 0.0
+            deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+            self.active += 1
+            return _Started(on, run, wall, deadline)
+        frame = self._frame(job, limits, payload)
         for _attempt in range(2):
             run = _Run(frame)
             try:
@@ -862,6 +1308,40 @@ class SandboxPool:
             self.active += 1
             return _Started(worker, run, wall, deadline)
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
+
+    @staticmethod
+    def _frame(job: Job, limits: Limits, payload: dict[str, Any] | None) -> bytes:
+        # What a client sent is sent exactly (NaN, big integers), and its own bytes are
+        # passed on rather than decoded and encoded again (a pipeline's input). A job that
+        # carries no client values (a program's source, finite limits) is exact in orjson,
+        # which takes a fifth of the time: on ``execute 1 + 1`` that was a tenth of the
+        # server's work per request.
+        if payload is None and not job.carries_values:
+            frame = encode(job.payload(limits))
+        else:
+            frame = encode_exact(payload if payload is not None else job.payload(limits))
+        if job.input_json is not None and payload is None:
+            frame += encode_raw(job.input_json)
+        return frame
+
+    async def _dispatch_to(self, worker: Worker, run: _Run) -> None:
+        """Give ``run`` to ``worker``, a session's (whose session lets one run at a time)."""
+        if worker.closed or worker.run is not None or worker not in self._bound:
+            raise WorkerGone("the session's worker is gone")
+        self._busy.add(worker)
+        worker.start(run)
+        if run.unsent is not None and not run.undelivered:
+            try:
+                await worker.loop.sock_sendall(worker.sock, run.unsent)
+            except OSError:
+                run.undelivered = True
+            except BaseException:
+                self._replace(worker, "cancelled")
+                raise
+            run.unsent = None
+        if run.undelivered:
+            self._replace(worker, "crash")
+            raise WorkerGone("the session's worker exited before it got the job")
 
     # -- running --------------------------------------------------------------------------
 
@@ -980,7 +1460,7 @@ class SandboxPool:
             return await self._crashed(job, worker)
         kind = message[0]
         if kind == "done":
-            return Event("done", result=message[1])
+            return Event("done", result=message[1], state=message[2])
         if kind == "data":
             return Event("data", text=message[1])
         return Event("progress", step=message[1], total=message[2], message=message[3])
@@ -1007,7 +1487,7 @@ class SandboxPool:
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
 
 
-def _serving_pid(process: subprocess.Popen[bytes], reported: Any) -> int:
+def _serving_pid(process: Process, reported: Any) -> int:
     """The pid of the process that serves jobs: the one started, or (a worker that is PID 1
     of a namespace of its own) its child, which its greeting names. Read before the worker
     ran anything of a client's, and checked against the kernel's view all the same."""
@@ -1036,7 +1516,7 @@ def _reap_later(loop: asyncio.AbstractEventLoop, worker: Worker, delay: float = 
         worker.pool._gone(worker)
 
 
-def _reap(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+def _reap(process: Process, timeout: float = 5.0) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout)
 

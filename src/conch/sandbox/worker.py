@@ -14,6 +14,7 @@ able to make the server execute anything by what it sends back.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import resource
@@ -25,7 +26,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from conch import process_role
 from conch.config import Settings
@@ -35,6 +38,9 @@ from conch.lang.context import EFFECTS, Context, Limits, using
 from conch.lang.errors import ConchError, from_python
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError, StepTiming
 from conch.sandbox.frames import COMPACT_JSON, HEADER, decode, encode, encode_exact, split_header
+
+if TYPE_CHECKING:
+    from conch.sandbox.bindings import Bindings
 
 # Environment variables a program must not be able to read back through ``env``.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -93,6 +99,11 @@ class WorkerConfig:
     own_uid: bool = False
     # Whether the server keeps what a run sends to be recorded (an agent call's task)
     records: bool = False
+    # The worker of one session (conch.sessions): its runs share one conch.lang.Session, and
+    # each run's changed bindings go back to be saved (a ``state`` frame before ``done``)
+    session: bool = False
+    # The largest document one binding may be saved as (larger ones are named unsaved)
+    state_max_bytes: int | None = None
 
 
 def _confine(config: WorkerConfig) -> dict[str, Any]:
@@ -111,15 +122,22 @@ def _confine(config: WorkerConfig) -> dict[str, Any]:
 
     applied: dict[str, Any] = {}
     plan = config.namespaces
-    if config.user is not None:
+    staged = _State.staged
+    shared = _State.shared
+    covers = list((plan or {}).get("covers", ()))
+    if config.user is not None and not (
+            shared is not None and shared["rerooted"] and set(covers) <= set(shared["hidden"])):
         from conch.sandbox.identity import reroot_imports
 
-        reroot_imports((config.user[0], config.user[1]), hidden=(plan or {}).get("covers", ()))
+        reroot_imports((config.user[0], config.user[1]), hidden=covers)
     prepared = None if config.confinement is None else prepare(Confinement(**config.confinement))
     if plan is not None:
-        from conch.sandbox.namespaces import enter
+        from conch.sandbox import namespaces
 
-        enter(plan, config.workspace)
+        if staged is not None and staged.get("namespaces") is not None:
+            namespaces.enter_mounts(plan, config.workspace)  # the rest: _stage
+        else:
+            namespaces.enter(plan, config.workspace)
     # What a job leaves running is ended after it, where the worker may start commands
     # (without the process effect Landlock refuses every exec): by PID 1 of its namespace,
     # or else by the uid it alone runs as.
@@ -230,19 +248,47 @@ class _CpuBudget:
         self.remaining -= seconds
 
 
-def worker_main(sock: socket.socket, host: HostFactory | None = None) -> None:
-    """Serve jobs on ``sock`` until the server closes it. The first frame is the
-    :class:`WorkerConfig`. ``host`` gives each run the host its programs reach models and
-    agents through (``conch.worker_process`` passes conch's; None: programs have none)."""
+def worker_main(sock: socket.socket, host: HostFactory | None = None, *,
+                zygote: bool = False) -> None:
+    """Serve jobs on ``sock`` until the server closes it. ``host`` gives each run the host
+    its programs reach models and agents through (``conch.worker_process`` passes conch's;
+    None: programs have none).
+
+    The worker imports everything first, then reads its first frame: the
+    :class:`WorkerConfig` for one of the pool's own workers. A spare, kept for a session
+    (:meth:`conch.sandbox.pool.SandboxPool.bind`), is sent ``prepare`` instead: it does
+    everything that does not depend on the session (:func:`_stage`: its PID and network
+    namespaces, the imports its user must reach, libseccomp loaded, a session compiled
+    once), says so (``["warm", pid]``) and waits for its config, so that binding it costs
+    only what is the session's own: its mount namespace, Landlock, seccomp, the drop.
+
+    ``zygote``: this process is the pool's zygote (:mod:`conch.sandbox.zygote`), which
+    prepares once what every spare would and then forks them: this returns in the zygote
+    never, and each child goes on from here as a spare, on its own socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
     _scrub_environment()
     process_role.sandbox_worker = True  # never maps llama.cpp's libraries (conch.process_role)
+    _preload()
+    if zygote:
+        from conch.sandbox.zygote import serve
+
+        sock = serve(sock, _stage_shared)
     chan = Channel(sock)
     first = chan.recv()
+    if isinstance(first, list) and first and first[0] == "prepare":
+        try:
+            _stage(first[1])
+        except Exception as exc:
+            chan.send(["refused", str(exc)])
+            return
+        chan.send(["warm", _host_pid()])
+        first = chan.recv()
     if not (isinstance(first, list) and first and first[0] == "config"):
         return
     config = WorkerConfig(**first[1])
-    _preload()
+    if config.session:
+        # Commands a session's program starts live in its own workspace.
+        os.environ["HOME"] = config.workspace
     runner = Runner(config, host=host)
     os.chdir(config.workspace)  # the pool created it; a worker must not run elsewhere
     # Deep conch recursion must reach the conch limit (a clean LimitError) before Python's.
@@ -289,6 +335,10 @@ class _State:
     # PID 1 of a PID namespace of its own (conch.sandbox.namespaces) that may start
     # commands: what a job left running is killed after it, by this
     reap: Callable[[], None] | None = None
+    # A spare's preparation, done before it was bound (_stage), and the part of it done
+    # once for every spare (_stage_shared; by the zygote)
+    staged: dict[str, Any] | None = None
+    shared: dict[str, Any] | None = None
 
 
 def _on_cpu_limit(signum: int, frame: Any) -> None:
@@ -300,12 +350,90 @@ def _on_cpu_limit(signum: int, frame: Any) -> None:
         raise ConchError("TimeoutError", "CPU time limit exceeded")
 
 
+def _stage(pre: dict[str, Any]) -> None:
+    """A spare's preparation (the ``prepare`` frame): what binding it to a session would
+    otherwise spend time on, none of it depending on the session (:func:`_stage_shared`,
+    done already in a child of the zygote), and its PID and network namespaces
+    (``namespaces``: a :class:`conch.sandbox.namespaces.Plan` without the mounts, which need
+    the workspace), entered now."""
+    _stage_shared(pre)
+    plan = pre.get("namespaces")
+    if plan is not None:
+        from conch.sandbox.namespaces import enter_processes
+
+        enter_processes(plan)
+    # Once more in this process: what the first run touches is copied from the zygote's
+    # pages now, before a session waits for it.
+    _warm_session()
+    _State.staged = pre
+
+
+def _stage_shared(pre: dict[str, Any]) -> None:
+    """What every session's worker does before it knows its session, done once (by the
+    zygote for all its children). ``user``: who it will run as (or, in the zygote, one of
+    the sandbox's uids: none of them owns anything on the way to the interpreter), whose
+    imports are rerooted now (``hidden``: the directories its mount namespace will cover);
+    ``settings_json``: the settings it will most likely be given, parsed now."""
+    if _State.shared is not None:
+        return
+    user = pre.get("user")
+    if user is not None:
+        from conch.sandbox.identity import reroot_imports
+
+        reroot_imports((user[0], user[1]), hidden=pre.get("hidden") or ())
+    from conch.sandbox import layers, seccomp
+
+    seccomp.available()  # loads libseccomp (finding it reads ld.so's cache)
+    layers.interpreter_paths()
+    if pre.get("settings_json"):
+        _parsed_settings(pre["settings_json"])
+    _warm_session()
+    # What is imported and built by now lives as long as the worker: the collector need
+    # never walk it again (and after a fork, each walk would copy its pages).
+    gc.collect()
+    gc.freeze()
+    _State.shared = {"rerooted": user is not None, "hidden": list(pre.get("hidden") or ())}
+
+
+_SETTINGS: dict[str, Settings] = {}
+
+
+def _parsed_settings(text: str) -> Settings:
+    known = _SETTINGS.get(text)
+    if known is None:
+        known = _SETTINGS[text] = Settings.model_validate_json(text)
+    return known
+
+
+def _warm_session() -> None:
+    """Compile and run a few statements in a throwaway session: the language's first
+    compilation of each kind of statement costs milliseconds that a session's first run
+    would otherwise pay."""
+    from conch.lang import Session
+    from conch.lang.context import Context
+
+    ctx = Context(limits=Limits(wall_time_s=5.0, steps=10_000, recursion=100, output_bytes=1000,
+                                collection_size=1000))
+    try:
+        with using(ctx):
+            session = Session()
+            for source in ("1 + 1", "let a = 1", "let mut b = a + 1", "b = b + a",
+                           "let f = fn(v) => v * a", "f(b) + a", "[1, 2] | map(fn(x) => x + a)"):
+                session.run(source)
+    except ConchError:
+        pass
+
+
 def _preload() -> None:
     """Import everything a program could make the worker import later, before the worker
     moves into the workspace: nothing may be imported from a directory programs write to."""
+    import conch.lang.compiler  # a session's runs compile with it
+    import conch.sandbox.bindings  # noqa: F401
+    from conch.lang import Session
     from conch.lang.builtins.registry import load_all
 
     load_all()
+    Session()  # what a session's Session loads on first use
 
 
 # -- running a job ------------------------------------------------------------------------
@@ -350,9 +478,7 @@ class Runner:
         self.allowed = frozenset(config.allowed_effects)
         # The pool sends the server's own (validated) settings: a failure here is a bug, and
         # the worker exits before its greeting, so the pool reports that it could not start.
-        self.settings = (
-            Settings.model_validate_json(config.settings_json) if config.settings_json else None
-        )
+        self.settings = _parsed_settings(config.settings_json) if config.settings_json else None
         # Tests of the kernel layers turn the language's own checks off: every path, every
         # effect, every address, so that only the kernel stands in the way.
         self.checked = config.language_checks
@@ -378,6 +504,13 @@ class Runner:
         import threading
 
         self._never_cancelled = threading.Event()
+        # The session's bindings, kept from run to run (a session's worker only)
+        self.bindings: Bindings | None = None
+        self.state_max_bytes = config.state_max_bytes
+        if config.session:
+            from conch.sandbox.bindings import Bindings
+
+            self.bindings = Bindings()
 
     def _compile(self, source: str, names: frozenset[str] = frozenset()) -> Any:
         if not names:
@@ -406,6 +539,10 @@ class Runner:
         if job.get("mode") == "batch":
             self._batch(job, chan)
             return
+        if job.get("mode") == "restore":
+            self._restore(job, chan)
+            return
+        mark = self._mark()
         stream = bool(job.get("stream"))
         limits = Limits(**job.get("limits", {}))
         output: list[str] = []
@@ -451,12 +588,71 @@ class Runner:
         recycle = recycle or _State.cpu_exceeded or _State.retire
         wire = envelope.to_wire()
         wire["cpu_s"] = round(max(0.0, _cpu_all() - cpu_start), 6)
+        if self.bindings is not None:
+            # Before ``done``: the server saves these before it answers the run. A run that
+            # changed nothing sends none (the server reads no frame as nothing changed).
+            changes = self._changes(mark)
+            if changes["saved"] or changes["removed"] or changes["unsaved"]:
+                chan.send(["state", changes])
         try:
             chan.send(["done", wire, recycle])
         except (TypeError, ValueError) as exc:  # an unencodable value (e.g. a huge Int)
             failed = kind.failure(_run_error(from_python(exc)), output).to_wire()
             failed["cpu_s"] = wire["cpu_s"]
             chan.send(["done", failed, recycle])
+
+    # -- a session's bindings ---------------------------------------------------------------
+
+    def _mark(self) -> Any:
+        if self.bindings is None:
+            return None
+        try:
+            return self.bindings.mark()
+        except Exception:  # a bug of the language's: the run goes on, its bindings unsaved
+            return None
+
+    def _changes(self, mark: Any) -> dict[str, Any]:
+        """What the run changed, for the server to save: ``saved`` (the documents, as JSON),
+        ``removed`` (names) and ``unsaved`` (``[{name, reason}]``)."""
+        assert self.bindings is not None
+        try:
+            removed: list[str] = []
+            if mark is None:
+                changed = [b["name"] for b in self.bindings.summary()]
+            else:
+                changed, removed = self.bindings.changes(mark)
+            docs, unsaved = self.bindings.export(changed, max_bytes=self.state_max_bytes)
+        except Exception as exc:
+            names = [b["name"] for b in self.bindings.summary()]
+            reason = f"saving the session's bindings failed: {exc}"
+            return {"saved": [], "removed": [], "unsaved": [{"name": n, "reason": reason}
+                                                            for n in names]}
+        saved: list[Any] = []
+        total = 0
+        for doc in docs:
+            total += len(doc)
+            if total > STATE_FRAME_BYTES:
+                unsaved.append({"name": _doc_name(doc),
+                                "reason": f"the run changed more than {STATE_FRAME_BYTES} "
+                                          "bytes of bindings at once"})
+                continue
+            saved.append(orjson.Fragment(doc))
+        return {"saved": saved, "removed": removed, "unsaved": unsaved}
+
+    def _restore(self, job: dict[str, Any], chan: Outbox) -> None:
+        """A resumed session's saved bindings, restored before its first run; ``done``
+        carries the names that could not be (``[{name, reason}]``) as its value."""
+        damaged: list[dict[str, str]] = []
+        if self.bindings is not None:
+            limits = Limits(**job.get("limits", {}))
+            ctx = self._context(lambda _line: None, limits)
+            try:
+                with using(ctx):
+                    damaged = self.bindings.restore(list(job.get("docs") or ()))
+            except Exception as exc:
+                damaged = [{"name": str(d.get("name", "?")) if isinstance(d, dict) else "?",
+                            "reason": f"restoring failed: {exc}"} for d in job.get("docs") or ()]
+        chan.send(["done", RunEnvelope.ok("", "Nothing", damaged, []).to_wire(), False])
 
     def _recording_host(self, target: Channel) -> Any:
         assert self._host is not None
@@ -484,8 +680,6 @@ class Runner:
                   steps: list[StepTiming]) -> Any:
         mode = job.get("mode")
         if mode == "program":
-            variables = job.get("variables") or None
-            program = self._compile(job["source"], frozenset(variables or ()))
             on_statement = None
             if progress is not None:
                 report = progress
@@ -493,6 +687,11 @@ class Runner:
                 def on_statement(index: int, total: int, text: str) -> None:
                     report(index + 1, total, text)
 
+            if self.bindings is not None:
+                # A session's program: compiled against, and binding into, its Session.
+                return self.bindings.session.run(job["source"], on_statement)
+            variables = job.get("variables") or None
+            program = self._compile(job["source"], frozenset(variables or ()))
             return program.run(context=ctx, variables=variables, on_statement=on_statement)
         if mode == "pipeline":
             return self._pipeline(job, ctx, progress, steps)
@@ -511,7 +710,7 @@ class Runner:
             started = time.perf_counter()
             try:
                 stage = _cached(self._stages, source, _compile_stage)
-                value = stage(value, context=ctx)
+                value = stage(value, context=ctx, variables=self._session_variables())
             except ConchError as exc:
                 exc.message = f"step {i}: {exc.message}"
                 raise
@@ -546,7 +745,11 @@ class Runner:
         return b.fn(*args, **kwargs)
 
     def _function(self, source: str, ctx: Context) -> Any:
-        return self._compile(source).run(context=ctx)
+        return self._compile(source).run(context=ctx, variables=self._session_variables())
+
+    def _session_variables(self) -> dict[str, Any] | None:
+        """A session's bindings, by name, for a pipeline's stages and a call's functions."""
+        return self.bindings.session.variables if self.bindings is not None else None
 
     def _stream_array(
         self, kind: type[RunEnvelope], value: Any, ctx: Context, chan: Outbox, output: list[str]
@@ -572,6 +775,16 @@ class Runner:
 
 
 _CACHE_SIZE = 512
+# The most a run's changed bindings may take in one ``state`` frame (frames are at most
+# 256 MiB): what is over is named unsaved.
+STATE_FRAME_BYTES = 192 * 1024 * 1024
+
+
+def _doc_name(doc: bytes) -> str:
+    try:
+        return str(orjson.loads(doc).get("name", "?"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return "?"
 
 
 def _cached(cache: OrderedDict[str, Any], source: str, build: Callable[[str], Any]) -> Any:

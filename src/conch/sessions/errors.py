@@ -58,6 +58,16 @@ class LeaseLost(SessionError, errors.Conflict):
     released): what this server was doing for the session must not be recorded."""
 
 
+class NoWorker(SessionError, errors.Unavailable):
+    """No sandbox worker could be had for the session (the machine refused to start one, or
+    the server is shutting down); trying again later may succeed."""
+
+
+class SessionMisplaced(SessionError, errors.Unavailable):
+    """The session's row is in the database but its files are not under this server's
+    ``sessions_dir``: servers sharing a database must share ``sessions_dir`` too."""
+
+
 class UploadTooLarge(SessionError, errors.TooLarge):
     """An upload longer than ``session_upload_mb``."""
 

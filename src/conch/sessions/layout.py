@@ -20,6 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 from conch.sessions.errors import SessionNotFound
@@ -77,6 +80,79 @@ class SessionDirs:
             os.chown(root / "workspace", *self.owner, follow_symlinks=False)
         return root
 
+    def owner_of(self, id: str) -> Owner | None:
+        """Who the session's files belong to now: ``owner`` where it is fixed, else the user
+        its workspace was last handed to (:meth:`hand_over`); None where that is the server's
+        own user (nothing to give)."""
+        if self.owner is not None:
+            return self.owner
+        try:
+            st = os.lstat(self.workspace(id))
+        except FileNotFoundError:
+            return None
+        if st.st_uid == os.geteuid():
+            return None
+        return st.st_uid, st.st_gid
+
+    def hand_over(self, id: str, uid: int | None, gid: int | None, *,
+                  others: range | None = None) -> None:
+        """Give the session's files to the user its next worker runs as (``uid``, ``gid``;
+        None: the server's own user, nothing to give).
+
+        Every entry of the workspace owned by its previous user (the workspace's owner) or by
+        a uid of ``others`` (the sandbox's range: a hand-over cut short) is changed, without
+        following a link, and the workspace itself last: its owner says the hand-over is
+        complete, so one cut short is finished by the next. Entries of anyone else (which no
+        worker could have made) are left as they are."""
+        if uid is None or gid is None:
+            return
+        workspace = self.workspace(id)
+        top = os.lstat(workspace)
+        if top.st_uid == uid and top.st_gid == gid:
+            return
+        old = top.st_uid
+
+        def theirs(st: os.stat_result) -> bool:
+            return st.st_uid == old or (others is not None and st.st_uid in others)
+
+        try:
+            for _root, dirs, files, fd in os.fwalk(workspace, follow_symlinks=False):
+                for name in dirs + files:
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        if theirs(st) and (st.st_uid, st.st_gid) != (uid, gid):
+                            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+        except RecursionError:
+            # Nested deeper than Python recurses: chown(1) walks any depth, never following
+            # a link (-P), changing links themselves (-h).
+            subprocess.run(["chown", "-R", "-h", "-P", f"{uid}:{gid}", "--", "."],
+                           cwd=workspace, check=True, capture_output=True)
+        os.chown(workspace, uid, gid, follow_symlinks=False)
+
+    def copy_workspace(self, source: str, target: str) -> None:
+        """Copy the files of ``source``'s workspace into ``target``'s (made by the server,
+        so the server's until ``target``'s first worker is handed them): directories and
+        regular files, symbolic links as links (never followed); fifos, sockets and devices
+        are left out."""
+        src_top, dst_top = self.workspace(source), self.workspace(target)
+        for root, dirs, files, root_fd in os.fwalk(src_top, follow_symlinks=False):
+            below = os.path.relpath(root, src_top)
+            dst_dir = dst_top if below == "." else dst_top / below
+            for name in dirs + files:
+                try:
+                    st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                target_path = dst_dir / name
+                if stat.S_ISDIR(st.st_mode):
+                    target_path.mkdir(mode=PRIVATE_MODE, exist_ok=True)
+                elif stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(name, dir_fd=root_fd), target_path)
+                elif stat.S_ISREG(st.st_mode):
+                    _copy_file(root_fd, name, target_path)
+
     def remove(self, id: str) -> None:
         """Remove the session's directories and all in them (links removed, never followed);
         nothing to do when they are gone already."""
@@ -98,3 +174,16 @@ class SessionDirs:
                 e.name for e in it if _ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
             )
         return []
+
+
+def _copy_file(dir_fd: int, name: str, target: Path) -> None:
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):  # swapped for something else meanwhile
+            return
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600)
+        with open(src, "rb", closefd=False) as reader, open(dst, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+    finally:
+        os.close(src)

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 
 from conch.config import Settings
 from conch.sessions import limits as lim
+from conch.sessions.errors import SessionMisplaced
 from conch.sessions.files import SessionFiles
 from conch.sessions.layout import Owner, SessionDirs
 from conch.sessions.records import Session
@@ -127,13 +128,39 @@ class SessionService:
             tmp=self.dirs.tmp(session.id),
             quota_bytes=self.settings.session_disk_mb * MB,
             upload_bytes=self.settings.session_upload_mb * MB,
-            owner=self.dirs.owner,
+            owner=self.dirs.owner_of(session.id),
         )
 
     def files(self, id: str, *, tenant: str | None = None) -> SessionFiles:
         """The files of session ``id`` for a use of them (which moves its ``expires_at``)."""
         session = self.get(id, tenant=tenant)
         return self.files_of(self.store.touch(session.id))
+
+    def fork(self, source: str, *, tenant: str | None = None) -> Session:
+        """A new session that starts as a copy of ``source``: its TTL, limits and
+        permissions, its files (links copied as links, never followed) and its saved
+        bindings as of the last completed save. (A run of ``source`` in progress is not in
+        the copy: what the copy holds is what a resume of ``source`` would hold.)"""
+        original = self.get(source, tenant=tenant)
+        if not self.dirs.exists(source):
+            raise SessionMisplaced(
+                f"session {source!r} is in the database, but its files are not under this "
+                f"server's sessions_dir ({self.settings.sessions_dir}): servers that share a "
+                "database must share sessions_dir too", where="session")
+        copy = self.create(
+            tenant=original.tenant, ttl_s=original.ttl_s, limits=original.limits,
+            allow_network=original.allow_network, allow_process=original.allow_process,
+        )  # fmt: skip
+        try:
+            self.dirs.copy_workspace(source, copy.id)
+            snapshot = self.state(source).load(collect=False)
+            if snapshot.bindings:
+                self.state(copy.id).save(list(snapshot.bindings.values()))
+            self.measure(copy.id)
+        except BaseException:
+            self.delete(copy.id)
+            raise
+        return self.store.get(copy.id)
 
     def state(self, id: str) -> SessionState:
         """The saved bindings of session ``id`` (written only by the lease holder)."""

@@ -131,6 +131,7 @@ class SessionState:
         self.dir = Path(state_dir)
         self.bindings_dir = self.dir / BINDINGS
         self._lock = threading.Lock()
+        self._made = False  # the directories exist (made by an earlier save here)
         # The current manifest, and the headers of both slots it was read (or written) with:
         # while the headers read back the same, nobody else saved since.
         self._cached: tuple[tuple[bytes, bytes], dict[str, Any], int] | None = None
@@ -253,7 +254,7 @@ class SessionState:
                 return int(manifest["version"])
             version = int(manifest["version"]) + 1
             entries = {n: meta for n, meta in current.items() if n not in gone}
-            if docs:
+            if docs and not self._made:
                 self.bindings_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             for name, (data, kind) in docs.items():
                 old = entries.get(name)
@@ -268,8 +269,10 @@ class SessionState:
             new = {"version": version, "bindings": entries}
             body = orjson.dumps(new)
             head = _MAGIC + b"%d %d %08x\n" % (version, len(body), zlib.crc32(body))
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not self._made:
+                self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             _overwrite(self.dir / MANIFESTS[version % 2], head + body)
+            self._made = bool(docs) or self._made
             for name in gone:
                 for slot in (0, 1):
                     with contextlib.suppress(FileNotFoundError):

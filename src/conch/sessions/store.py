@@ -85,6 +85,8 @@ class _Q:
         .values(
             lease_owner=sa.bindparam("owner", type_=sa.String),
             lease_expires_at=sa.bindparam("until", type_=sa.Float),
+            # Held by a server: it has (or is about to have) a worker, so it is not paused.
+            status=ACTIVE,
         )
         .returning(*_S.c)
     )
@@ -115,7 +117,7 @@ class _Q:
         sa.update(_S)
         .where(_c.id == sa.bindparam("k_id"), live, _c.lease_owner == sa.bindparam("owner"))
         .values(
-            runs=_c.runs + 1,
+            runs=_c.runs + sa.bindparam("n", type_=sa.Integer),
             last_used_at=now,
             expires_at=now + _c.ttl_s,
             status=ACTIVE,
@@ -248,17 +250,23 @@ class SessionStore:
         workspace_bytes: int | None = None,
         lease_s: float | None = None,
         now: float | None = None,
+        runs: int = 1,
+        saves: int | None = None,
     ) -> Session:
         """A run of the session completed on ``owner``'s server: ``runs`` + 1, used now,
         active; ``saved``: it saved bindings (``state_version`` + 1); ``lease_s``: the lease
         is extended too. Refused unless ``owner`` still holds the lease: ``LeaseLost`` (another
-        server took it over), ``SessionNotFound`` (deleted or expired meanwhile)."""
+        server took it over), ``SessionNotFound`` (deleted or expired meanwhile).
+
+        Several runs at once (a server that records its runs in batches): ``runs`` of them,
+        ``saves`` of which saved bindings, the last ending at ``now``."""
         now = _now(now)
         params = {
             "k_id": id,
             "owner": owner,
             "now": now,
-            "bump": 1 if saved else 0,
+            "n": runs,
+            "bump": saves if saves is not None else (1 if saved else 0),
             "wb": workspace_bytes,
             "until": None if lease_s is None else now + lease_s,
         }
@@ -315,6 +323,17 @@ class SessionStore:
         if row is None:
             raise SessionNotFound(f"no session {id!r}", where="session")
         return Session.from_row(row)
+
+    def pause_abandoned(self, idle_s: float, *, now: float | None = None) -> int:
+        """Mark ``paused`` the active sessions that no live server holds and nobody used for
+        ``idle_s`` (a server that held one died before it paused it); how many."""
+        now = _now(now)
+        with self.tx() as conn:
+            return int(conn.execute(
+                sa.update(_S)
+                .where(_c.status == ACTIVE, _c.last_used_at <= now - idle_s, _unheld(now))
+                .values(status=PAUSED)
+            ).rowcount)
 
     def list_expired(self, *, now: float | None = None, limit: int = 100) -> builtins.list[Session]:
         """Sessions past their ``expires_at`` that no live server holds, oldest expiry first."""

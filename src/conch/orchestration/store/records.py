@@ -48,6 +48,8 @@ def task_record(row: Any) -> dict[str, Any]:
         "fork_checkpoint": row.fork_checkpoint,
         "protocol": row.protocol,
         "tenant": row.tenant,
+        # Only where there is one: a task without a session answers as it always did.
+        **({"session": row.session} if row.session is not None else {}),
     }
 
 

@@ -137,6 +137,17 @@ class TaskStore:
         key = int.from_bytes(digest, "big", signed=True)
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
 
+    def thread_session(self, thread: str) -> str | None:
+        """The session of the thread's latest task that has one (None: none has)."""
+        tk = t.tasks
+        with self.db.read() as conn:
+            return conn.execute(  # type: ignore[no-any-return]
+                sa.select(tk.c.session)
+                .where(tk.c.thread_id == thread, tk.c.session.is_not(None))
+                .order_by(tk.c.created_at.desc(), tk.c.id.desc())
+                .limit(1)
+            ).scalar()
+
     def thread(self, thread: str, tenant: str | None = None) -> list[dict[str, Any]]:
         """The tasks of a thread, oldest first (``tenant``: that tenant's thread)."""
         tk = t.tasks

@@ -17,6 +17,9 @@ from conch.chats import ChatStore
 from conch.config import Settings
 from conch.lang.builtins.registry import load_all
 from conch.sandbox.pool import SandboxPool
+from conch.sessions.runtime import SessionRuntime
+from conch.sessions.service import SessionService
+from conch.sessions.tasks import TaskSessions
 from conch.web.agent import (
     analysis,
     chats,
@@ -27,6 +30,7 @@ from conch.web.agent import (
     marketplace,
     mcp,
     orchestration,
+    sessions,
     streams,
 )
 from conch.web.agent.errors import agent_error_bytes, install_error_handlers
@@ -55,10 +59,13 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     pool = pool or SandboxPool(settings)
     metrics = AgentMetrics(pool)
     access = KeyAccess.from_settings(settings, metrics.registry)
+    session_service = SessionService.from_settings(settings)
+    session_runtime = SessionRuntime(session_service, pool)
 
     @asynccontextmanager
     async def lifespan(app: AgentApp) -> AsyncIterator[None]:
         await pool.start()
+        await session_runtime.start()
         await app.state.orchestrator.start()
         app.state.history.start()
         try:
@@ -66,6 +73,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
         finally:
             await app.state.history.close()
             await app.state.orchestrator.close()
+            await session_runtime.close()
             await pool.close()
 
     # Outermost first; the fast path goes through the very same stack.
@@ -81,6 +89,7 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
             open_prefixes=DECLARATIONS.open_prefixes(),
             access=access,
             render=lambda _path, exc: agent_error_bytes(exc),
+            body_exempt=sessions.is_upload,
         ),
     ]
     app = AgentApp(
@@ -99,13 +108,16 @@ def create_app(settings: Settings, pool: SandboxPool | None = None) -> AgentApp:
     app.state.metrics = metrics
     app.state.access = access
     app.state.chats = ChatStore(access.keys.engine)
-    app.state.runs = runs = Runs(pool, metrics, access)
-    app.state.orchestrator = orchestrator = orchestration.build(settings, pool, metrics, access)
+    app.state.sessions = session_service
+    app.state.session_runtime = session_runtime
+    app.state.runs = runs = Runs(pool, metrics, access, session_runtime)
+    app.state.orchestrator = orchestrator = orchestration.build(
+        settings, pool, metrics, access, TaskSessions(session_runtime))
     pool.recorder = orchestrator.record_builtin
     app.state.history = metrics.history(orchestrator.active_counts)
 
     install_error_handlers(app)
-    for module in (execution, streams, analysis, discovery, health, orchestration, keys, chats):
+    for module in (execution, streams, analysis, discovery, health, orchestration, sessions, keys, chats):
         app.include_router(module.router)
     marketplace.attach(app, settings)
     mcp.attach(app, settings)

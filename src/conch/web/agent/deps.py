@@ -23,6 +23,8 @@ from conch.config import Settings
 from conch.marketplace import MarketplaceService
 from conch.orchestration.service import Orchestrator
 from conch.sandbox.pool import SandboxPool
+from conch.sessions.runtime import SessionRuntime
+from conch.sessions.service import SessionService
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.agent.runs import Runs
 from conch.web.common.deps import state_getter
@@ -37,6 +39,8 @@ get_started_at = state_getter("started_at", float)
 get_marketplace = state_getter("marketplace", MarketplaceService)
 get_orchestrator = state_getter("orchestrator", Orchestrator)
 get_history = state_getter("history", StatusHistory)
+get_sessions = state_getter("sessions", SessionService)
+get_session_runtime = state_getter("session_runtime", SessionRuntime)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -47,3 +51,5 @@ StartedAtDep = Annotated[float, Depends(get_started_at)]
 MarketplaceDep = Annotated[MarketplaceService, Depends(get_marketplace)]
 OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]
 HistoryDep = Annotated[StatusHistory, Depends(get_history)]
+SessionsDep = Annotated[SessionService, Depends(get_sessions)]
+SessionRuntimeDep = Annotated[SessionRuntime, Depends(get_session_runtime)]

@@ -56,7 +56,8 @@ def call_job(builtin: str, body: CallRequest) -> Job:
     )
 
 
-# Path -> (body model, job builder, metrics kind) of the routes the fast path serves.
+# Path -> (body model, job builder, metrics kind) of the routes the fast path serves. A body
+# with a ``session`` runs in that session's worker (Runs).
 FAST_ROUTES: dict[str, tuple[type[BaseModel], Callable[[Any], Job], str]] = {
     "/api/v1/execute": (ExecuteRequest, execute_job, "execute"),
     "/api/v1/eval": (EvalRequest, eval_job, "eval"),
@@ -78,15 +79,15 @@ def _route(
 @_route("/api/v1/execute", ExecuteRequest)
 async def execute(request: Request, runs: RunsDep) -> Response:
     """Run a conch command; the envelope holds its value, output and any error."""
-    job = execute_job(await parse_body(request, ExecuteRequest))
-    return await runs.respond(job, "execute", principal_of(request))
+    body = await parse_body(request, ExecuteRequest)
+    return await runs.respond(execute_job(body), "execute", principal_of(request), body.session)
 
 
 @_route("/api/v1/eval", EvalRequest)
 async def evaluate(request: Request, runs: RunsDep) -> Response:
     """Evaluate a conch program (an expression or statements)."""
-    job = eval_job(await parse_body(request, EvalRequest))
-    return await runs.respond(job, "eval", principal_of(request))
+    body = await parse_body(request, EvalRequest)
+    return await runs.respond(eval_job(body), "eval", principal_of(request), body.session)
 
 
 @_route("/api/v1/call/{builtin}", CallRequest, responses={**ERRORS, **UNKNOWN_BUILTIN})
@@ -95,11 +96,11 @@ async def call(builtin: str, request: Request, runs: RunsDep) -> Response:
     body = await parse_body(request, CallRequest)
     if lookup(builtin) is None:
         raise unknown_builtin(builtin)
-    return await runs.respond(call_job(builtin, body), "call", principal_of(request))
+    return await runs.respond(call_job(builtin, body), "call", principal_of(request), body.session)
 
 
 @_route("/api/v1/pipeline", PipelineRequest, PipelineEnvelope)
 async def pipeline(request: Request, runs: RunsDep) -> Response:
     """Feed `input` through each stage of `steps`; adds per-step timings."""
-    job = pipeline_job(await parse_body(request, PipelineRequest))
-    return await runs.respond(job, "pipeline", principal_of(request))
+    body = await parse_body(request, PipelineRequest)
+    return await runs.respond(pipeline_job(body), "pipeline", principal_of(request), body.session)

@@ -95,15 +95,17 @@ class FastPath:
                     break
             body = b"".join(chunks)
         try:
-            job = _pipeline_job(body) if kind == "pipeline" else make_job(
-                model.model_validate_json(body)
-            )
+            if kind == "pipeline":
+                job, session = _pipeline_job(body)
+            else:
+                request = model.model_validate_json(body)
+                job, session = make_job(request), request.session  # type: ignore[attr-defined]
         except ValidationError as exc:
             await _send(send, 400, agent_error_body(400, problems(exc.errors(include_url=False))))
             return
         try:
-            answer = await self.runs.envelope(job, kind, principal)
-        except DomainError as exc:  # a limit of the key refused the run
+            answer = await self.runs.envelope(job, kind, principal, session)
+        except DomainError as exc:  # a limit of the key, or a session's refusal (not found, busy)
             await _send_error(send, exc)
             return
         except Exception:
@@ -122,28 +124,32 @@ class _PipelineParts(msgspec.Struct):
     input: msgspec.Raw = msgspec.Raw(b"null")
     steps: Any = msgspec.UNSET
     limits: Any = None
+    session: Any = None
 
 
 _PIPELINE_PARTS = msgspec.json.Decoder(_PipelineParts)
 
 
-def _pipeline_job(body: bytes) -> Job:
-    """The job of a pipeline body, validated by the same model as the documented route. A
-    body msgspec does not read (not JSON, or NaN, which pydantic accepts) or that the model
-    refuses goes to the model whole, for exactly the documented route's value or error."""
+def _pipeline_job(body: bytes) -> tuple[Job, str | None]:
+    """The job of a pipeline body, validated by the same model as the documented route, and
+    its session. A body msgspec does not read (not JSON, or NaN, which pydantic accepts) or
+    that the model refuses goes to the model whole, for exactly the documented route's value
+    or error."""
     try:
         parts = _PIPELINE_PARTS.decode(body)
-        fields: dict[str, Any] = {"limits": parts.limits}
+        fields: dict[str, Any] = {"limits": parts.limits, "session": parts.session}
         if parts.steps is not msgspec.UNSET:
             fields["steps"] = parts.steps
-        job = pipeline_job(PipelineRequest.model_validate(fields))
+        request = PipelineRequest.model_validate(fields)
     except (msgspec.DecodeError, ValidationError, RecursionError):
         # RecursionError: msgspec skips ``input`` recursively and gives up on JSON nested
         # deeper than Python's own limit; the model's parser has a limit of its own and
         # refuses such a body with the documented route's 400.
-        return pipeline_job(PipelineRequest.model_validate_json(body))
+        request = PipelineRequest.model_validate_json(body)
+        return pipeline_job(request), request.session
+    job = pipeline_job(request)
     job.input_json = bytes(parts.input)
-    return job
+    return job, request.session
 
 
 _JSON = (b"content-type", b"application/json")

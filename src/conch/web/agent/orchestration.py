@@ -26,6 +26,7 @@ from conch.orchestration.errors import Invalid
 from conch.orchestration.executor import make_executor
 from conch.orchestration.service import Orchestrator, RunKind
 from conch.orchestration.spec import TaskRequest, parse_workflow
+from conch.orchestration.task_run import TaskSessions
 from conch.orchestration.turns import TASK_ERRORS
 from conch.sandbox.pool import SandboxPool
 from conch.web.agent.deps import OrchestratorDep
@@ -189,6 +190,10 @@ class TaskRecord(BaseModel):
     protocol: Literal["native", "json"] | None = Field(
         description="The tool-call protocol the task runs with: the model API's tools "
         "(native) or JSON actions (json); null until it starts, unless the request forced one."
+    )
+    session: str | None = Field(
+        default=None, description="The session its tool calls run in (given, or its "
+        "thread's); absent for a task without one."
     )
 
 
@@ -557,15 +562,19 @@ PASS_S = 900.0
 
 
 def build(
-    settings: Settings, pool: SandboxPool, metrics: AgentMetrics, access: KeyAccess | None = None
+    settings: Settings,
+    pool: SandboxPool,
+    metrics: AgentMetrics,
+    access: KeyAccess | None = None,
+    sessions: TaskSessions | None = None,
 ) -> Orchestrator:
     """The orchestrator of the app (started and closed by the app's lifespan); its figures
     join the app's Prometheus registry. With keys (``access``), a task's model turns carry a
-    pass of the key that made it, and decisions on pending calls go to the audit log."""
+    pass of the key that made it, and decisions on pending calls go to the audit log.
+    ``sessions``: where tasks with a session run."""
     credentials = _Passes(access) if access is not None else None
-    orch = Orchestrator(
-        settings, make_executor(settings, pool, dask_job=run_on_dask_worker), credentials
-    )
+    executor = make_executor(settings, pool, dask_job=run_on_dask_worker)
+    orch = Orchestrator(settings, executor, credentials, sessions)
     metrics.registry.register(OrchestrationCollector(orch))
     if access is not None:
         orch.runner.on_decision = _AuditDecisions(access)

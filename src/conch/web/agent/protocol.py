@@ -33,14 +33,26 @@ class RunLimits(_Request):
         return self.model_dump(exclude_none=True)
 
 
+def _session_field() -> Any:
+    return Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="a session's id (POST /api/v1/sessions): the run sees and makes its "
+        "bindings, in its workspace, after its earlier runs; the answer adds `unsaved`",
+    )
+
+
 class ExecuteRequest(_Request):
     command: str = Field(description="a conch command, e.g. `ls | where(fn(f) => f.size > 1kb)`")
     limits: RunLimits | None = None
+    session: str | None = _session_field()
 
 
 class EvalRequest(_Request):
     code: str = Field(description="a conch program: an expression or statements")
     limits: RunLimits | None = None
+    session: str | None = _session_field()
 
 
 class CallRequest(_Request):
@@ -51,6 +63,7 @@ class CallRequest(_Request):
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="arguments by name")
     limits: RunLimits | None = None
+    session: str | None = _session_field()
 
 
 class PipelineRequest(_Request):
@@ -59,6 +72,7 @@ class PipelineRequest(_Request):
         description='pipeline stage expressions, e.g. ["map(fn(x) => x * 2)", "sum"]'
     )
     limits: RunLimits | None = None
+    session: str | None = _session_field()
 
 
 class AnalyseRequest(_Request):

@@ -8,8 +8,8 @@ The sessions router calls these (docs/security.md, "Sessions"):
   for the admin: every tenant's; never ``None`` for another key);
 - :func:`admit_session` once a session is made (a refusal: delete it and let the ``429``
   go), :func:`release_session` once one is deleted;
-- :func:`check_disk` before a file is written (``429 insufficient_quota`` naming
-  ``disk_mb``).
+- :func:`check_upload` (or :func:`check_disk`) before a file is written (``429
+  insufficient_quota`` naming ``disk_mb``).
 
 ``sessions_max`` is counted with a lease per session, named by the session's id, taken
 atomically with the check (two servers cannot both open the last one); a session deleted
@@ -74,6 +74,18 @@ def check_disk(request: Request, used_bytes: int, adding_bytes: int) -> None:
     access = _access(request)
     if access is not None:
         access.limiter.check_disk(principal_of(request), used_bytes, adding_bytes)
+
+
+async def check_upload(request: Request, adding_bytes: int) -> None:
+    """:func:`check_disk` with what the key's tenant's sessions take now (nothing to check
+    without a ``disk_mb`` limit)."""
+    access = _access(request)
+    if access is None:
+        return
+    principal = principal_of(request)
+    used = await access.db(disk_used, access, principal)
+    if used is not None:
+        access.limiter.check_disk(principal, used, adding_bytes)
 
 
 def disk_used(access: KeyAccess, principal: Principal) -> int | None:

@@ -16,9 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from conch.errors import Unavailable
 from conch.keys import Admission, Principal
 from conch.sandbox.envelope import RunEnvelope, RunError
-from conch.sandbox.pool import Job
+from conch.sandbox.pool import Event, Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.execution import eval_job, execute_job, pipeline_job
 from conch.web.agent.protocol import (
@@ -59,16 +60,46 @@ async def admitted(runs: Runs, job: Job, request: Request) -> tuple[Principal, A
     return principal, await runs.admit(principal, job)
 
 
-def stream(
+async def stream(
     runs: Runs,
     job: Job,
     kind: str,
     principal: Principal | None = None,
     admission: Admission | None = None,
+    session: str | None = None,
 ) -> EventStreamResponse:
-    """The run's events; ``admission`` (:func:`admitted`) is settled when it ends."""
+    """The run's events as SSE; ``admission`` (:func:`admitted`) is settled when it ends. In
+    a ``session``, the session is taken (found, its lease, a worker) before the answer
+    starts, so that a session not found or busy elsewhere is an HTTP error; ``complete`` and
+    ``error`` then add ``unsaved``."""
     job.stream = True
     run_id = runs.pool.new_run_id()
+    began = time.perf_counter()
+    source: AsyncGenerator[Event, None]
+    first: Event | None = None
+    if session is not None:
+        try:
+            if runs.sessions is None:
+                raise Unavailable("this server runs no sessions", where="session")
+            tenant = principal.reads if principal is not None else None
+            source = runs.sessions.events(session, job, tenant=tenant)
+            try:
+                first = await anext(source)
+            except BaseException:
+                await source.aclose()
+                raise
+        except BaseException:
+            if admission is not None:
+                await runs.release(principal, admission)
+            raise
+    else:
+        source = runs.pool.events(job)
+
+    async def chained() -> AsyncGenerator[Event, None]:
+        if first is not None:
+            yield first
+        async for e in source:
+            yield e
 
     finished: list[RunEnvelope] = []
 
@@ -82,7 +113,7 @@ def stream(
                 await runs.finish(principal, admission, finished[0] if finished else None)
 
     async def run_events() -> AsyncGenerator[bytes, None]:
-        started = time.perf_counter()
+        started = began if session is not None else time.perf_counter()
         seq = 0
 
         def event(name: str, data: dict[str, Any]) -> bytes:
@@ -91,7 +122,7 @@ def stream(
             return encode_event(data, event=name, id=seq)
 
         yield event("start", {"id": run_id})
-        async with aclosing(runs.pool.events(job)) as run_events:
+        async with aclosing(source), aclosing(chained()) as run_events:
             async for e in run_events:
                 if e.kind == "data":
                     yield event("data", {"result": e.text})
@@ -104,12 +135,13 @@ def stream(
                     runs.metrics.observe_run(kind, started)
                     elapsed = int((time.perf_counter() - started) * 1000)
                     done = e.result
+                    extra = {} if session is None else {"unsaved": e.unsaved or []}
                     if done.error is None:
                         complete = {"result": done.result, "elapsed_ms": elapsed, "type": done.type}
-                        yield event("complete", complete)
+                        yield event("complete", {**complete, **extra})
                     else:
                         failure = {**done.error.to_json(), "message": _error_message(done.error)}
-                        yield event("error", failure)
+                        yield event("error", {**failure, **extra})
 
     return EventStreamResponse(events())
 
@@ -127,19 +159,22 @@ def _route(path: str, model: type[Any]) -> Any:
 @_route("/api/v1/stream/execute", ExecuteRequest)
 async def stream_execute(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As execute, as Server-Sent Events."""
-    job = execute_job(await parse_body(request, ExecuteRequest))
-    return stream(runs, job, "stream_execute", *await admitted(runs, job, request))
+    body = await parse_body(request, ExecuteRequest)
+    job = execute_job(body)
+    return await stream(runs, job, "stream_execute", *await admitted(runs, job, request), body.session)
 
 
 @_route("/api/v1/stream/eval", EvalRequest)
 async def stream_eval(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As eval, as Server-Sent Events."""
-    job = eval_job(await parse_body(request, EvalRequest))
-    return stream(runs, job, "stream_eval", *await admitted(runs, job, request))
+    body = await parse_body(request, EvalRequest)
+    job = eval_job(body)
+    return await stream(runs, job, "stream_eval", *await admitted(runs, job, request), body.session)
 
 
 @_route("/api/v1/stream/pipeline", PipelineRequest)
 async def stream_pipeline(request: Request, runs: RunsDep) -> EventStreamResponse:
     """As pipeline, step by step, as Server-Sent Events."""
-    job = pipeline_job(await parse_body(request, PipelineRequest))
-    return stream(runs, job, "stream_pipeline", *await admitted(runs, job, request))
+    body = await parse_body(request, PipelineRequest)
+    job = pipeline_job(body)
+    return await stream(runs, job, "stream_pipeline", *await admitted(runs, job, request), body.session)

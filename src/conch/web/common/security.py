@@ -10,7 +10,9 @@ the hot path and also covers streaming responses.
   and ``WWW-Authenticate: Bearer`` in the envelope of the API at its path (``render``).
   Without ``access``, a plain ``api_key`` is compared in constant time (a bare app's guard).
 - Bodies larger than ``max_body_bytes`` are refused with ``413``, by ``Content-Length`` or
-  while reading a chunked body (``None``: no limit, the inference server's choice).
+  while reading a chunked body (``None``: no limit, the inference server's choice); but for
+  the requests ``body_exempt`` names (a file upload, which its route bounds by a limit of
+  its own).
 - Refusals are written with the server's own error-body builder
   (:mod:`conch.web.common.errors`), so each server answers in its family's envelope.
 - Every response gets ``X-Content-Type-Options: nosniff``; API responses that did not choose
@@ -91,8 +93,10 @@ class SecurityMiddleware:
         open_prefixes: tuple[str, ...] = (),
         access: KeyAccess | None = None,
         render: RenderError | None = None,
+        body_exempt: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.app = app
+        self.body_exempt = body_exempt
         self.error_body = error_body
         self.open_paths = open_paths
         self.open_prefixes = open_prefixes
@@ -155,8 +159,9 @@ class SecurityMiddleware:
         if self.max_body is None:  # no body limit here (the inference server)
             await self.app(scope, receive, self._with_headers(send, path))
             return
+        exempt = self.body_exempt is not None and self.body_exempt(scope["method"], path)
         length = headers.get(b"content-length")
-        if length is not None:
+        if length is not None and not exempt:
             try:
                 too_large = int(length) > self.max_body
             except ValueError:
@@ -187,7 +192,7 @@ class SecurityMiddleware:
             return message
 
         try:
-            await self.app(scope, limited_receive, first_send)
+            await self.app(scope, receive if exempt else limited_receive, first_send)
         except BodyTooLarge:
             if not started:
                 await self._reply(send, 413, f"request body larger than {limit} bytes")
