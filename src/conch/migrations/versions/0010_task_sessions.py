@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010_task_sessions"
-down_revision = "0005_task_threads"
+down_revision = "0009_orchestration_tenants"
 branch_labels = None
 depends_on = None
 
