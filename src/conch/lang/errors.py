@@ -69,7 +69,7 @@ class ConchError(Exception):
         return {name: getattr(self, name) for name in _DICT_FIELDS}
 
     def render(self, source: str | None = None) -> str:
-        """The text rendering with a caret under the offending column (SPEC §1.4)."""
+        """The text rendering with a caret under the offending column (docs/language.md)."""
         head = f"{self.kind}: {self.message}"
         if self.line is not None and f"line {self.line}" not in self.message:
             head += f" at line {self.line}, column {self.column}"

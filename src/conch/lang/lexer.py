@@ -1,7 +1,7 @@
 """Source text to tokens, each with its 1-based line and column.
 
 Newlines are not tokens: every token records whether a line break precedes it
-(``nl_before``) and the parser decides where a statement ends (SPEC §1.1).
+(``nl_before``) and the parser decides where a statement ends (docs/language.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tokens to a syntax tree: statements by recursive descent, expressions by precedence climbing.
 
-Statement ends (SPEC §1.1): a newline ends a statement unless it is inside ``()``, ``[]`` or
+Statement ends (docs/language.md): a newline ends a statement unless it is inside ``()``, ``[]`` or
 a record ``{}``, follows a binary operator or ``|``, or the next line starts with ``|``.
 Blocks (``{ ... }`` after ``if``, ``fn``, ...) are newline-sensitive again.
 

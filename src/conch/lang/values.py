@@ -217,7 +217,7 @@ def is_table(value: Any) -> bool:
 
 
 def type_of(value: Any) -> str:
-    """The conch type name of a value (SPEC §1.2)."""
+    """The conch type name of a value (docs/language.md)."""
     if value is None:
         return "Null"
     t = type(value)
@@ -278,7 +278,7 @@ def to_json_value(value: Any) -> Any:
     """The value as plain JSON data (lists, dicts, str, numbers, bool, None).
 
     Ranges and lazy arrays are materialised; functions become their name; non-finite floats
-    become the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` (SPEC §1.2).
+    become the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` (docs/language.md).
     """
     if value is None or value is True or value is False:
         return value

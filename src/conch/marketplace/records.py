@@ -39,7 +39,7 @@ _PROVIDER = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
 class PublishRequest(BaseModel):
-    """The body of ``POST /marketplace/publish``: the seed's five fields, then optional ones.
+    """The body of ``POST /marketplace/publish``: five required fields, then optional ones.
 
     Sizes are checked here so that an oversize field is refused before anything else, with
     the field's name in the error."""

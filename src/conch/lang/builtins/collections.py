@@ -20,7 +20,7 @@ Conventions shared by the collection modules and :mod:`.math`:
   O(1)); on a ``list`` they return a ``list``. Inputs are never mutated.
 - Selectors (``first``, ``last``, ``find``, ``min_by``, ``max_by``) return ``null`` on an
   empty input; statistics (``avg``, ``min``, ...) raise ``ValueError``.
-- Ordering follows SPEC §1.2: numbers numerically, strings lexicographically, booleans
+- Ordering follows docs/language.md: numbers numerically, strings lexicographically, booleans
   ``false < true``, arrays element-wise; other mixes are a ``TypeError``. ``sort`` and
   ``sort_by`` are stable (also with ``desc=true``) and put ``null`` last.
 """
@@ -98,7 +98,7 @@ _NUMBERS = frozenset((int, float))
 
 
 def check_orderable(types: set[type], who: str) -> None:
-    """Raise a TypeError unless values of these types can be ordered together (SPEC §1.2)."""
+    """Raise a TypeError unless values of these types can be ordered together (docs/language.md)."""
     if not types or types <= _NUMBERS:
         return
     if len(types) == 1 and next(iter(types)) in (str, bool, list, tuple):

@@ -1,7 +1,7 @@
 """Collection builtins that order elements or drop repeated ones: ``sort``, ``sort_by``,
 ``reverse``, ``uniq``, ``uniq_by``, ``min_by`` and ``max_by``.
 
-Category ``collections``: how values are ordered (SPEC §1.2), keys taken and values compared
+Category ``collections``: how values are ordered (docs/language.md), keys taken and values compared
 for equality is in :mod:`.collections`, shared with the statistics of :mod:`.math`.
 """
 

@@ -612,7 +612,7 @@ def builtin(
 
 
 def _overload(key: str, existing: Builtin, new: Builtin) -> Builtin:
-    """One entry for builtins of different categories that share a name (SPEC lists
+    """One entry for builtins of different categories that share a name (the language lists
     ``append`` and ``find`` under both filesystem and collections), chosen per call by the
     type of the first argument."""
     members = [*(existing.overloads or [existing]), new]

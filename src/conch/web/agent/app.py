@@ -1,7 +1,6 @@
 """The agent and code-execution server (``conch serve``): builds the domain objects from the
 settings, puts them on ``app.state`` (routers reach them through ``deps.py``) and includes one
-router per resource. Contract: the seed document's execution, streaming, discovery and
-health sections and SPEC §2.1, §2.2, §2.4, §2.6.
+router per resource. Its routes are documented in docs/agent-server.md.
 """
 
 from __future__ import annotations

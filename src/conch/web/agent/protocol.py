@@ -1,4 +1,4 @@
-"""Request and response bodies of the agent and code-execution server (SPEC §2.1, §2.2, §2.6).
+"""Request and response bodies of the agent and code-execution server (docs/agent-server.md).
 
 Request models are strict (a number is not a string) and ignore unknown fields; response
 models exist for the OpenAPI document — handlers write the JSON themselves. The run envelope
