@@ -227,7 +227,7 @@ def generate_request(body: dict[str, Any], n_ctx: int | None = None) -> tuple[st
         if body.get("images"):
             raise refuse("images", "cannot be used with raw or suffix prompts (images need the chat template)")
         return "completion", req
-    messages = []
+    messages: list[dict[str, Any]] = []
     if body.get("system"):
         messages.append({"role": "system", "content": str(body["system"])})
     if body.get("images"):

@@ -125,7 +125,7 @@ class ModelStore:
         has a projector (its own, or model_overrides.<id>.mmproj)."""
         over = self.settings.model_overrides.get(record.id)
         has = bool((over.mmproj if over is not None else None) or record.mmproj)
-        caps = [c for c in record.capabilities if c != "vision"]
+        caps: list[Capability] = [c for c in record.capabilities if c != "vision"]
         if has and "chat" in caps:
             caps.append("vision")
         if caps != record.capabilities:

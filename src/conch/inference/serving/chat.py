@@ -41,7 +41,12 @@ from conch.inference.serving.base import (
     usage_tokens,
 )
 from conch.inference.serving.errors import InvalidRequest
-from conch.inference.serving.images import ImageRef, read_images, refuse_without_projector, take_images
+from conch.inference.serving.images import (
+    ImageRef,
+    read_images,
+    refuse_without_projector,
+    take_images,
+)
 
 MAX_STOP_SEQUENCES = 4
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from conch.inference.engines.base import MEDIA_MARKER, ChatInputError, EngineError, ImageInput
 
-
 # What llama.cpp decodes in-process (stb_image); anything else is refused before libmtmd sees
 # it, which would otherwise try it as audio, then hand it to ffprobe/ffmpeg as a video or WebP.
 _FORMATS = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
