@@ -66,7 +66,8 @@ def take_images(messages: list[dict[str, Any]]) -> list[ImageRef]:
 
 def refuse_without_projector(model: str, refs: list[ImageRef]) -> None:
     raise InvalidRequest(
-        f"The model '{model}' cannot read images: it has no vision projector (mmproj). Download a vision "
+        f"'{refs[0].where}' is an image, but the model '{model}' cannot read images: it has no vision "
+        "projector (mmproj). Download a vision "
         "model with its mmproj file, or set model_overrides.<id>.mmproj (docs/inference.md, \"Images\")",
         where=refs[0].where, code="unsupported_parameter")
 
