@@ -139,7 +139,7 @@ def _image_part(block: dict[str, Any], bp: str) -> dict[str, Any]:
         if not isinstance(url, str) or not url:
             raise TranslationError(f"'{bp}.source.url' must be a URL", f"{bp}.source.url")
         return {"type": "image_url", "image_url": {"url": url}, "source_param": f"{bp}.source.url"}
-    raise refuse(f"{bp}.source", f"is a '{kind}' image source; conch takes 'base64' and 'url' sources")
+    raise refuse(bp, f"has a '{kind}' image source; conch takes 'base64' and 'url' sources")
 
 
 def _function(tool: Any, param: str) -> dict[str, Any]:
