@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["lang", "lsp", "agent_server", "sandbox", "sessions", "inference", "speculative", "prompt_cache", "models", "budget", "providers", "studio", "orchestration", "marketplace", "gpu"]
+SUITES = ["lang", "lsp", "agent_server", "sandbox", "sessions", "inference", "speculative", "vision", "prompt_cache", "models", "budget", "providers", "studio", "orchestration", "marketplace", "gpu"]
 
 
 def _imports(module: str) -> Callable[[], None]:
@@ -87,6 +87,7 @@ PEERS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("llama.cpp llama-server (built into .bench-cache)", _llama_server),
     ],
     "speculative": [("llama.cpp llama-server (built into .bench-cache)", _llama_server)],
+    "vision": [("llama.cpp llama-server (built into .bench-cache)", _llama_server)],
     "models": [
         ("curl", _curl),
         ("llama.cpp convert_hf_to_gguf.py (needs torch, transformers)", _imports("torch, transformers")),

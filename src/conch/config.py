@@ -69,6 +69,9 @@ class ModelOverrides(BaseModel):
     # Another local GGUF model (its id) proposing speculative drafts for this one; it must
     # share this model's vocabulary (docs/inference.md, "Speculative decoding").
     draft_model: str | None = None
+    # The vision projector GGUF (llama-server's --mmproj): an absolute path, or one relative to
+    # the model file's directory; it overrides the one learned at download (docs/inference.md, "Images").
+    mmproj: str | None = None
 
 
 def parse_id_range(text: str) -> range:

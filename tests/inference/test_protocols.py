@@ -297,8 +297,11 @@ def test_ollama_generate_request_kinds() -> None:
     assert kind == "chat" and chat["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
     kind, comp = o.generate_request({"model": "m", "prompt": "def f(", "suffix": "return 1", "options": {"num_predict": 5}})
     assert kind == "completion" and comp["prompt"] == "def f(" and comp["suffix"] == "return 1" and comp["max_tokens"] == 5
+    # Images go with the chat template (issue 34: images in chat); a raw prompt cannot carry them.
     with pytest.raises(TranslationError):
-        o.generate_request({"model": "m", "prompt": "x", "images": ["abc"]})
+        o.generate_request({"model": "m", "prompt": "x", "images": ["abc"], "raw": True})
+    kind, chat = o.generate_request({"model": "m", "prompt": "x", "images": ["abc"]})
+    assert kind == "chat" and chat["messages"][0]["content"][0]["image_url"]["url"] == "data:image/*;base64,abc"
 
 
 def test_ollama_chat_and_generate_objects() -> None:

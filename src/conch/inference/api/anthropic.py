@@ -8,7 +8,8 @@
 
 Decisions (docs/apis.md): ``cache_control`` is accepted and ignored (conch reuses prompt
 prefixes on its own); ``thinking`` blocks in the history are dropped (the local models do not
-think) but asking for thinking is refused; images, documents and server tools are refused.
+think) but asking for thinking is refused; documents and server tools are refused. ``image`` blocks
+of user messages (``base64`` or ``url`` sources) become OpenAI ``image_url`` parts, in place.
 """
 
 from __future__ import annotations
@@ -81,12 +82,17 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
         raise TranslationError(f"'{param}.content' must be a string or an array of blocks", f"{param}.content")
     out: list[dict[str, Any]] = []
     texts: list[str] = []
+    # A user turn's text and images in order (images need parts; text alone stays a string).
+    parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         bp = f"{param}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
             texts.append(str(block.get("text", "")))
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
+        elif kind == "image" and role == "user":
+            parts.append(_image_part(block, bp))
         elif kind in ("thinking", "redacted_thinking"):
             continue  # a previous turn's reasoning; local models neither need nor produce it
         elif kind == "tool_use" and role == "assistant":
@@ -111,9 +117,29 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
         if calls:
             item["tool_calls"] = calls
         out.append(item)
+    elif any(p["type"] == "image_url" for p in parts):
+        out.append({"role": "user", "content": parts})
     elif texts or not out:
         out.append({"role": "user", "content": "".join(texts)})
     return out
+
+
+def _image_part(block: dict[str, Any], bp: str) -> dict[str, Any]:
+    """An ``image`` block as an OpenAI ``image_url`` part naming the block's field in errors."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        data, media = source.get("data"), source.get("media_type")  # type: ignore[union-attr]
+        if not isinstance(data, str) or not data:
+            raise TranslationError(f"'{bp}.source.data' must be base64 image data", f"{bp}.source.data")
+        return {"type": "image_url", "image_url": {"url": f"data:{media or 'image/*'};base64,{data}"},
+                "source_param": f"{bp}.source.data"}
+    if kind == "url":
+        url = source.get("url")  # type: ignore[union-attr]
+        if not isinstance(url, str) or not url:
+            raise TranslationError(f"'{bp}.source.url' must be a URL", f"{bp}.source.url")
+        return {"type": "image_url", "image_url": {"url": url}, "source_param": f"{bp}.source.url"}
+    raise refuse(bp, f"has a '{kind}' image source; conch takes 'base64' and 'url' sources")
 
 
 def _function(tool: Any, param: str) -> dict[str, Any]:

@@ -146,12 +146,12 @@ def _message(i: int, msg: Any) -> dict[str, Any]:
     param = f"messages[{i}]"
     if not isinstance(msg, dict):
         raise TranslationError(f"'{param}' must be an object", param)
-    if msg.get("images"):
-        raise refuse(f"{param}.images", "is not supported: conch's local models read text only")
     role = msg.get("role")
     if role not in ("system", "user", "assistant", "tool"):
         raise TranslationError(f"'{param}.role' must be system, user, assistant or tool", f"{param}.role")
     out: dict[str, Any] = {"role": role, "content": msg.get("content") or ""}
+    if msg.get("images"):
+        out["content"] = [*_image_parts(msg["images"], f"{param}.images"), {"type": "text", "text": out["content"]}]
     if role == "assistant" and msg.get("tool_calls"):
         calls = []
         for k, call in enumerate(msg["tool_calls"]):
@@ -173,6 +173,20 @@ def _message(i: int, msg: Any) -> dict[str, Any]:
     return out
 
 
+def _image_parts(images: Any, param: str) -> list[dict[str, Any]]:
+    """Ollama's base64 ``images`` as OpenAI ``image_url`` parts, ahead of the text as Ollama
+    places them; a bad item's error names ``param[k]``."""
+    if not isinstance(images, list):
+        raise TranslationError(f"'{param}' must be an array of base64 strings", param)
+    parts = []
+    for k, data in enumerate(images):
+        if not isinstance(data, str) or not data:
+            raise TranslationError(f"'{param}[{k}]' must be a base64 string", f"{param}[{k}]")
+        parts.append({"type": "image_url", "image_url": {"url": f"data:image/*;base64,{data}"},
+                      "source_param": f"{param}[{k}]"})
+    return parts
+
+
 def chat_request(body: dict[str, Any], n_ctx: int | None = None) -> dict[str, Any]:
     """An Ollama ``/api/chat`` body -> an OpenAI chat request body (always streamed internally)."""
     messages = body.get("messages")
@@ -191,9 +205,6 @@ def generate_request(body: dict[str, Any], n_ctx: int | None = None) -> tuple[st
     ``raw`` prompts and prompts with a ``suffix`` (fill-in-the-middle) skip the chat template and
     go to the completion entry point.
     """
-    for name in ("images",):
-        if body.get(name):
-            raise refuse(name, "is not supported: conch's local models read text only")
     if body.get("template"):
         raise refuse("template", "is not supported: conch formats prompts with the model's own chat template")
     if body.get("context"):
@@ -213,11 +224,17 @@ def generate_request(body: dict[str, Any], n_ctx: int | None = None) -> tuple[st
             req["suffix"] = body["suffix"]
         if "response_format" in req:
             raise refuse("format", "cannot be used with raw or suffix prompts")
+        if body.get("images"):
+            raise refuse("images", "cannot be used with raw or suffix prompts (images need the chat template)")
         return "completion", req
-    messages = []
+    messages: list[dict[str, Any]] = []
     if body.get("system"):
         messages.append({"role": "system", "content": str(body["system"])})
-    messages.append({"role": "user", "content": prompt})
+    if body.get("images"):
+        messages.append({"role": "user", "content": [*_image_parts(body["images"], "images"),
+                                                     {"type": "text", "text": prompt}]})
+    else:
+        messages.append({"role": "user", "content": prompt})
     req["messages"] = messages
     return "chat", req
 
@@ -367,6 +384,8 @@ def capabilities(record: Any, fim: bool = False) -> list[str]:
             caps.append("insert")
     if "embeddings" in record.capabilities:
         caps.append("embedding")
+    if "vision" in record.capabilities:
+        caps.append("vision")
     return caps
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 
 class _Request(BaseModel):
@@ -39,6 +40,24 @@ class TextContentPart(_Request):
     text: str
 
 
+class ImageURL(_Request):
+    url: str = Field(description="A data: URL (base64), a file:// URL inside the data directory, "
+                                 "or an http(s) URL (only with allow_network).")
+    detail: Literal["auto", "low", "high"] | None = Field(
+        default=None, description="'auto' and 'high': the projector's own resolution; 'low' is refused.")
+
+
+class ImageContentPart(_Request):
+    type: Literal["image_url"]
+    image_url: ImageURL
+    # Set by the Anthropic and Ollama translations: their request field the image came from
+    # (named in errors instead of this part's).
+    source_param: SkipJsonSchema[str | None] = None
+
+
+ContentPart = Annotated[TextContentPart | ImageContentPart, Field(discriminator="type")]
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str
@@ -52,7 +71,7 @@ class ToolCall(BaseModel):
 
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextContentPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -280,10 +299,11 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
-    capabilities: list[Literal["chat", "embeddings", "tools"]] = Field(
+    capabilities: list[Literal["chat", "embeddings", "tools", "vision"]] = Field(
         default_factory=list,
         description='What the model can serve; [] for a source-format model that must be converted first. '
-                    '"tools": a chat model whose chat template takes tools (docs/inference.md).')
+                    '"tools": a chat model whose chat template takes tools; "vision": a chat model with a '
+                    'projector (mmproj), which reads images (docs/inference.md).')
 
 
 class ModelList(BaseModel):
@@ -329,7 +349,7 @@ class ModelDetails(Model):
     architecture: str | None
     context_length: int | None
     quantization: str | None
-    capabilities: list[Literal["chat", "embeddings", "tools"]]
+    capabilities: list[Literal["chat", "embeddings", "tools", "vision"]]
     source: str | None
     revision: str | None
     files: list[str]

@@ -188,6 +188,19 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
+# Where an image stands in a rendered chat prompt: llama.cpp's default media marker (libmtmd).
+MEDIA_MARKER = "<__media__>"
+
+
+@dataclass
+class ImageInput:
+    """An image of a chat: its bytes (any format llama.cpp reads) and the request field it came
+    from (named in errors). Messages hold ``{"type": "image"}`` parts in its place, in order."""
+
+    data: bytes
+    where: str
+
+
 @dataclass
 class ChatSpec:
     """The engine-neutral chat a request asks for (``serving/chat.py`` builds it)."""
@@ -199,6 +212,8 @@ class ChatSpec:
     tool_choice: str | None = None  # "none" | "auto" | "required" | "function"
     named_tool: str | None = None
     response_format: dict[str, Any] | None = None
+    # The images of the messages' ``{"type": "image"}`` parts, in order (a vision model's).
+    images: list[ImageInput] = field(default_factory=list)
 
     @property
     def tools_active(self) -> bool:
@@ -211,6 +226,9 @@ class ChatPrompt:
 
     tokens: list[int]
     sampling: SamplingParams
+    # A prompt with images: the engine's own record of them (llama.cpp: vision.MediaPrompt),
+    # passed back to ``generate``; ``tokens`` then counts each image's tokens.
+    media: Any = None
 
 
 class Engine(Protocol):
@@ -238,8 +256,9 @@ class Engine(Protocol):
     def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
         """The model's chat template and the spec's constraints applied (raises ``ChatInputError``)."""
 
-    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
-        """Start generating; raises ``ContextLengthExceeded`` or ``QueueFull`` before starting."""
+    def generate(self, prompt: str | list[int], params: SamplingParams, *, media: Any = None) -> Generation:
+        """Start generating; raises ``ContextLengthExceeded`` or ``QueueFull`` before starting.
+        ``media``: a :class:`ChatPrompt`'s, when its prompt has images."""
 
     def text_prompt(self, text: str) -> list[int]:
         """Tokens of a raw text prompt, as a legacy completion feeds it (no chat template)."""

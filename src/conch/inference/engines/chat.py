@@ -60,7 +60,7 @@ def start_chat(
             if spec.n > 1 and sampling.seed is not None:
                 # One seed for every choice would make them identical; offset it per choice.
                 sampling = replace(sampling, seed=sampling.seed + i)
-            gens.append(engine.generate(prompt.tokens, sampling))
+            gens.append(engine.generate(prompt.tokens, sampling, media=prompt.media))
     except BaseException:
         for g in gens:
             g.cancel()

@@ -13,6 +13,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from conch.config import Settings
@@ -27,6 +28,19 @@ def _override(settings: Settings, model_id: str, name: str) -> Any:
     over = settings.model_overrides.get(model_id)
     value = getattr(over, name, None) if over is not None else None
     return getattr(settings, name) if value is None else value
+
+
+def projector_path(record: ModelRecord, settings: Settings) -> str | None:
+    """The model's vision projector (mmproj) file: model_overrides.<id>.mmproj (relative to the
+    model file's directory unless absolute), else the one learned with the model; None: text only."""
+    over = settings.model_overrides.get(record.id)
+    path = over.mmproj if over is not None and over.mmproj else record.mmproj
+    if not path:
+        return None
+    p = Path(path).expanduser()
+    if not p.is_absolute() and record.path:
+        p = Path(record.path).parent / p
+    return str(p)
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,7 @@ def load_engine(record: ModelRecord, settings: Settings, *, n_ctx: int | None = 
             prompt_cache_dir=settings.data_dir / "kv-cache",
             prompt_cache_max_bytes=settings.prompt_cache_disk_mb << 20,
             prompt_cache_min_tokens=settings.prompt_cache_min_tokens,
+            mmproj=projector_path(record, settings) if "chat" in record.capabilities else None,
         )
         engine.load()
         return engine

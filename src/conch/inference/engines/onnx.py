@@ -87,7 +87,7 @@ class OnnxEmbeddingEngine:
     def chat_prompt(self, spec: ChatSpec) -> ChatPrompt:
         raise Unsupported(f"The model '{self.model_id}' does not support chat")
 
-    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+    def generate(self, prompt: str | list[int], params: SamplingParams, *, media: Any = None) -> Generation:
         raise Unsupported(f"The model '{self.model_id}' cannot generate text (it is an ONNX embedding model)")
 
     def text_prompt(self, text: str) -> list[int]:

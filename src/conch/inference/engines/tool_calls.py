@@ -12,14 +12,16 @@ import json
 import uuid
 from typing import Any
 
-from conch.inference.engines.base import ChatInputError, ToolSpec
+from conch.inference.engines.base import MEDIA_MARKER, ChatInputError, ToolSpec
 
 TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
 
 
 def content_text(content: Any, param: str) -> str:
-    """A message ``content``: a string, an array of text parts, or null."""
+    """A message ``content``: a string, an array of text parts, or null. An ``image`` part (an
+    image the serving layer took out into ``ChatSpec.images``) is the media marker, where a
+    vision engine puts the image's tokens."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -28,6 +30,9 @@ def content_text(content: Any, param: str) -> str:
     for i, part in enumerate(content):
         ptype = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
         text = part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
+        if ptype == "image":
+            parts.append(MEDIA_MARKER)
+            continue
         if ptype != "text" or not isinstance(text, str):
             raise ChatInputError(
                 f"Only text content parts are supported; got type {ptype!r}", f"{param}[{i}].type"

@@ -198,11 +198,17 @@ class Acquirer:
                 info = read_gguf_info(staging / result.path)
             except Exception as exc:
                 raise errors.BadRequest(f"{result.path} is not a valid GGUF file: {exc}")
+            # A vision projector staged with the model (a Hugging Face repo's mmproj-*.gguf, one
+            # beside a registered file): kept relative to the model file's directory.
+            from conch.inference.models.sources.base import pick_mmproj
+
+            mmproj = pick_mmproj(result.files)
             return ModelRecord(
                 **base, format="gguf", sha256=result.sha256, architecture=info.architecture,
                 context_length=info.context_length,
                 quantization=(info.quantization or "").lower().removeprefix("all_") or None,
                 capabilities=info.capabilities,  # type: ignore[arg-type]
+                mmproj=os.path.relpath(mmproj, os.path.dirname(result.path) or ".") if mmproj else None,
             )
         return ModelRecord(**base, **_describe_checkpoint(staging, result))
 

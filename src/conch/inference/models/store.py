@@ -30,7 +30,7 @@ from conch.inference.models.ref import ModelRef
 
 ModelStatus = Literal["ready", "downloading", "converting", "failed"]
 ModelFormat = Literal["gguf", "safetensors", "onnx"]
-Capability = Literal["chat", "embeddings", "tools"]
+Capability = Literal["chat", "embeddings", "tools", "vision"]
 
 _ORPHAN_GRACE_S = 60.0
 
@@ -65,6 +65,9 @@ class ModelRecord(BaseModel):
     revision: str | None = None
     files: list[str] = Field(default_factory=list)
     converted_from: str | None = None
+    # The vision projector GGUF learned with the model (a Hugging Face repo's mmproj-*.gguf, or
+    # one beside a registered file); model_overrides.<id>.mmproj takes its place when set.
+    mmproj: str | None = None
     progress: float | None = None
     owned_by: str = "local"
     # Free-form provenance and bookkeeping (e.g. the mtime the sha256 was computed at).
@@ -117,9 +120,23 @@ class ModelStore:
         self._database = str(settings.effective_database_url)
 
     # -- rows <-> records ------------------------------------------------------------------
+    def _effective(self, record: ModelRecord) -> ModelRecord:
+        """The record as served: ``vision`` among its capabilities exactly when a chat model
+        has a projector (its own, or model_overrides.<id>.mmproj)."""
+        over = self.settings.model_overrides.get(record.id)
+        has = bool((over.mmproj if over is not None else None) or record.mmproj)
+        caps: list[Capability] = [c for c in record.capabilities if c != "vision"]
+        if has and "chat" in caps:
+            caps.append("vision")
+        if caps != record.capabilities:
+            record = record.model_copy(update={"capabilities": caps})
+        return record
+
     @staticmethod
     def _to_row(record: ModelRecord) -> dict[str, Any]:
         data = record.model_dump(mode="json")
+        # Computed on every read (_effective), never stored.
+        data["capabilities"] = [c for c in data["capabilities"] if c != "vision"]
         row = {k: data.pop(k) for k in _COLUMNS}
         row["details"] = data
         return row
@@ -135,7 +152,7 @@ class ModelStore:
     def list(self) -> builtins.list[ModelRecord]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(db.models).order_by(db.models.c.created, db.models.c.id))
-            return [self._from_row(r) for r in rows]
+            return [self._effective(self._from_row(r)) for r in rows]
 
     def get(self, model_id: str) -> ModelRecord | None:
         """The record with this id (a ready one from memory for up to ``_READY_TTL_S``)."""
@@ -163,7 +180,7 @@ class ModelStore:
     def _read(self, model_id: str) -> ModelRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(db.models).where(db.models.c.id == model_id)).first()
-        return self._from_row(row) if row is not None else None
+        return self._effective(self._from_row(row)) if row is not None else None
 
     # -- updates -------------------------------------------------------------------------
     def register(self, record: ModelRecord) -> None:

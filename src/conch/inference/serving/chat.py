@@ -41,6 +41,12 @@ from conch.inference.serving.base import (
     usage_tokens,
 )
 from conch.inference.serving.errors import InvalidRequest
+from conch.inference.serving.images import (
+    ImageRef,
+    read_images,
+    refuse_without_projector,
+    take_images,
+)
 
 MAX_STOP_SEQUENCES = 4
 
@@ -66,7 +72,7 @@ class ChatServing(Serving):
             finally:
                 await meter.settle(used)
         t_start = time.perf_counter()
-        spec = chat_spec(req)
+        spec = await self._local_spec(req)
         record = self.resolver.local_record(req.model, "chat")
         texts = [""] * spec.n
         calls: list[list[dict[str, Any]] | None] = [None] * spec.n
@@ -128,7 +134,7 @@ class ChatServing(Serving):
     async def count_prompt_tokens(self, req: ChatCompletionRequest) -> int:
         """Tokens of the prompt ``req`` renders to (template, tools and constraints applied),
         as ``usage.prompt_tokens`` of the same request counts them; nothing is generated."""
-        spec = chat_spec(req)
+        spec = await self._local_spec(req)
         record = self.resolver.local_record(req.model, "chat")
         async with self.lease(record, req.keep_alive) as engine:
             _check_engine(engine, spec, req)
@@ -178,7 +184,7 @@ class ChatServing(Serving):
                 await meter.settle(used if used is not None else estimate + pieces if pieces else 0)
             return
         t_start = time.perf_counter()
-        spec = chat_spec(req)
+        spec = await self._local_spec(req)
         record = self.resolver.local_record(req.model, "chat")
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -221,8 +227,23 @@ class ChatServing(Serving):
                     await bill.settle(n_out)
 
 
-def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
-    """The engine-neutral chat a request asks for (raises ``InvalidRequest`` naming the field)."""
+    async def _local_spec(self, req: ChatCompletionRequest) -> ChatSpec:
+        """The chat for a local model, its images read: refused (400 naming the first image's
+        field) before anything is read or fetched when the model has no projector."""
+        refs: list[ImageRef] = []
+        spec = chat_spec(req, refs)
+        if refs:
+            record = self.resolver.local_record(req.model, "chat")
+            if "vision" not in record.capabilities:
+                refuse_without_projector(req.model, refs)
+            spec.images = await read_images(refs, self.manager.settings)
+        return spec
+
+
+def chat_spec(req: ChatCompletionRequest, images: list[ImageRef] | None = None) -> ChatSpec:
+    """The engine-neutral chat a request asks for (raises ``InvalidRequest`` naming the field).
+    Image parts become ``{"type": "image"}`` parts; what they name goes into ``images`` (refused
+    when no list is given)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_SEQUENCES:
         raise InvalidRequest(f"At most {MAX_STOP_SEQUENCES} stop sequences are allowed", where="stop")
@@ -238,8 +259,14 @@ def chat_spec(req: ChatCompletionRequest) -> ChatSpec:
         tool_choice = req.tool_choice or ("auto" if tools else "none")
     if tool_choice != "none" and not tools:
         raise InvalidRequest("tool_choice requires tools", where="tool_choice")
+    messages = [m.model_dump() for m in req.messages]
+    refs = take_images(messages)
+    if refs and images is None:
+        raise InvalidRequest("images are not supported here", where=refs[0].where, code="unsupported_parameter")
+    if images is not None:
+        images.extend(refs)
     return ChatSpec(
-        messages=[m.model_dump() for m in req.messages],
+        messages=messages,
         sampling=SamplingParams(
             max_tokens=req.max_completion_tokens or req.max_tokens,
             temperature=0.7 if req.temperature is None else req.temperature,

@@ -64,6 +64,7 @@ from conch.inference.engines.llama.offload import (
 from conch.inference.engines.llama.prompt_cache import PromptCache
 from conch.inference.engines.llama.scheduler import Scheduler
 from conch.inference.engines.llama.templates import DEFAULT_CHATML, ChatTemplate
+from conch.inference.engines.llama.vision import Projector
 from conch.inference.engines.tool_calls import render_messages
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class LlamaEngine:
         prompt_cache_dir: str | os.PathLike[str] | None = None,
         prompt_cache_max_bytes: int = 0,
         prompt_cache_min_tokens: int = 256,
+        mmproj: str | None = None,
     ) -> None:
         self.model_id = model_id
         self.path = path
@@ -106,6 +108,9 @@ class LlamaEngine:
         self.max_queue = max_queue
         self.draft_max = draft_max
         self._template_override = chat_template
+        # The vision projector's GGUF (llama-server's --mmproj); None: text only.
+        self.mmproj = mmproj
+        self.projector: Projector | None = None
         # Long prompt prefixes saved across restarts (prompt_cache.py): off without a directory.
         self._prompt_cache_dir = prompt_cache_dir
         self._prompt_cache_max_bytes = prompt_cache_max_bytes
@@ -226,6 +231,11 @@ class LlamaEngine:
                 kernels=kernels, batch_invariant=self.runtime.batch_invariant,
             )
             self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
+            if self.mmproj:
+                self.projector = Projector(
+                    self.mmproj, model.model, n_threads=self.n_threads_batch,
+                    use_gpu=bool(n_gpu_layers and self.runtime.gpu_backend))
+                self.scheduler.projector = self.projector
             self.scheduler.start()
         self.footprint = Footprint(weights, kv_bytes, compute, self.n_ctx, measured=True)
 
@@ -328,6 +338,9 @@ class LlamaEngine:
         if self.prompt_cache is not None:
             self.prompt_cache.close()  # the saves under way finish
             self.prompt_cache = None
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         # The contexts before the model they were made from.
         for part in (self._draft_ctx, self._draft_model, self._embedder, self._ctx, self._model):
             if part is not None:
@@ -338,7 +351,9 @@ class LlamaEngine:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return frozenset(("chat", "embeddings") if self.scheduler is not None else ("embeddings",))
+        if self.scheduler is None:
+            return frozenset(("embeddings",))
+        return frozenset(("chat", "embeddings", "vision") if self.projector is not None else ("chat", "embeddings"))
 
     @property
     def loaded(self) -> bool:
@@ -424,19 +439,29 @@ class LlamaEngine:
             prompt = self.format_chat(messages)
         except EngineError as exc:
             raise ChatInputError(str(exc), "messages") from exc
-        return ChatPrompt(self.prompt_tokens(prompt), spec.sampling)
+        if not spec.images:
+            return ChatPrompt(self.prompt_tokens(prompt), spec.sampling)
+        if self.projector is None:
+            raise ChatInputError(
+                f"The model '{self.model_id}' has no vision projector (mmproj), so it cannot read images "
+                "(docs/inference.md, \"Images\")", spec.images[0].where)
+        add_bos = self._add_bos and not (self._bos_text and prompt.startswith(self._bos_text))
+        media = self.projector.prompt(prompt, spec.images, add_special=add_bos)
+        return ChatPrompt(media.tokens, spec.sampling, media)
 
-    def generate(self, prompt: str | list[int], params: SamplingParams) -> Generation:
+    def generate(self, prompt: str | list[int], params: SamplingParams, *, media: Any = None) -> Generation:
         if self.scheduler is None:
             raise Unsupported(f"The model '{self.model_id}' cannot generate text (it has no decoder)")
         tokens = self.prompt_tokens(prompt) if isinstance(prompt, str) else list(prompt)
+        if media is not None and tokens != media.tokens:
+            raise EngineError("the prompt's tokens are not its images' prompt")
         if not tokens:
             raise EngineError("the prompt is empty")
         if len(tokens) >= self.n_ctx:
             raise ContextLengthExceeded(len(tokens), self.n_ctx)
         room = self.n_ctx - len(tokens)
         max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
-        return self.scheduler.submit(tokens, params, max_tokens)
+        return self.scheduler.submit(tokens, params, max_tokens, media=media)
 
     # -- embeddings ----------------------------------------------------------------------
     def embed(self, inputs: list[list[int]]) -> list[list[float]]:

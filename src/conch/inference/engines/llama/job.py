@@ -45,6 +45,12 @@ class Job:
     # the next step), and whether the job has ended.
     unsent: list[int] = field(default_factory=list)
     finished: bool = False
+    # A prompt with images (vision.MediaPrompt): its image chunks are evaluated by the
+    # projector before the text after them; ``tokens`` holds placeholders for their tokens.
+    media: Any = None
+    # Positions minus cells (M-RoPE models place an image on fewer positions than tokens): a
+    # token's position is its index plus this, once the images before it are in.
+    pos_shift: int = 0
 
     def push(self, ev: TokenEvent) -> None:
         if self.pending_logprobs:

@@ -138,7 +138,8 @@ class KVPool:
         # last bits (see "How exact a reused prefix is").
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
-        if self.disk is not None and self.cache_prompt and self._restore(job, keep, best):
+        # (Never a prompt with images: the disk holds no image cells; see release.)
+        if self.disk is not None and self.cache_prompt and job.media is None and self._restore(job, keep, best):
             self._reused[best] = (job.n_past, job.n_past)
         else:
             if self.disk is not None:
@@ -196,6 +197,9 @@ class KVPool:
     def release(self, job: Job, *, keep: bool) -> None:
         """Give the job's sequence back; with ``keep`` its cells stay as a reusable prefix."""
         exact, reused = self._reused.pop(job.seq, (0, 0))
+        if job.pos_shift:
+            # M-RoPE images: positions are not cell indices, which reuse assumes.
+            keep = False
         if keep:
             # The next prompt sharing a prefix skips that much prefill.
             n_prompt = len(job.tokens)
@@ -208,8 +212,9 @@ class KVPool:
             if exact >= reused:
                 exact = max(reused, min(job.n_past, n_prompt) - 1)
             self.seq_exact[job.seq] = exact
-            if self.disk is not None and self.cache_prompt:
-                # Long prefixes (system prompts, tool lists) outlive a restart.
+            if self.disk is not None and self.cache_prompt and job.media is None:
+                # Long prefixes (system prompts, tool lists) outlive a restart; an image's
+                # cells stay in memory only (placeholders are no tokens a file should hold).
                 self.disk.save(self._ctx, job.seq, self.seq_cache[job.seq], exact)
         else:
             self.clear(job.seq)

@@ -178,6 +178,8 @@ class Scheduler:
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self._eog: dict[int, bool] = {}
+        # The model's vision projector (vision.Projector), when it has one.
+        self.projector: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -219,10 +221,10 @@ class Scheduler:
         return bool(self._active or self._pending)
 
     # -- requests ----------------------------------------------------------------------------
-    def submit(self, tokens: list[int], params: SamplingParams, max_tokens: int) -> Generation:
+    def submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, *, media: Any = None) -> Generation:
         loop = asyncio.get_running_loop()
         job = Job(tokens=tokens, params=params, loop=loop, queue=asyncio.Queue(), max_tokens=max_tokens,
-                  outbox=self._outbox)
+                  outbox=self._outbox, media=media)
         with self._cond:
             if len(self._pending) - len(self.pool.free_seqs) >= self.max_queue:
                 raise QueueFull(self.max_queue)
@@ -355,6 +357,11 @@ class Scheduler:
                 continue
 
             active = self._make_room(active)
+            # Images first: a request's images go into its sequence whole, before its text.
+            if any(j.media is not None and j.n_past < j.media.end for j in active):
+                active = self._eval_media(active)
+                if not active:
+                    continue
 
             # Generating sequences first (one token each, and a draft of the next few when
             # drafting pays), then prompt chunks with what is left.
@@ -366,7 +373,7 @@ class Scheduler:
                 if job.n_past >= len(job.tokens):
                     generating.append(job)
                     batch.token[n] = job.last_token
-                    batch.pos[n] = job.n_past
+                    batch.pos[n] = job.n_past + job.pos_shift
                     batch.n_seq_id[n] = 1
                     batch.seq_id[n][0] = job.seq
                     batch.logits[n] = 1
@@ -375,7 +382,7 @@ class Scheduler:
                     n += 1
                     for k, tok in enumerate(draft):
                         batch.token[n] = tok
-                        batch.pos[n] = job.n_past + 1 + k
+                        batch.pos[n] = job.n_past + job.pos_shift + 1 + k
                         batch.n_seq_id[n] = 1
                         batch.seq_id[n][0] = job.seq
                         batch.logits[n] = 1
@@ -402,7 +409,7 @@ class Scheduler:
                 for job, take in group:
                     for k in range(take):
                         batch.token[n] = job.tokens[job.n_past + k]
-                        batch.pos[n] = job.n_past + k
+                        batch.pos[n] = job.n_past + job.pos_shift + k
                         batch.n_seq_id[n] = 1
                         batch.seq_id[n][0] = job.seq
                         batch.logits[n] = 0
@@ -461,6 +468,66 @@ class Scheduler:
                     for job, reason in finished:
                         self._finish(job, reason)
 
+    def _eval_media(self, active: list[Job]) -> list[Job]:
+        """Bring each job with images up to the end of its last image: text chunks decoded
+        here (no logits), image chunks encoded and decoded by the projector (libmtmd's
+        ``mtmd_helper_eval_chunk_single``), each on the job's own sequence. The other streams
+        wait meanwhile (docs/inference.md, "Images"). Returns the jobs still running."""
+        llama_cpp = init_backend()
+        projector = self.projector
+        failed: list[tuple[Job, str]] = []
+        if self.kernels is not None:
+            self.kernels.set(self.batch_invariant)  # prompt rows: the fast kernels, as a long chunk
+        for job in active:
+            media = job.media
+            if media is None or job.n_past >= media.end:
+                continue
+            try:
+                if projector is None:
+                    raise EngineError("the model's projector is not loaded")
+                chunk = media.chunk_at(job.n_past)
+                if chunk.image and job.n_past > chunk.start:
+                    # A reused prefix that ends inside an image: the image is evaluated whole.
+                    llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, chunk.start + job.pos_shift, -1)
+                    job.n_past = chunk.start
+                for chunk in media.chunks:
+                    if chunk.end <= job.n_past or chunk.start >= media.end:
+                        continue
+                    if chunk.image:
+                        after = projector.eval_chunk(self._ctx.ctx, chunk, job.n_past + job.pos_shift, job.seq,
+                                                     self.n_batch)
+                        job.n_past = chunk.end
+                        job.pos_shift = after - job.n_past
+                    else:
+                        self._decode_text(job, chunk.end)
+                    self.stats.prefill_tokens += chunk.end - chunk.start
+            except EngineError as exc:
+                failed.append((job, str(exc)))
+        if failed:
+            with self._cond:
+                for job, why in failed:
+                    self._finish(job, "error", why)
+            self._flush()
+        return [j for j in active if not j.finished]
+
+    def _decode_text(self, job: Job, end: int) -> None:
+        """Decode the job's prompt tokens up to ``end`` (no logits), in steps of ``n_batch``."""
+        llama_cpp = init_backend()
+        batch = self._batch
+        while job.n_past < end:
+            take = min(end - job.n_past, self.n_batch)
+            for k in range(take):
+                batch.token[k] = job.tokens[job.n_past + k]
+                batch.pos[k] = job.n_past + job.pos_shift + k
+                batch.n_seq_id[k] = 1
+                batch.seq_id[k][0] = job.seq
+                batch.logits[k] = 0
+            batch.n_tokens = take
+            rc = llama_cpp.llama_decode(self._ctx.ctx, batch)
+            if rc != 0:
+                raise EngineError(f"llama_decode failed with status {rc}")
+            job.n_past += take
+
     def _batch_view(self, lo: int, count: int) -> Any:
         """Rows ``lo .. lo + count`` of the step's batch as a batch of their own (no copy)."""
         llama_cpp = init_backend()
@@ -504,7 +571,7 @@ class Scheduler:
             if draft:
                 job.n_past += kept
                 if kept < len(draft):  # the cells of the drafted tokens not kept
-                    llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past, -1)
+                    llama_cpp.llama_memory_seq_rm(self._ctx.memory, job.seq, job.n_past + job.pos_shift, -1)
                 self.stats.draft_tokens += len(draft)
                 self.stats.draft_accepted_tokens += kept
                 if from_model:
@@ -590,7 +657,10 @@ class Scheduler:
                 if job.drafter is None:
                     job.drafter = NgramDrafter(job.tokens + job.generated)
                 matched, tokens = job.drafter.propose(limit, row_cost)
-                if draft is not None and job.model_drafts.enabled and matched < NGRAM_OVER_MODEL:
+                if job.media is not None:
+                    # Never an image's placeholder; the draft model never sees a prompt with images.
+                    tokens = tokens[: next((k for k, t in enumerate(tokens) if t < 0), len(tokens))]
+                if draft is not None and job.media is None and job.model_drafts.enabled and matched < NGRAM_OVER_MODEL:
                     limit = min(limit, MODEL_DRAFT_MAX)
                     room -= limit
                 else:
@@ -598,10 +668,11 @@ class Scheduler:
                         out[job.seq] = (tokens, False)
                         room -= len(tokens)
                     limit = 0
-            if draft is not None:
+            if draft is not None and job.media is None:
                 requests.append(DraftRequest(job.seq, job.tokens + job.generated, max(0, limit)))
         if draft is not None:
-            requests += [DraftRequest(j.seq, j.tokens[: j.n_past]) for j in active if 0 < j.n_past < len(j.tokens)]
+            requests += [DraftRequest(j.seq, j.tokens[: j.n_past]) for j in active
+                         if 0 < j.n_past < len(j.tokens) and j.media is None]
             for seq, tokens in draft.run(requests, self._prefill_budget(len(generating))).items():
                 out[seq] = (tokens, True)
         return out
@@ -649,6 +720,7 @@ class Scheduler:
                 job.tokens = job.tokens + job.generated
                 job.generated = []
                 job.n_past = 0
+                job.pos_shift = 0
                 self._pending.appendleft(job)
             return list(self._active)
 

@@ -11,7 +11,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conch.inference.models.files import ProgressCallback, sha256_file
@@ -78,9 +78,32 @@ def list_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
+# A vision model's projector, as llama.cpp's converters and the GGUF publishers name it
+# (mmproj-model-f16.gguf, mmproj-F16.gguf, gemma-3-4b-it-mmproj-f16.gguf).
+_MMPROJ_PREFERENCE = ("f16", "bf16", "q8_0", "f32")
+
+
+def is_mmproj(name: str) -> bool:
+    """Whether a GGUF file name is a vision projector's (``mmproj`` in its name)."""
+    base = PurePosixPath(name).name.lower()
+    return base.endswith(".gguf") and "mmproj" in base
+
+
+def pick_mmproj(names: list[str]) -> str | None:
+    """The projector to take of several (F16 first, as llama-server's ``-hf`` does; then BF16,
+    Q8_0, F32, then the first by name); None when there is none."""
+    found = sorted(n for n in names if is_mmproj(n))
+    for pref in _MMPROJ_PREFERENCE:
+        hits = [n for n in found if f"{pref}." in n.lower() or f"{pref}-" in n.lower() or f"-{pref}" in n.lower()]
+        if hits:
+            return hits[0]
+    return found[0] if found else None
+
+
 def detect_format(root: Path, files: list[str]) -> tuple[str, str]:
-    """The format of a staged model and its main file (relative), from the files it has."""
-    ggufs = sorted(f for f in files if f.endswith(".gguf"))
+    """The format of a staged model and its main file (relative), from the files it has (a
+    vision projector is never the main file)."""
+    ggufs = sorted(f for f in files if f.endswith(".gguf") and not is_mmproj(f))
     if ggufs:
         # Several GGUF files are shards of one model; llama.cpp opens the first.
         return "gguf", ggufs[0]

@@ -9,6 +9,8 @@ from conch.inference.models.sources import errors
 from conch.inference.models.sources.base import (
     FetchRequest,
     FetchResult,
+    is_mmproj,
+    pick_mmproj,
     place_file,
     report,
     staged_result,
@@ -26,6 +28,11 @@ def fetch(request: FetchRequest, staging_dir: Path, progress: ProgressCallback |
         raise errors.NotFound(f"no such file or directory: {src}")
     if src.is_file():
         sources = [(src, src.name)]
+        # A vision model's projector beside it comes along (llama.cpp's mmproj-*.gguf naming).
+        if src.suffix == ".gguf" and not is_mmproj(src.name):
+            beside = pick_mmproj(sorted(p.name for p in src.parent.glob("*.gguf")))
+            if beside:
+                sources.append((src.parent / beside, beside))
     else:
         sources = [(p, str(p.relative_to(src))) for p in sorted(src.rglob("*")) if p.is_file()]
     total = sum(p.stat().st_size for p, _ in sources)

@@ -19,6 +19,8 @@ from conch.inference.models.sources.base import (
     TOKENIZER_FILES,
     FetchRequest,
     FetchResult,
+    is_mmproj,
+    pick_mmproj,
     report,
     staged_result,
 )
@@ -46,16 +48,22 @@ def select_files(names: list[str], patterns: list[str] | None) -> list[str]:
             )
         if any(n.endswith((".safetensors", ".onnx")) for n in picked):
             picked += side_files()
+        mmproj = pick_mmproj(names)
+        if mmproj and not any(is_mmproj(n) for n in picked) and any(n.endswith(".gguf") for n in picked):
+            picked.append(mmproj)  # a GGUF picked by pattern still gets its projector
         return sorted(set(picked))
 
-    ggufs = [n for n in names if n.endswith(".gguf")]
+    # A vision model's projector comes with it, as llama-server's -hf fetches it.
+    ggufs = [n for n in names if n.endswith(".gguf") and not is_mmproj(n)]
+    mmproj = pick_mmproj(names)
+    projector = [mmproj] if mmproj else []
     if len(ggufs) == 1:
-        return ggufs
+        return ggufs + projector
     if ggufs:
         for pat in PREFERRED_GGUF:
             hits = sorted(n for n in ggufs if fnmatch.fnmatch(n.lower(), pat))
             if hits:
-                return hits[:1]
+                return hits[:1] + projector
         raise errors.BadRequest(
             "the repository has several GGUF files; pick one with `files`, e.g. "
             + ", ".join(sorted(ggufs)[:20])
