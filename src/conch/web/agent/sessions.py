@@ -133,17 +133,23 @@ async def list_sessions(
 
 @router.get("/{session_id}")
 async def get_session(
-    session_id: str, request: Request, service: ServiceDep, runtime: RuntimeDep
+    session_id: str,
+    request: Request,
+    service: ServiceDep,
+    runtime: RuntimeDep,
+    preview: Annotated[bool, Query(description="each binding with a short preview of its "
+                                   "saved value (read from disk; nothing is run)")] = False,
 ) -> Response:
-    """The session, with its saved `bindings` (`[{name, type}]`), the `files` of its
-    workspace's root (as `ls` lists them) and `state_bytes`."""
+    """The session, with its saved `bindings` (`[{name, type}]`; `?preview=true` adds each
+    one's `kind`, `mutable`, `bytes`, `preview` and `length`), the `files` of its workspace's
+    root (as `ls` lists them), `state_bytes`, `disk_quota_bytes` and `upload_max_bytes`."""
     tenant = tenant_of(request)
     await runtime.flush(session_id)
 
     def describe() -> dict[str, Any]:
         service.get(session_id, tenant=tenant)
         service.measure(session_id)
-        return service.describe(session_id, tenant=tenant)
+        return service.describe(session_id, tenant=tenant, preview=preview)
 
     return json_response(await asyncio.to_thread(describe))
 
