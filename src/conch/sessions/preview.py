@@ -13,6 +13,7 @@ once the budget is spent, so a large value costs its parsing, not its rendering.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -112,10 +113,9 @@ def preview(doc: dict[str, Any], max_chars: int = PREVIEW_CHARS) -> dict[str, An
     tags = {tuple(p[1:]) for p in value.get("tags") or [] if p and p[0] == "data"}
     fns = value.get("fns") or []
     out = _Out(max_chars)
-    try:
+    with contextlib.suppress(_Full):
         _walk(data, (), tags, fns, out)
-    except _Full:
-        pass
     text = "".join(out.parts) + ("…" if out.cut else "")
-    length = len(data) if isinstance(data, list | str) or (isinstance(data, dict) and () not in tags) else None
+    countable = isinstance(data, list | str) or (isinstance(data, dict) and () not in tags)
+    length = len(data) if countable else None
     return {"preview": text, "length": length}
