@@ -146,6 +146,17 @@ def test_previews_come_from_the_saved_state_and_run_nothing(c: httpx.Client) -> 
     assert bad.status_code == 400 and "preview" in bad.text
 
 
+def test_the_list_gives_each_workspace_as_it_is_now(c: httpx.Client) -> None:
+    sid = _new(c)
+    assert _run(c, sid, 'write("a.txt", "12345")')["success"]  # a program's write: unmeasured
+    listed = {s["id"]: s for s in c.get("/api/v1/sessions").json()}
+    assert listed[sid]["workspace_bytes"] == 5
+    assert _run(c, sid, 'write("b.txt", "123")')["success"]
+    assert c.post(f"/api/v1/sessions/{sid}/pause").json()["status"] == "paused"
+    listed = {s["id"]: s for s in c.get("/api/v1/sessions").json()}
+    assert listed[sid]["status"] == "paused" and listed[sid]["workspace_bytes"] == 8
+
+
 # -- runs -----------------------------------------------------------------------------------
 
 

@@ -153,14 +153,14 @@ def test_files_upload_by_drop_and_picker_download_and_delete(small: Servers, pg:
     assert download.suggested_filename == "notes.txt"
     assert Path(download.path()).read_text() == "picked by the file picker\n"
     # A file a run writes shows up too (the panel is read again after each run).
-    run_program(pg, 'write("out/top.json", "[1]")')
-    _wait_result(pg, "")
-    expect(files.locator("li[data-file='out']")).to_be_visible()
+    run_program(pg, 'write("top.json", "[1]")\n"written"')
+    _wait_result(pg, "written")
+    expect(files.locator("li[data-file='top.json']")).to_be_visible()
     # Delete.
     files.get_by_role("button", name="Delete sales.csv").click()
     expect(files.locator("li[data-file='sales.csv']")).to_have_count(0)
     listed = httpx.get(f"{small.agent}{API}/{sid}/files", timeout=30).json()
-    assert sorted(e["name"] for e in listed) == ["notes.txt", "out"]
+    assert sorted(e["name"] for e in listed) == ["notes.txt", "top.json"]
 
 
 def test_quota_exceeded_is_shown_and_nothing_is_written(small: Servers, pg: Any, shots: Path) -> None:
