@@ -334,4 +334,4 @@ def test_playground_first_paint_with_a_session(small: Servers, browser: Any) -> 
     context.close()
     c.close()
     print(f"playground first paint with a session: {paints} ms")
-    assert min(paints) <= 300, paints
+    assert max(paints) <= 300, paints
