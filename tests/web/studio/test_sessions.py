@@ -335,3 +335,30 @@ def test_playground_first_paint_with_a_session(small: Servers, browser: Any) -> 
     c.close()
     print(f"playground first paint with a session: {paints} ms")
     assert max(paints) <= 300, paints
+
+
+def test_session_pages_fit_a_phone(small: Servers, browser: Any, shots: Path) -> None:
+    c = httpx.Client(base_url=small.agent, timeout=30)
+    sid = c.post(API, json={}).json()["id"]
+    c.post("/api/v1/execute", json={"session": sid, "command": 'let long_name_of_a_record = {a: "' + "x" * 300 + '"}; write("a-file-with-a-rather-long-name.txt", "x")'})
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        page.goto(small.agent + "/#/playground")
+        page.evaluate(f"localStorage.setItem('conch.playground.session', '{sid}')")
+        for route, ready in (
+            ("playground", "variables"),
+            ("sessions", "sessions-table"),
+            (f"sessions/{sid}", "files"),
+        ):
+            page.goto(f"{small.agent}/#/{route}")
+            page.reload()
+            expect(page.get_by_test_id(ready)).to_be_visible()
+            page.wait_for_timeout(200)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"#/{route} is {width} px wide at 390 px"
+            name = "session" if route.startswith("sessions/") else route
+            page.screenshot(path=str(shots / f"phone-390-sessions-{name}.png"), full_page=True)
+    finally:
+        context.close()
+        c.close()

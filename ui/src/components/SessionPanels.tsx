@@ -123,6 +123,8 @@ export function FilesPanel({ info, onChange, onGone }: { info: SessionInfo; onCh
   };
 
   const remove = async (e: FileEntry) => {
+    // A directory goes with everything in it: asked first.
+    if (e.type === "dir" && !confirm(`Delete the directory ${e.name} and everything in it?`)) return;
     setError(null);
     try {
       await deleteFile(id, e.name, e.type === "dir");
@@ -171,7 +173,7 @@ export function FilesPanel({ info, onChange, onGone }: { info: SessionInfo; onCh
           <>
             <meter min={0} max={quota} value={used} high={quota * 0.9} aria-label="Disk used by this session's files" />{" "}
             {bytes(used)} of {bytes(quota)} used
-            {info.upload_max_bytes ? <span class="muted"> · one upload at most {bytes(info.upload_max_bytes)}</span> : null}
+            {info.upload_max_bytes ? <span class="muted">(one upload at most {bytes(info.upload_max_bytes)})</span> : null}
           </>
         ) : (
           <>{bytes(used)} used</>
