@@ -113,6 +113,50 @@ def test_get_list_pause_delete(c: httpx.Client) -> None:
         assert r.status_code == 404 and r.json()["error"]["kind"] == "NotFound", r.text
 
 
+def test_previews_come_from_the_saved_state_and_run_nothing(c: httpx.Client) -> None:
+    sid = _new(c)
+    program = ('let n = 42; let mut c = 0; let s = "hi"; let t = [{x: 1}, {x: 2}]; '
+               'fn double(x) => x * n; let big = range(0, 5000) | map(fn(i) => i) | sort; '
+               'let r = range(0, 10); let lz = range(0, 3) | map(fn(i) => i)')
+    ran = _run(c, sid, program)
+    assert ran["success"] and [u["name"] for u in ran["unsaved"]] == ["lz"]
+    runs = c.get(f"/api/v1/sessions/{sid}").json()["runs"]
+    c.post(f"/api/v1/sessions/{sid}/pause")
+    got = c.get(f"/api/v1/sessions/{sid}", params={"preview": "true"}).json()
+    by = {b["name"]: b for b in got["bindings"]}
+    assert "lz" not in by  # not saved: no preview pretends it is
+    assert by["n"]["preview"] == "42" and by["n"]["kind"] == "let" and by["n"]["mutable"] is False
+    assert by["c"]["kind"] == "let mut" and by["c"]["mutable"] is True
+    assert by["s"]["preview"] == '"hi"' and by["s"]["length"] == 2
+    assert by["t"]["type"] == "Table" and by["t"]["preview"] == "[{x: 1}, {x: 2}]"
+    assert by["t"]["length"] == 2
+    assert by["double"]["type"] == "Function" and by["double"]["preview"] == "fn double(x) => x * n"
+    assert by["r"]["preview"] == "range(0, 10)"
+    big = by["big"]
+    assert big["length"] == 5000 and big["preview"].startswith("[0, 1, 2, ")
+    assert big["preview"].endswith("…") and len(big["preview"]) <= 161
+    assert all(b["bytes"] > 0 for b in got["bindings"])
+    # Reading previews ran nothing: the session stays paused, its run count unchanged.
+    again = c.get(f"/api/v1/sessions/{sid}").json()
+    assert again["status"] == "paused" and again["runs"] == runs
+    assert set(again["bindings"][0]) == {"name", "type"}  # without ?preview, as before
+    assert again["disk_quota_bytes"] == 3 * 1024 * 1024
+    assert again["upload_max_bytes"] == 2 * 1024 * 1024
+    bad = c.get(f"/api/v1/sessions/{sid}", params={"preview": "maybe"})
+    assert bad.status_code == 400 and "preview" in bad.text
+
+
+def test_the_list_gives_each_workspace_as_it_is_now(c: httpx.Client) -> None:
+    sid = _new(c)
+    assert _run(c, sid, 'write("a.txt", "12345")')["success"]  # a program's write: unmeasured
+    listed = {s["id"]: s for s in c.get("/api/v1/sessions").json()}
+    assert listed[sid]["workspace_bytes"] == 5
+    assert _run(c, sid, 'write("b.txt", "123")')["success"]
+    assert c.post(f"/api/v1/sessions/{sid}/pause").json()["status"] == "paused"
+    listed = {s["id"]: s for s in c.get("/api/v1/sessions").json()}
+    assert listed[sid]["status"] == "paused" and listed[sid]["workspace_bytes"] == 8
+
+
 # -- runs -----------------------------------------------------------------------------------
 
 

@@ -9,17 +9,20 @@ import { parseHash, plural, useRoute } from "./router";
 import "./style.css";
 
 // `sub`: the page has routes of its own under `#/<id>/…` (objects, tabs); the others have none.
-type Page = { id: string; title: string; sub?: boolean; load: () => Promise<ComponentType> };
+type Page = { id: string; title: string; sub?: boolean; needs?: string; load: () => Promise<ComponentType> };
 
 // Each page is its own chunk, loaded when first shown: the first paint only pays for one.
 const PAGES: Page[] = [
   { id: "playground", title: "Playground", load: () => import("./pages/Playground").then((m) => m.Playground) },
+  // Sessions are the agent server's, shown wherever the playground is (`needs`): the server's
+  // list of pages is unchanged.
+  { id: "sessions", sub: true, needs: "playground", title: "Sessions", load: () => import("./pages/Sessions").then((m) => m.Sessions) },
   { id: "chat", sub: true, title: "Chat", load: () => import("./pages/Chat").then((m) => m.Chat) },
   { id: "models", sub: true, title: "Models", load: () => import("./pages/Models").then((m) => m.Models) },
   { id: "agents", sub: true, title: "Agents", load: () => import("./pages/Agents").then((m) => m.Agents) },
   { id: "marketplace", sub: true, title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
   { id: "status", title: "Status", load: () => import("./pages/Status").then((m) => m.Status) },
-].filter((p) => config.pages.includes(p.id));
+].filter((p) => config.pages.includes(p.needs ?? p.id));
 
 const loaded = new Map<string, ComponentType>();
 

@@ -572,6 +572,9 @@ class SessionRuntime:
             live.held = False
             with contextlib.suppress(SessionNotFound):
                 await self.db(self.store.mark_paused, live.id, owner=self.owner)
+        # No program can change its files while paused: the figure lists show stays true.
+        with contextlib.suppress(SessionError, OSError):
+            await self.db(self.service.measure, live.id)
 
     def _lose(self, live: _Live) -> None:
         """The session was deleted, expired or taken over elsewhere: stop running it here."""

@@ -36,6 +36,9 @@ from conch.sessions.store import SessionStore, new_id
 # An orphan directory (no row) younger than this may be a create under way on another server.
 ORPHAN_AGE_S = 3600.0
 MB = 1024 * 1024
+# A saved binding larger than this is not read for a preview (parsing one of tens of MB takes
+# longer than the rest of a describe).
+PREVIEW_DOC_BYTES = 1024 * 1024
 
 
 class SessionService:
@@ -92,17 +95,22 @@ class SessionService:
         self.dirs.root(id)  # an id that cannot be a session's is not found
         return self.store.get(id, tenant=tenant)
 
-    def describe(self, id: str, *, tenant: str | None = None) -> dict[str, Any]:
+    def describe(self, id: str, *, tenant: str | None = None,
+                 preview: bool = False) -> dict[str, Any]:  # fmt: skip
         """``GET /api/v1/sessions/{id}``: the session, its saved ``bindings`` (``[{name,
-        type}]``), its ``files`` (the workspace root, as ``ls`` lists it) and the bytes its
-        saved state takes."""
+        type}]``; with ``preview``, each also with its ``kind``, ``mutable``, ``bytes``, a
+        short ``preview`` text and ``length``, read from its saved document), its ``files``
+        (the workspace root, as ``ls`` lists it), the bytes its saved state takes, and the
+        quota its files live under (``disk_quota_bytes``, ``upload_max_bytes``)."""
         session = self.get(id, tenant=tenant)
         state = self.state(id)
         return {
             **session.public(),
-            "bindings": state.bindings(),
+            "bindings": state.previews(PREVIEW_DOC_BYTES) if preview else state.bindings(),
             "files": self.files_of(session).list("."),
             "state_bytes": state.size_bytes(),
+            "disk_quota_bytes": self.settings.session_disk_mb * MB,
+            "upload_max_bytes": self.settings.session_upload_mb * MB,
         }
 
     def list(

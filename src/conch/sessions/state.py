@@ -194,6 +194,46 @@ class SessionState:
             manifest, size = self._manifest()
             return size + sum(int(meta["bytes"]) for meta in manifest["bindings"].values())
 
+    def previews(self, max_doc_bytes: int) -> list[dict[str, Any]]:
+        """``[{name, type, kind, mutable, bytes, preview, length}]`` of the saved bindings, in
+        the order they were first saved: each document read (never collected: any server may
+        call this) and turned into a short text by :mod:`conch.sessions.preview`. A document
+        over ``max_doc_bytes`` is not read: its ``preview`` is None and ``no_preview`` says
+        why, as it does for one that cannot be read."""
+        from conch.sessions.preview import preview
+
+        with self._lock:
+            manifest, _ = self._manifest()
+            metas = list(manifest["bindings"].items())
+        out: list[dict[str, Any]] = []
+        for name, meta in metas:
+            size = int(meta["bytes"])
+            entry: dict[str, Any] = {"name": name, "type": meta["type"], "bytes": size,
+                                     "preview": None, "length": None}
+            if size > max_doc_bytes:
+                entry["no_preview"] = (f"its saved value takes {size} bytes, over the "
+                                       f"{max_doc_bytes} read for a preview")
+                out.append(entry)
+                continue
+            path = self.bindings_dir / f"{_file_stem(name)}.{meta['slot']}.json"
+            try:
+                data = _read_exact(path, size)
+            except OSError as exc:
+                entry["no_preview"] = f"its saved document: {exc.strerror}"
+                out.append(entry)
+                continue
+            if len(data) != size or zlib.crc32(data) != meta["crc"]:
+                # Saved again since the manifest was read, or damaged: say so, guess nothing.
+                entry["no_preview"] = "its saved document changed while it was read"
+                out.append(entry)
+                continue
+            doc = orjson.loads(data)
+            entry["kind"] = doc.get("kind")
+            entry["mutable"] = doc.get("mutable")
+            entry.update(preview(doc))
+            out.append(entry)
+        return out
+
     # -- loading ----------------------------------------------------------------------------
 
     def load(self, *, raw: bool = False, collect: bool = True) -> Snapshot:

@@ -1,6 +1,6 @@
 import { parseHash } from "../router";
 
-const ALL = ["playground", "chat", "models", "agents", "marketplace", "status"];
+const ALL = ["playground", "sessions", "chat", "models", "agents", "marketplace", "status"];
 
 /** The 404 page: a route that names no page (or no object of a page). It says what was asked
  * for and links to what there is; it never falls back silently to another page. */

@@ -1,10 +1,13 @@
 import type { EditorView } from "@codemirror/view";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { getJSON, getJSONOnce, isAbort, streamEvents } from "../api";
+import { ApiError, getJSON, getJSONOnce, isAbort, streamEvents } from "../api";
 import { ErrorView, Failure, type RunError, useLoad } from "../components/common";
+import { FilesPanel, VariablesPanel } from "../components/SessionPanels";
 import { Table, tableColumns } from "../components/Table";
 import { Tree } from "../components/Tree";
 import { createEditor, setBuiltins, setErrorMark } from "../editor";
+import { link } from "../router";
+import { createSession, describeSession, isGone, playgroundSession, type SessionInfo, shortId, type Unsaved } from "../sessions";
 
 type Builtin = { name: string; description: string; category: string };
 type BuiltinDetail = Builtin & { signature: string; examples: string[]; parameters: any[]; returns: string; effect: string; aliases: string[] };
@@ -50,6 +53,7 @@ export function Playground() {
   const [run, setRun] = useState<Run | null>(null);
   const abort = useRef<AbortController | null>(null);
   const builtins = useLoad<Builtin[]>((s) => getJSONOnce("/api/v1/builtins", s));
+  const sess = usePlaygroundSession();
 
   useEffect(() => {
     if (builtins.data) setBuiltins(builtins.data);
@@ -65,6 +69,16 @@ export function Playground() {
     const lines: string[] = [];
     let state: Run = { running: true, lines, progress: null, complete: null, error: null, ms: null };
     setRun(state);
+    // In a session (made on the first run) unless stateless is chosen.
+    let session: string | null = null;
+    if (!sess.stateless) {
+      try {
+        session = sess.id ?? (await sess.create());
+      } catch (e) {
+        setRun({ ...state, running: false, error: { message: `could not start a session: ${(e as Error).message}`, kind: (e as ApiError).kind || "RequestError" } });
+        return;
+      }
+    }
     // Elements can arrive by the thousand: repaint at most once a frame.
     let scheduled = false;
     const paint = () => {
@@ -78,7 +92,7 @@ export function Playground() {
     try {
       await streamEvents(
         "/api/v1/stream/eval",
-        { method: "POST", body: JSON.stringify({ code }), signal: ctl.signal },
+        { method: "POST", body: JSON.stringify(session ? { code, session } : { code }), signal: ctl.signal },
         (ev) => {
           const data = JSON.parse(ev.data);
           if (ev.event === "data") {
@@ -87,8 +101,10 @@ export function Playground() {
             state = { ...state, progress: `${data.step}/${data.total} ${data.message ?? ""}` };
           } else if (ev.event === "complete") {
             performance.mark("conch:run-complete");
+            if (session) sess.ran(data.unsaved ?? []);
             state = { ...state, complete: data, running: false, ms: performance.now() - t0 };
           } else if (ev.event === "error") {
+            if (session) sess.ran(data.unsaved ?? []);
             state = { ...state, error: data, running: false, ms: performance.now() - t0 };
             if (data.line) view.current?.dispatch({ effects: setErrorMark.of({ line: data.line, column: data.column ?? 1 }) });
           }
@@ -97,7 +113,10 @@ export function Playground() {
       );
       state = { ...state, running: false };
     } catch (e) {
-      if (!isAbort(e)) state = { ...state, running: false, error: { message: (e as Error).message, kind: "RequestError" } };
+      if (session && isGone(e)) {
+        sess.lost(session);
+        state = { ...state, running: false, error: { message: `the session ${session} no longer exists (it expired or was deleted): start a new session to run again`, kind: "NotFound" } };
+      } else if (!isAbort(e)) state = { ...state, running: false, error: { message: (e as Error).message, kind: (e as ApiError).kind || "RequestError" } };
       else state = { ...state, running: false, error: { message: "stopped", kind: "CancelledError" } };
     }
     setRun({ ...state });
@@ -144,9 +163,11 @@ export function Playground() {
           <span class="muted" aria-live="polite">
             {run?.running ? `running… ${run.lines.length} received ${run.progress ?? ""}` : ""}
           </span>
+          <SessionControls sess={sess} running={!!run?.running} />
         </div>
         <div ref={host} class="editor" data-testid="editor" />
         <Result run={run} source={source.current} />
+        <SessionArea sess={sess} />
       </section>
       <Reference builtins={builtins.data ?? []} onLoad={load} />
     </div>
@@ -271,6 +292,145 @@ function BuiltinInfo({ name, onLoad }: { name: string; onLoad: (code: string) =>
           <code>{ex}</code>
         </button>
       ))}
+    </div>
+  );
+}
+
+// -- the playground's session ------------------------------------------------------------------
+
+type PlaygroundSession = ReturnType<typeof usePlaygroundSession>;
+
+/** The playground's session: its id kept in this browser (local storage, as the editor's text
+ * is), made on the first run; its record (variables with previews, files, quota) read again
+ * after every run; a session found gone (expired, deleted) is said so, and a new one is one
+ * click away. */
+function usePlaygroundSession() {
+  const [id, setId] = useState<string | null>(playgroundSession.id);
+  const [stateless, setStateless] = useState(playgroundSession.stateless);
+  const [info, setInfo] = useState<SessionInfo | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [gone, setGone] = useState<string | null>(null);
+  const [unsaved, setUnsaved] = useState<Unsaved[]>([]);
+  const [tick, setTick] = useState(0);
+
+  useEffect(() => {
+    setError(null);
+    if (!id || stateless) return setInfo(null);
+    const ctl = new AbortController();
+    describeSession(id, ctl.signal).then(
+      (i) => (setInfo(i), setGone(null)),
+      (e) => {
+        if (isAbort(e)) return;
+        setInfo(null);
+        if (isGone(e)) setGone(id);
+        else setError(e);
+      },
+    );
+    return () => ctl.abort();
+  }, [id, stateless, tick]);
+
+  const use = (next: string | null) => {
+    playgroundSession.set(next);
+    setId(next);
+    setUnsaved([]);
+    setGone(null);
+  };
+  const create = async () => {
+    const s = await createSession();
+    use(s.id);
+    return s.id;
+  };
+  return {
+    id,
+    stateless,
+    info,
+    error,
+    gone,
+    unsaved,
+    create,
+    reload: () => setTick((t) => t + 1),
+    ran(u: Unsaved[]) {
+      setUnsaved(u);
+      setTick((t) => t + 1);
+    },
+    lost(which: string) {
+      if (which === id) setGone(which);
+    },
+    fresh: async () => {
+      try {
+        await create();
+      } catch (e) {
+        setError(e);
+      }
+    },
+    setStateless(on: boolean) {
+      playgroundSession.setStateless(on);
+      setStateless(on);
+    },
+  };
+}
+
+function SessionControls({ sess, running }: { sess: PlaygroundSession; running: boolean }) {
+  return (
+    <span class="session-controls">
+      <label class="inline small">
+        <input type="checkbox" checked={!sess.stateless} onChange={(e) => sess.setStateless(!(e.currentTarget as HTMLInputElement).checked)} data-testid="keep-state" />
+        Keep state in a session
+      </label>
+      {!sess.stateless && sess.id && (
+        <a class="small mono" href={link("sessions", sess.id)} title={`Session ${sess.id}`} data-testid="session-link">
+          {shortId(sess.id)}
+        </a>
+      )}
+      {!sess.stateless && (
+        <button type="button" class="small" onClick={sess.fresh} disabled={running} data-testid="new-session">
+          New session
+        </button>
+      )}
+    </span>
+  );
+}
+
+function SessionArea({ sess }: { sess: PlaygroundSession }) {
+  if (sess.stateless)
+    return (
+      <p class="muted small" data-testid="stateless">
+        Stateless: each run starts afresh in the shared workspace, as the API does without <code>session</code>.
+      </p>
+    );
+  return (
+    <div class="session-area">
+      {sess.gone && (
+        <div class="error-box" role="alert" data-testid="session-gone">
+          <strong>This playground's session no longer exists</strong> (<code>{sess.gone}</code>: it expired after its time to live, or was deleted),
+          and its variables and files with it.{" "}
+          <button type="button" class="small primary" onClick={sess.fresh}>
+            Start a new session
+          </button>
+        </div>
+      )}
+      {sess.error != null && (
+        <div class="error-box" role="alert">
+          {(sess.error as Error).message}{" "}
+          <button type="button" class="small" onClick={sess.reload}>
+            Try again
+          </button>
+        </div>
+      )}
+      {!sess.id && !sess.gone && (
+        <p class="muted small" data-testid="no-session">
+          A session is made on the first run: what a run binds is kept for the next, with a workspace of its own.{" "}
+          <button type="button" class="small" onClick={sess.fresh}>
+            Start one now
+          </button>
+        </p>
+      )}
+      {sess.info && !sess.gone && (
+        <div class="session-panels">
+          <VariablesPanel info={sess.info} unsaved={sess.unsaved} />
+          <FilesPanel info={sess.info} onChange={sess.reload} onGone={() => sess.lost(sess.info!.id)} />
+        </div>
+      )}
     </div>
   );
 }

@@ -19,6 +19,7 @@ validates, calls the domain (off the event loop where it touches files), and sha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import datetime
 from email.utils import format_datetime
@@ -28,7 +29,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from conch.sessions.errors import InvalidRequest
+from conch.sessions.errors import InvalidRequest, SessionError
 from conch.sessions.files import SessionFiles
 from conch.sessions.service import SessionService
 from conch.web.agent.deps import SessionRuntimeDep as RuntimeDep
@@ -124,26 +125,43 @@ async def list_sessions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Response:
-    """The sessions, newest first (a bare array)."""
+    """The sessions, newest first (a bare array). An active session's `workspace_bytes` is
+    measured now (its programs may have written since it was last measured); a paused one's
+    was measured when it was paused."""
     await runtime.flush()
     found = await runtime.db(service.list, tenant=tenant_of(request), status=status,
                              limit=limit, offset=offset)
-    return json_response([s.public() for s in found])
+    out = [s.public() for s in found]
+    active = [s for s in out if s["status"] == "active"]
+    if active:
+        def measure() -> None:
+            for s in active:
+                with contextlib.suppress(SessionError):  # deleted meanwhile: as listed
+                    s["workspace_bytes"] = service.measure(s["id"])
+
+        await asyncio.to_thread(measure)
+    return json_response(out)
 
 
 @router.get("/{session_id}")
 async def get_session(
-    session_id: str, request: Request, service: ServiceDep, runtime: RuntimeDep
+    session_id: str,
+    request: Request,
+    service: ServiceDep,
+    runtime: RuntimeDep,
+    preview: Annotated[bool, Query(description="each binding with a short preview of its "
+                                   "saved value (read from disk; nothing is run)")] = False,
 ) -> Response:
-    """The session, with its saved `bindings` (`[{name, type}]`), the `files` of its
-    workspace's root (as `ls` lists them) and `state_bytes`."""
+    """The session, with its saved `bindings` (`[{name, type}]`; `?preview=true` adds each
+    one's `kind`, `mutable`, `bytes`, `preview` and `length`), the `files` of its workspace's
+    root (as `ls` lists them), `state_bytes`, `disk_quota_bytes` and `upload_max_bytes`."""
     tenant = tenant_of(request)
     await runtime.flush(session_id)
 
     def describe() -> dict[str, Any]:
         service.get(session_id, tenant=tenant)
         service.measure(session_id)
-        return service.describe(session_id, tenant=tenant)
+        return service.describe(session_id, tenant=tenant, preview=preview)
 
     return json_response(await asyncio.to_thread(describe))
 
