@@ -136,6 +136,11 @@ def test_sign_in_is_required_and_a_scoped_key_sees_only_its_pages(keyed: Servers
     # Kept in this browser, as asked (and only there: not in the page's address).
     assert page.evaluate("localStorage.getItem('conch.apiKey')") == keys.alice
     page.screenshot(path=str(shots / "keys-signed-in-scoped.png"))
+    # Models: listed, but no pull, convert or delete without `models:write`.
+    page.goto(keyed.agent + "/#/models")
+    expect(page.locator(f"tr[data-model='{MODEL}']")).to_be_visible()
+    expect(page.get_by_test_id("pull")).to_have_count(0)
+    expect(page.get_by_role("button", name=f"Delete {MODEL}")).to_have_count(0)
     for route in ("playground", "agents", "admin"):
         page.goto(f"{keyed.agent}/#/{route}")
         expect(page.get_by_test_id("not-allowed")).to_be_visible()
