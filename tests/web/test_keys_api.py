@@ -147,6 +147,25 @@ def test_usage_is_the_callers_own(pair: Pair) -> None:
         assert admin.get("/api/v1/usage", params={"key": "key_none"}).status_code == 404
 
 
+def test_usage_says_what_the_key_may_do(pair: Pair, tmp_path: Path) -> None:
+    """The studio reads a key's scopes from its usage: scopes, whether it is an admin, and
+    whether the server needs a key at all."""
+    _, secret = make_key(pair.agent.url, name="scoped", scopes=["inference", "execute"])
+    with httpx.Client(base_url=pair.agent.url, headers=bearer(secret), timeout=60) as c:
+        body = c.get("/api/v1/usage").json()
+        assert body["scopes"] == ["execute", "inference"]
+        assert body["admin"] is False and body["open"] is False
+    with pair.admin() as admin:
+        body = admin.get("/api/v1/usage").json()
+        assert body["admin"] is True and "admin" in body["scopes"] and body["open"] is False
+    open_server = start_agent_server(tmp_path / "open")
+    try:
+        body = httpx.get(open_server.url + "/api/v1/usage", timeout=60).json()
+        assert body["open"] is True and body["admin"] is True
+    finally:
+        open_server.stop()
+
+
 def test_the_audit_log(pair: Pair) -> None:
     with pair.admin() as c:
         since = time.time()

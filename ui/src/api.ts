@@ -18,14 +18,16 @@ export class ApiError extends Error {
   }
 }
 
-// -- API key: asked for once on a 401, kept for this tab's session only ---------------------
+// -- the key: asked for on a 401 (the sign-in form), sent as a bearer to both servers ------
+// Kept for this tab's session (sessionStorage), or, when the person asks to stay signed in,
+// in this browser (localStorage) until they sign out.
 
 type KeyWaiter = { resolve: (key: string) => void; reject: (e: Error) => void };
 let waiters: KeyWaiter[] = [];
 const keyListeners = new Set<(asking: boolean) => void>();
 
 export function apiKey(): string | null {
-  return sessionStorage.getItem(KEY);
+  return sessionStorage.getItem(KEY) ?? localStorage.getItem(KEY);
 }
 
 export function onKeyPrompt(fn: (asking: boolean) => void): () => void {
@@ -41,12 +43,15 @@ function askForKey(): Promise<string> {
   });
 }
 
-export function provideKey(key: string | null): void {
+/** The key the person typed (`null`: they cancelled); `remember` keeps it in this browser
+ * beyond the tab's session. Every request waiting for it goes again with it. */
+export function provideKey(key: string | null, remember = false): void {
   const ws = waiters;
   waiters = [];
   keyListeners.forEach((fn) => fn(false));
   if (key) {
-    sessionStorage.setItem(KEY, key);
+    forgetKey();
+    (remember ? localStorage : sessionStorage).setItem(KEY, key);
     ws.forEach((w) => w.resolve(key));
   } else {
     ws.forEach((w) => w.reject(new ApiError(401, "an API key is needed to use this server")));
@@ -55,6 +60,7 @@ export function provideKey(key: string | null): void {
 
 export function forgetKey(): void {
   sessionStorage.removeItem(KEY);
+  localStorage.removeItem(KEY);
 }
 
 // -- requests -------------------------------------------------------------------------------
@@ -78,7 +84,7 @@ async function errorOf(res: Response): Promise<ApiError> {
     else if (err && typeof err === "object") {
       message = String(err.message ?? err.detail ?? message);
       kind = String(err.kind ?? err.type ?? err.code ?? "");
-      field = err.field ?? err.param ?? null;
+      field = err.field ?? err.param ?? err.where ?? null;
     }
     if (typeof body?.detail === "string") message = body.detail;
   } catch {

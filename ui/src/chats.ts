@@ -1,9 +1,14 @@
-import { ApiError, isAbort, streamEvents } from "./api";
-import { inferenceBase } from "./config";
+import { ApiError, getJSON, isAbort, postJSON, send as request, streamEvents } from "./api";
+import { whoami } from "./auth";
+import { agentBase, inferenceBase } from "./config";
 
-// Chats are kept in this browser (IndexedDB, database "conch-studio", store "chats"): the
-// list, each chat's messages and its settings. Answers are generated here, outside the page's
-// components, so a chat keeps streaming (and saving) while another page is shown.
+// Where chats are kept: on the agent server (`/api/v1/chats`, the signed-in key's tenant's)
+// when it asks for a key, else in this browser (IndexedDB, database "conch-studio", store
+// "chats"), as on an open single-user server or the inference server alone. On the first
+// load signed in, the browser's chats are imported into the server's (then removed here, so
+// they are imported once and a chat deleted on the server does not come back). Answers are
+// generated here, outside the page's components, so a chat keeps streaming (and saving)
+// while another page is shown.
 
 export type Settings = { model: string; system: string; temperature: number; maxTokens: number; topP: number };
 export type MsgStatus = "streaming" | "done" | "stopped" | "failed" | "interrupted";
@@ -17,7 +22,21 @@ export type Msg = {
   stats?: string;
   model?: string;
 };
-export type Chat = { id: string; title: string; renamed?: boolean; created: number; updated: number; settings: Settings; messages: Msg[] };
+export type Chat = {
+  id: string;
+  title: string;
+  renamed?: boolean;
+  created: number;
+  updated: number;
+  settings: Settings;
+  messages: Msg[];
+  // Kept on the server: the id it had in this browser before it was imported, its version,
+  // and whether only its summary has been read (`partial`: no messages yet).
+  clientId?: string | null;
+  version?: number;
+  partial?: boolean;
+  count?: number;
+};
 
 export const DEFAULTS: Settings = { model: "", system: "You are a helpful assistant.", temperature: 0.7, maxTokens: 256, topP: 1 };
 const LAST = "conch.chat.settings"; // the settings a new chat starts with: the last ones used
@@ -57,6 +76,156 @@ async function store<T>(mode: IDBTransactionMode, op: (s: IDBObjectStore) => IDB
   });
 }
 
+// -- the server ------------------------------------------------------------------------------
+const API = `${agentBase ?? ""}/api/v1/chats`;
+let onServer: boolean | null = null; // null: not decided yet
+let deciding: Promise<boolean> | null = null;
+
+/** Whether chats are kept on the server: decided once, by the signed-in key (api/v1/usage). */
+function serverMode(): Promise<boolean> {
+  deciding ??= whoami().then((w) => (onServer = agentBase != null && !!w && !w.open));
+  return deciding;
+}
+
+export function keptOnServer(): boolean {
+  return onServer === true;
+}
+
+type Summary = {
+  id: string;
+  title: string;
+  renamed?: boolean;
+  settings?: Partial<Settings>;
+  messages?: Msg[];
+  message_count?: number;
+  client_id?: string | null;
+  version?: number;
+  created_at: string;
+  updated_at: string;
+  snippet?: string;
+};
+
+function fromServer(s: Summary): Chat {
+  return {
+    id: s.id,
+    title: s.title,
+    renamed: !!s.renamed,
+    created: Date.parse(s.created_at),
+    updated: Date.parse(s.updated_at),
+    settings: { ...DEFAULTS, ...(s.settings ?? {}) },
+    messages: s.messages ?? [],
+    clientId: s.client_id ?? null,
+    version: s.version,
+    partial: !s.messages,
+    count: s.message_count,
+  };
+}
+
+function toServer(c: Chat) {
+  return { title: c.title, renamed: !!c.renamed, settings: c.settings, messages: c.messages };
+}
+
+async function patchJSON<T>(url: string, body: unknown): Promise<T> {
+  return (await request(url, { method: "PATCH", body: JSON.stringify(body) })).json();
+}
+
+/** The browser's chats, uploaded into the key's tenant's (once: then removed here). */
+async function importLocal(): Promise<void> {
+  let local: Chat[];
+  try {
+    local = await store<Chat[]>("readonly", (s) => s.getAll());
+  } catch {
+    return; // no IndexedDB here (a private window): nothing to import
+  }
+  if (!local.length) return;
+  for (let i = 0; i < local.length; i += 500) await postJSON(`${API}/import`, { chats: local.slice(i, i + 500).map(settle) });
+  const d = await db();
+  await new Promise<void>((resolve, reject) => {
+    const tx = d.transaction("chats", "readwrite");
+    for (const c of local) tx.objectStore("chats").delete(c.id);
+    tx.oncomplete = () => resolve();
+    tx.onerror = tx.onabort = () => reject(tx.error);
+  });
+}
+
+let listing: Promise<void> | null = null;
+
+/** The server's list read (again): new and changed chats in, chats deleted elsewhere out;
+ * a chat being written here keeps its copy. */
+function readList(): Promise<void> {
+  listing ??= (async () => {
+    try {
+      const body = await getJSON<{ total: number; chats: Summary[] }>(`${API}?limit=500`);
+      const seen = new Set<string>();
+      for (const s of body.chats) {
+        seen.add(s.id);
+        const have = cache.get(s.id);
+        if (gone.has(s.id) || (have && (busy(s.id) || (have.version ?? 0) >= (s.version ?? 0)))) continue;
+        cache.set(s.id, fromServer(s));
+      }
+      if (body.total <= body.chats.length) for (const id of [...cache.keys()]) if (!seen.has(id) && !busy(id)) cache.delete(id);
+      loadedAll = true;
+    } finally {
+      listing = null;
+    }
+  })();
+  return listing;
+}
+
+/** Read the list from the server again (a page shown: chats made in another browser). */
+export function reloadList(): void {
+  void serverMode().then((on) => {
+    if (on && loadedAll) readList().then(emit, () => undefined);
+  });
+}
+
+function busy(id: string): boolean {
+  return running.has(id) || timers.has(id) || pushing.has(id);
+}
+
+// One write per chat at a time; a change made meanwhile is sent when it ends.
+const pushing = new Map<string, Promise<void>>();
+const pushAgain = new Set<string>();
+
+function push(id: string): void {
+  if (pushing.has(id)) return void pushAgain.add(id);
+  const p = (async () => {
+    do {
+      pushAgain.delete(id);
+      const c = cache.get(id);
+      if (!c || gone.has(id)) return;
+      const saved = await patchJSON<Summary>(`${API}/${encodeURIComponent(id)}`, toServer(c));
+      const now = cache.get(id);
+      if (now) cache.set(id, { ...now, version: saved.version });
+    } while (pushAgain.has(id));
+  })();
+  pushing.set(id, p);
+  p.then(
+    () => (writeError = null),
+    (e) => ((writeError = e), emit()),
+  ).finally(() => pushing.delete(id));
+}
+
+/** Chats matching every word of `q`: the server's full-text search (best first, with a
+ * snippet of the match), or, kept in this browser, the titles and messages that hold them. */
+export async function searchChats(q: string, signal?: AbortSignal): Promise<(Chat & { snippet?: string })[]> {
+  if (await serverMode()) {
+    const body = await getJSON<{ chats: Summary[] }>(`${API}?limit=100&q=${encodeURIComponent(q)}`, signal);
+    return body.chats.map((s) => ({ ...(cache.get(s.id) ?? fromServer(s)), snippet: s.snippet }));
+  }
+  const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+  const out: (Chat & { snippet?: string })[] = [];
+  for (const c of await allChats()) {
+    const texts = [c.title, ...c.messages.map((m) => m.content)];
+    const all = texts.join("\n").toLowerCase();
+    if (!words.every((w) => all.includes(w))) continue;
+    const hit = texts.find((t) => t.toLowerCase().includes(words[0])) ?? "";
+    const at = Math.max(0, hit.toLowerCase().indexOf(words[0]) - 30);
+    out.push({ ...c, snippet: `${at ? "…" : ""}${hit.slice(at, at + 100)}` });
+  }
+  return out;
+}
+
 // -- the chats in memory, and who is watching them ------------------------------------------
 const cache = new Map<string, Chat>();
 const running = new Map<string, AbortController>();
@@ -84,6 +253,10 @@ function settle(c: Chat): Chat {
 }
 
 export async function allChats(): Promise<Chat[]> {
+  if (!loadedAll && (await serverMode())) {
+    await importLocal();
+    await readList();
+  }
   if (!loadedAll) {
     for (const c of await store<Chat[]>("readonly", (s) => s.getAll())) if (!cache.has(c.id) && !gone.has(c.id)) cache.set(c.id, settle(c));
     loadedAll = true;
@@ -92,6 +265,23 @@ export async function allChats(): Promise<Chat[]> {
 }
 
 export async function getChat(id: string): Promise<Chat | null> {
+  if (await serverMode()) {
+    await allChats();
+    // An imported chat answers to the id it had in this browser too (its old links).
+    const hit = cache.get(id) ?? [...cache.values()].find((c) => c.clientId === id);
+    if (hit && !hit.partial) return hit;
+    if (gone.has(id)) return null;
+    try {
+      const full = settle(fromServer(await getJSON<Summary>(`${API}/${encodeURIComponent(hit?.id ?? id)}`)));
+      const now = cache.get(full.id);
+      if (now && !now.partial) return now; // written here meanwhile
+      cache.set(full.id, full);
+      return full;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) return null;
+      throw e;
+    }
+  }
   const hit = cache.get(id);
   if (hit) return hit;
   if (gone.has(id)) return null;
@@ -110,7 +300,8 @@ function write(id: string) {
   clearTimeout(timers.get(id));
   timers.delete(id);
   const c = cache.get(id);
-  if (c)
+  if (c && onServer) push(id);
+  else if (c)
     store("readwrite", (s) => s.put(c)).then(
       () => (writeError = null),
       (e) => ((writeError = e), emit()),
@@ -153,8 +344,15 @@ export async function deleteChat(id: string): Promise<void> {
   clearTimeout(timers.get(id));
   timers.delete(id);
   cache.delete(id);
-  await store("readwrite", (s) => s.delete(id));
   emit();
+  if (onServer) {
+    await pushing.get(id)?.catch(() => undefined);
+    try {
+      await request(`${API}/${encodeURIComponent(id)}`, { method: "DELETE" });
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+    }
+  } else await store("readwrite", (s) => s.delete(id));
 }
 
 export function titleFrom(text: string): string {
@@ -163,9 +361,9 @@ export function titleFrom(text: string): string {
 }
 
 /** A chat made on its first message (an empty "New chat" is never stored). */
-export function createChat(settings: Settings, text: string): Chat {
+export async function createChat(settings: Settings, text: string): Promise<Chat> {
   const now = Date.now();
-  const c: Chat = {
+  let c: Chat = {
     id: newId(),
     title: titleFrom(text),
     created: now,
@@ -173,8 +371,12 @@ export function createChat(settings: Settings, text: string): Chat {
     settings,
     messages: [{ id: newId("m"), role: "user", content: text, at: now }],
   };
-  putChat(c);
   localStorage.setItem(LAST, JSON.stringify(settings));
+  if (await serverMode()) {
+    c = { ...fromServer(await postJSON<Summary>(API, toServer(c))), created: now, updated: now };
+    cache.set(c.id, c);
+    emit();
+  } else putChat(c);
   return c;
 }
 

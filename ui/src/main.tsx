@@ -1,15 +1,21 @@
 import type { ComponentType } from "preact";
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { apiKey, forgetKey, getJSON, listOf, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { getJSON, listOf, onKeyPrompt, prefetchJSON, provideKey } from "./api";
+import { can, signedIn, signOut, useWho, type Who } from "./auth";
 import { NotFound } from "./components/NotFound";
-import { config } from "./config";
+import { agentBase, config } from "./config";
 import type { Task } from "./orch";
 import { parseHash, plural, useRoute } from "./router";
 import "./style.css";
 
 // `sub`: the page has routes of its own under `#/<id>/…` (objects, tabs); the others have none.
-type Page = { id: string; title: string; sub?: boolean; needs?: string; load: () => Promise<ComponentType> };
+// `scope`: what a key needs to use the page (docs/security.md); a key without it does not see it.
+// `needs`: the server page whose presence shows this one (the sessions list goes with the playground).
+type Page = { id: string; title: string; sub?: boolean; needs?: string; scope?: string; load: () => Promise<ComponentType> };
+
+// The scope each page needs (a page another part adds may name its own `scope`).
+const SCOPES: Record<string, string> = { playground: "execute", sessions: "sessions", chat: "inference", models: "inference", agents: "orchestration" };
 
 // Each page is its own chunk, loaded when first shown: the first paint only pays for one.
 const PAGES: Page[] = [
@@ -23,6 +29,16 @@ const PAGES: Page[] = [
   { id: "marketplace", sub: true, title: "Marketplace", load: () => import("./pages/Marketplace").then((m) => m.Marketplace) },
   { id: "status", title: "Status", load: () => import("./pages/Status").then((m) => m.Status) },
 ].filter((p) => config.pages.includes(p.needs ?? p.id));
+for (const p of PAGES) p.scope ??= SCOPES[p.id];
+// Keys, usage and the audit log: the agent server's, shown to an admin key only.
+if (agentBase != null)
+  PAGES.push({ id: "admin", sub: true, title: "Admin", scope: "admin", load: () => import("./pages/Admin").then((m) => m.Admin) });
+
+/** The pages `who` may see: all while it is not known; the admin page only to an admin
+ * signed in with a key (an open server keeps the studio as it was before keys). */
+function visible(who: Who | null | undefined): Page[] {
+  return PAGES.filter((p) => (p.id === "admin" ? !!who?.admin && signedIn(who) : can(p.scope, who)));
+}
 
 const loaded = new Map<string, ComponentType>();
 
@@ -41,10 +57,22 @@ function PageView({ page }: { page: Page }) {
 }
 
 /** The page a route shows: the first page for `#/` (or no hash), null for an unknown one. */
-function pageOf(id: string): Page | null {
-  if (!id) return PAGES[0] ?? null;
-  const page = PAGES.find((p) => p.id === id) ?? null;
+function pageOf(id: string, pages: Page[] = PAGES): Page | null {
+  if (!id) return pages[0] ?? null;
+  const page = pages.find((p) => p.id === id) ?? null;
   return page && (page.sub || parseHash().parts.length === 0) ? page : null;
+}
+
+/** A page of this server the signed-in key may not use: says which scope it needs. */
+function NotAllowed({ page }: { page: Page }) {
+  return (
+    <section class="pane not-found" role="region" aria-labelledby="na-title" data-testid="not-allowed">
+      <h1 id="na-title">{page.title}: not allowed for this key</h1>
+      <p>
+        This page needs a key with the <code>{page.scope}</code> scope. Ask an admin for one, or sign out and sign in with another key.
+      </p>
+    </section>
+  );
 }
 
 type Theme = "auto" | "light" | "dark";
@@ -60,9 +88,11 @@ function useTheme(): [Theme, () => void] {
   return [theme, next];
 }
 
+/** The sign-in form: asked for when a server answers 401 (a key is needed). */
 function KeyPrompt() {
   const [asking, setAsking] = useState(false);
   const [value, setValue] = useState("");
+  const [remember, setRemember] = useState(false);
   const ref = useRef<HTMLDialogElement>(null);
   useEffect(() => onKeyPrompt(setAsking), []);
   useEffect(() => {
@@ -77,26 +107,46 @@ function KeyPrompt() {
         method="dialog"
         onSubmit={(e) => {
           e.preventDefault();
-          provideKey(value.trim() || null);
+          provideKey(value.trim() || null, remember);
           setValue("");
         }}
       >
-        <h3 id="key-title">API key needed</h3>
-        <p class="small">This server asks for a key. It is kept for this browser tab's session only.</p>
+        <h3 id="key-title">Sign in</h3>
+        <p class="small">This server asks for an API key (ck-…). The studio sends it with every request to the agent and inference servers.</p>
         <label>
           API key
           <input type="password" autocomplete="off" value={value} onInput={(e) => setValue((e.currentTarget as HTMLInputElement).value)} autofocus data-testid="key-input" />
+        </label>
+        <label class="check">
+          <input type="checkbox" checked={remember} onChange={(e) => setRemember((e.currentTarget as HTMLInputElement).checked)} data-testid="key-remember" />
+          Keep me signed in on this browser (otherwise until this tab closes)
         </label>
         <div class="row end">
           <button type="button" onClick={() => provideKey(null)}>
             Cancel
           </button>
-          <button type="submit" class="primary">
-            Use key
+          <button type="submit" class="primary" data-testid="sign-in">
+            Sign in
           </button>
         </div>
       </form>
     </dialog>
+  );
+}
+
+/** Who is signed in, and the way out. */
+function SignedIn({ who }: { who: Who }) {
+  const label = `Signed in as ${who.key.name}${who.key.tenant ? ` (tenant ${who.key.tenant})` : ""}`;
+  return (
+    <>
+      <span class="muted small who" title={`${label}; scopes: ${who.scopes.join(", ") || "none"}`} data-testid="signed-in-as">
+        {who.key.name}
+        {who.key.tenant ? ` · ${who.key.tenant}` : ""}
+      </span>
+      <button type="button" class="small" onClick={signOut} data-testid="sign-out">
+        Sign out
+      </button>
+    </>
   );
 }
 
@@ -171,13 +221,16 @@ function useHeaderHeight(ref: { current: HTMLElement | null }) {
 function App() {
   const route = useRoute();
   const [theme, nextTheme] = useTheme();
-  const [, force] = useState(0);
+  const who = useWho();
+  const pages = visible(who);
   const header = useRef<HTMLElement>(null);
   useHeaderHeight(header);
-  const current = pageOf(route.page);
-  const page = current?.id ?? "not-found";
+  const current = pageOf(route.page, pages);
+  // A page this server has that the signed-in key may not use.
+  const barred = current ? null : pageOf(route.page);
+  const page = current?.id ?? (barred ? "not-allowed" : "not-found");
   useEffect(() => {
-    document.title = `${current ? current.title : "Not found"} · conch studio`;
+    document.title = `${current ? current.title : barred ? barred.title : "Not found"} · conch studio`;
     // A new page starts at the top (a sub-route of the same page keeps its scroll).
     scrollTo(0, 0);
   }, [page]);
@@ -191,19 +244,15 @@ function App() {
           conch <span class="muted">studio</span>
         </span>
         <nav aria-label="Pages">
-          {PAGES.map((p) => (
+          {pages.map((p) => (
             <a key={p.id} href={`#/${p.id}`} aria-current={p.id === page ? "page" : undefined}>
               {p.title}
             </a>
           ))}
         </nav>
         <div class="top-actions">
-          {config.pages.includes("agents") && <ApprovalsLink />}
-          {apiKey() && (
-            <button type="button" class="small" onClick={() => (forgetKey(), force((n) => n + 1))} title="Forget the API key of this session">
-              Forget key
-            </button>
-          )}
+          {config.pages.includes("agents") && can("orchestration", who) && <ApprovalsLink />}
+          {who && signedIn(who) && <SignedIn who={who} />}
           <button type="button" class="small" onClick={nextTheme} aria-label={`Theme: ${theme}`} title="Theme: auto, light, dark">
             {theme === "auto" ? "◐ auto" : theme === "light" ? "☀ light" : "☾ dark"}
           </button>
@@ -211,7 +260,13 @@ function App() {
         </div>
       </header>
       <main id="main" tabIndex={-1} data-page={page}>
-        {current ? <PageView key={page} page={current} /> : <NotFound pages={PAGES} />}
+        {current ? (
+          <PageView key={page} page={current} />
+        ) : barred ? (
+          who === undefined ? <div class="muted">loading…</div> : <NotAllowed page={barred} />
+        ) : (
+          <NotFound pages={pages} />
+        )}
       </main>
       <KeyPrompt />
     </>

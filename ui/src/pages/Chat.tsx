@@ -51,6 +51,7 @@ function useChats(id: string | null) {
     };
     refresh();
     const off = store.subscribe(refresh);
+    if (!id) store.reloadList();
     return () => {
       live = false;
       off();
@@ -69,6 +70,8 @@ export function Chat() {
   const [editing, setEditing] = useState<{ index: number; text: string } | null>(null);
   const [renaming, setRenaming] = useState<string | null>(null);
   const [deleting, setDeleting] = useState(false);
+  const [createError, setCreateError] = useState<unknown>(null);
+  const [query, setQuery] = useState("");
   // On a phone the open chat takes the screen; its list is one tap away (the head's button).
   const [listOpen, setListOpen] = useState(false);
   const opener = useRef<HTMLButtonElement>(null);
@@ -115,8 +118,14 @@ export function Chat() {
     if (id == null) setDraft(store.lastSettings());
   }, [id]);
 
+  // An imported chat opened by the id it had in this browser: its address becomes the server's.
+  useEffect(() => {
+    if (chat && id && chat.id !== id) navigate(link("chat", chat.id), true);
+  }, [chat, id]);
+
   const messages = chat?.messages ?? [];
   const last = messages[messages.length - 1];
+  const where = store.keptOnServer() ? "on the server, for your key's tenant" : "in this browser";
 
   if (route.parts.length > 1) return <NotFound what="Chat" back={{ href: "#/chat", label: "Start a new chat" }} />;
 
@@ -136,12 +145,15 @@ export function Chat() {
     setInput("");
     stick.current = true;
     if (chat) store.send(chat.id, text);
-    else {
-      const c = store.createChat({ ...draft }, text);
-      // The new chat's address replaces `#/chat`, so Back does not lead to an empty chat.
-      navigate(link("chat", c.id), true);
-      void store.answer(c.id);
-    }
+    else
+      store.createChat({ ...draft }, text).then(
+        (c) => {
+          // The new chat's address replaces `#/chat`, so Back does not lead to an empty chat.
+          navigate(link("chat", c.id), true);
+          void store.answer(c.id);
+        },
+        (e) => (setInput(text), setCreateError(e)),
+      );
   };
 
   const notFound = id != null && chat === null;
@@ -155,11 +167,22 @@ export function Chat() {
           New chat
         </a>
         {/* IndexedDB refused (a private window, a full disk): chats then live until the tab closes. */}
-        <ErrorBox error={storeError ?? store.lastWriteError()} />
-        {list == null ? (
+        <ErrorBox error={storeError ?? createError ?? store.lastWriteError()} />
+        <input
+          type="search"
+          class="chat-search"
+          aria-label="Search chats"
+          placeholder="Search chats"
+          value={query}
+          onInput={(e) => setQuery((e.currentTarget as HTMLInputElement).value)}
+          data-testid="chat-search"
+        />
+        {query.trim() ? (
+          <SearchResults q={query.trim()} current={id} onOpen={() => setListOpen(false)} />
+        ) : list == null ? (
           <p class="muted small">loading…</p>
         ) : list.length === 0 ? (
-          <p class="muted small">No chats yet. They are kept in this browser.</p>
+          <p class="muted small">No chats yet. They are kept {where}.</p>
         ) : (
           <ul class="item-list" data-testid="chat-list">
             {list.map((c) => (
@@ -241,7 +264,7 @@ export function Chat() {
                 stick.current = i === messages.length - 1;
                 store.retry(chat!.id, i);
               }}
-              empty={id && chat === undefined ? "loading…" : "Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept in this browser."}
+              empty={id && chat === undefined ? "loading…" : `Ask the model something. Enter sends, Shift+Enter adds a line. Chats are kept ${where}.`}
             />
             {/* Said once an answer ends (the streamed text itself is not read out token by token). */}
             <div class="sr-only" role="status" data-testid="chat-announce">
@@ -300,10 +323,46 @@ export function Chat() {
         }}
       >
         <p>
-          “{chat?.title}” and its {messages.length} messages will be removed from this browser.
+          “{chat?.title}” and its {messages.length} messages will be removed {where}.
         </p>
       </Confirm>
     </div>
+  );
+}
+
+/** The chats matching a search: the server's full-text search (or this browser's), with the
+ * matching text; typing waits 200 ms before asking. */
+function SearchResults(props: { q: string; current: string | null; onOpen: () => void }) {
+  const [found, setFound] = useState<(ChatRec & { snippet?: string })[] | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  useEffect(() => {
+    const ctl = new AbortController();
+    const t = setTimeout(() => {
+      store.searchChats(props.q, ctl.signal).then(
+        (r) => (setFound(r), setError(null)),
+        (e) => !ctl.signal.aborted && setError(e),
+      );
+    }, 200);
+    return () => (clearTimeout(t), ctl.abort());
+  }, [props.q]);
+  if (error) return <ErrorBox error={error} />;
+  if (found == null) return <p class="muted small">searching…</p>;
+  return (
+    <>
+      <p class="muted small" role="status" data-testid="search-count">
+        {found.length === 1 ? "1 chat matches" : `${found.length} chats match`}
+      </p>
+      <ul class="item-list" data-testid="search-results">
+        {found.map((c) => (
+          <li key={c.id}>
+            <a href={link("chat", c.id)} class="chat-link" aria-current={c.id === props.current ? "page" : undefined} data-chat={c.id} onClick={props.onOpen}>
+              <span class="title">{c.title}</span>
+              {c.snippet ? <span class="muted small snippet">{c.snippet}</span> : null}
+            </a>
+          </li>
+        ))}
+      </ul>
+    </>
   );
 }
 

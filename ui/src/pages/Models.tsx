@@ -1,3 +1,4 @@
+import { can, useWho } from "../auth";
 import { useRef, useState } from "preact/hooks";
 import { ApiError, del, getJSON, isAbort, postJSON, streamEvents } from "../api";
 import { bytes, Confirm, ErrorBox, Failure, Progress, StatusBadge, useLoad } from "../components/common";
@@ -54,6 +55,8 @@ async function runJob(url: string, body: object, signal: AbortSignal, report: (j
 
 /** `#/models[/:id]`: the store, and one model's record when the route names it. */
 export function Models() {
+  // Pull, convert and delete need the key's `models:write` (hidden without it; the server refuses anyway).
+  const write = can("models:write", useWho());
   const route = useRoute();
   const selected = route.parts[0] ?? null;
   const list = useLoad<Model[]>(async (s) => {
@@ -189,7 +192,7 @@ export function Models() {
                   <td>{(m.capabilities ?? []).join(", ") || "—"}</td>
                   <td>{m.source ?? m.owned_by}</td>
                   <td class="actions">
-                    {m.owned_by === "local" && (
+                    {m.owned_by === "local" && write && (
                       <>
                         <button type="button" class="small" onClick={() => setConverting(m.id)}>
                           Convert
@@ -242,7 +245,7 @@ export function Models() {
         </section>
       )}
       <div class="two">
-        <PullForm busy={!!job && !job.done} onPull={(id, body) => start(`pull ${id}`, `${inferenceBase}/v1/models/${encodeURIComponent(id)}/download`, body)} />
+        {write && <PullForm busy={!!job && !job.done} onPull={(id, body) => start(`pull ${id}`, `${inferenceBase}/v1/models/${encodeURIComponent(id)}/download`, body)} />}
         {converting && (
           <ConvertForm
             id={converting}

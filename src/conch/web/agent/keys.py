@@ -172,6 +172,9 @@ async def rotate_key(key_id: str, access: AccessDep, principal: PrincipalDep) ->
 
 _USAGE = {
     "key": {"id": "key_0123456789abcdef", "name": "ci", "tenant": "acme"},
+    "scopes": ["execute", "inference"],
+    "admin": False,
+    "open": False,
     "limits": [
         {"limit": "tokens_per_day", "max": 100000, "used": 5120, "remaining": 94880,
          "window_s": 86400.0, "resets_at": "2026-01-02T00:00:00.000Z"},
@@ -194,6 +197,11 @@ async def usage_of(access: AccessDep, principal: Principal, key: str | None) -> 
     limits = await access.db(access.limiter.usage, target, disk_used_bytes=disk)
     return {
         "key": {"id": target.key_id, "name": target.name, "tenant": target.tenant},
+        # What the key may do, so that a client (the studio) shows only that.
+        "scopes": sorted(target.scopes),
+        "admin": target.is_admin,
+        # The server needs no key (no admin key, loopback): a request without one is the admin.
+        "open": access.open,
         "limits": [u.to_dict() for u in limits],
     }
 
@@ -206,7 +214,8 @@ async def usage(
     key: str | None = Query(default=None, description="Another key's id (the admin only)."),
 ) -> Response:
     """The calling key's usage against each of its limits (`?key=<id>`: any key's, for the
-    admin). A key without limits has none to show."""
+    admin), with its `scopes`, whether it is an `admin`, and whether the server is `open`
+    (needs no key). A key without limits has none to show."""
     return json_response(await usage_of(access, principal, key))
 
 
