@@ -384,7 +384,7 @@ def test_an_open_loopback_server_asks_for_no_key(servers: Servers, page: Any, sh
     expect(page.get_by_test_id("key-prompt")).to_be_hidden()
     expect(page.get_by_test_id("sign-out")).to_have_count(0)
     expect(page.get_by_test_id("signed-in-as")).to_have_count(0)
-    assert nav(page) == ["Playground", "Chat", "Models", "Agents", "Marketplace", "Status"]
+    assert nav(page) == ["Playground", "Sessions", "Chat", "Models", "Agents", "Marketplace", "Status"]
     page.goto(servers.agent + "/#/admin")
     expect(page.get_by_test_id("not-allowed")).to_be_visible()
     page.screenshot(path=str(shots / "keys-open-server.png"))
