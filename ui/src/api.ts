@@ -78,7 +78,7 @@ async function errorOf(res: Response): Promise<ApiError> {
     else if (err && typeof err === "object") {
       message = String(err.message ?? err.detail ?? message);
       kind = String(err.kind ?? err.type ?? err.code ?? "");
-      field = err.field ?? err.param ?? null;
+      field = err.field ?? err.param ?? err.where ?? null;
     }
     if (typeof body?.detail === "string") message = body.detail;
   } catch {
