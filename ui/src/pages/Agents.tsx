@@ -163,6 +163,23 @@ export function useDecisions(id: string, version: unknown): Map<string, Decision
   return found;
 }
 
+/** The whole task's time, counting up while it runs (a component of its own, so that its
+ * ticking re-renders nothing else): the server's own elapsed time while it runs (the live
+ * events' task_elapsed_ms), else from its start; its duration once it ended. */
+function TaskElapsed({ task, live, running, began }: { task: Task; live: boolean; running: boolean; began: () => number | null }) {
+  useTicker(running, 250);
+  const start = task.started_at ? Date.parse(task.started_at) : NaN;
+  const anchor = began();
+  const total = task.duration_ms ?? (live ? (anchor != null ? performance.now() - anchor : isFinite(start) ? Math.max(0, Date.now() - start) : null) : null);
+  if (total == null) return null;
+  return (
+    <span class="muted small" data-testid="task-elapsed" title="time since the task started">
+      {live ? "running for " : "took "}
+      {duration(total)}
+    </span>
+  );
+}
+
 /** The workflow step a task was started by: the workflow named in the task's address
  * (`?workflow=`, as a step's link to its task gives it), checked against that workflow's
  * steps; else looked for among the latest workflows (a task opened from the task list). */
@@ -223,7 +240,6 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
   });
   const decisions = useDecisions(id, decided);
   const running = live && task?.status !== "waiting";
-  useTicker(running, 250);
   const cancel = async () => {
     try {
       setTask(await postJSON<Task>(`${O}/tasks/${encodeURIComponent(id)}/cancel`));
@@ -235,10 +251,6 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
   if (error && !task)
     return missing(error) ? <NotFound what="Task" back={{ href: link("agents", "tasks"), label: "All tasks" }} /> : <Failure what="This task" error={error} />;
   if (!task) return <div class="pane muted">loading…</div>;
-  // The whole task's time: the server's own while it runs (task_elapsed_ms of the live
-  // events), else from its start; its duration once it ended.
-  const began = task.started_at ? Date.parse(task.started_at) : NaN;
-  const total = task.duration_ms ?? (live ? (run.taskBegan != null ? performance.now() - run.taskBegan : isFinite(began) ? Math.max(0, Date.now() - began) : null) : null);
   return (
     <section class="pane open-object" aria-label="Task" data-testid="task-detail" ref={box}>
       <a class="phone-only back-link" href={link("agents", "tasks")} data-testid="back-to-list">
@@ -247,12 +259,7 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
       <div class="row between">
         <h2>Task</h2>
         <div class="row">
-          {total != null && (
-            <span class="muted small" data-testid="task-elapsed" title="time since the task started">
-              {live ? "running for " : "took "}
-              {duration(total)}
-            </span>
-          )}
+          <TaskElapsed task={task} live={live} running={running} began={() => run.taskBegan} />
           <StatusBadge status={task.status} />
           {live && (
             <button type="button" class="danger small" onClick={cancel}>
