@@ -1,3 +1,4 @@
+import { useState } from "preact/hooks";
 import { EFFECTS, type Policy, type Rule } from "../orch";
 
 const RULES: Rule[] = ["allow", "ask", "deny"];
@@ -35,8 +36,11 @@ export function PolicyEditor({ value, onChange, tools, idPrefix }: { value: Poli
   const set_ = (value.effects ?? {}) as Record<string, string>;
   const byTool = (value.tools ?? {}) as Record<string, string>;
   const count = (value.default ? 1 : 0) + Object.keys(set_).length + Object.keys(byTool).length;
+  // Open at first when it has rules; then as the user leaves it (a constant prop, so that
+  // resetting the last rule does not fold it away under the pointer).
+  const [opened] = useState(count > 0);
   return (
-    <details class="policy" data-testid="policy-editor" open={count > 0}>
+    <details class="policy" data-testid="policy-editor" open={opened}>
       <summary>
         Approval policy {count ? `(${count} rule${count === 1 ? "" : "s"})` : "(inherited)"}
       </summary>
