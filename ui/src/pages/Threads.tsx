@@ -306,8 +306,8 @@ export function ForkButton({ task, step }: { task: Task; step: TStep }) {
   };
   if (!open)
     return (
-      <button type="button" class="small fork-button" onClick={() => setOpen(true)} data-testid="fork-here" aria-label={`Fork from step ${step.index + 1}`}>
-        ⑂ Fork from here
+      <button type="button" class="small fork-button" onClick={() => setOpen(true)} data-testid="fork-here" aria-label={`Fork from here (step ${step.index + 1})`}>
+        <span aria-hidden="true">⑂ </span>Fork from here
       </button>
     );
   return (
