@@ -18,7 +18,6 @@ import { Workflows } from "./Workflows";
 
 const TABS = [
   { id: "tasks", label: "Tasks", href: link("agents", "tasks") },
-  { id: "threads", label: "Threads", href: link("agents", "threads") },
   { id: "workflows", label: "Workflows", href: link("agents", "workflows") },
   { id: "approvals", label: "Approvals", href: link("agents", "approvals") },
   { id: "agents", label: "Agents & metrics", href: link("agents", "agents") },
@@ -29,12 +28,24 @@ export function Agents() {
   const route = useRoute();
   const [tab = "tasks", id, ...rest] = route.parts;
   const agents = useLoad<any[]>(async (s) => listOf(await getJSON(`${O}/agents`, s), "agents"));
-  const known = TABS.some((t) => t.id === tab) && rest.length === 0 && ((tab !== "agents" && tab !== "approvals") || id == null);
+  // Threads are tasks that share a conversation: they live under the Tasks tab, with a
+  // link between the two lists (`#/agents/threads[/:id]`).
+  const known = (TABS.some((t) => t.id === tab) || tab === "threads") && rest.length === 0 && ((tab !== "agents" && tab !== "approvals") || id == null);
   if (!known) return <NotFound what="Page" back={{ href: "#/agents", label: "Agents" }} />;
   if (agents.error) return <Failure what="Orchestration (agents, tasks, workflows)" error={agents.error} />;
   return (
     <div class="stack">
-      <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
+      <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab === "threads" ? "tasks" : tab}>
+        {(tab === "tasks" || tab === "threads") && (
+          <nav class="subnav" aria-label="Tasks or threads">
+            <a href={link("agents", "tasks")} aria-current={tab === "tasks" ? "page" : undefined} data-testid="subnav-tasks">
+              Tasks
+            </a>
+            <a href={link("agents", "threads")} aria-current={tab === "threads" ? "page" : undefined} data-testid="subnav-threads">
+              Threads
+            </a>
+          </nav>
+        )}
         {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} from={route.query.get("workflow")} />}
         {tab === "threads" && <Threads agents={agents.data ?? []} selected={id ?? null} />}
         {tab === "workflows" && <Workflows selected={id ?? null} step={route.query.get("step")} />}
