@@ -85,7 +85,9 @@ export function TaskTimeline({ steps, live, usage, decisions, actions, children 
  * decided (when the server runs with keys), a person, or the approval timeout. */
 export function DecisionView({ d }: { d: Decision }) {
   const dec = d.decision!;
-  const who = dec.by === "timeout" ? "the approval timeout" : dec.key ? `key ${dec.key.name ?? dec.key.id}` : "a person";
+  // The configured admin key and a server that needs no key both decide as "admin".
+  const who =
+    dec.by === "timeout" ? "the approval timeout" : dec.key ? (dec.key.id === "admin" ? "the admin" : `key ${dec.key.name ?? dec.key.id}`) : "a person";
   const tool = d.ask?.tool ?? "";
   const verb = dec.decision === "reject" ? "Rejected" : dec.edited ? "Approved with edited arguments" : "Approved";
   return (
