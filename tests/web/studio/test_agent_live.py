@@ -468,3 +468,25 @@ def test_the_new_pages_paint_first_within_300_ms(orch: Server, browser: Any, new
     print("\nfirst paint (ms):", {k: round(v) for k, v in paints.items()})
     slow = {k: v for k, v in paints.items() if v > 300}
     assert not slow, f"first paint over 300 ms: {slow}"
+
+
+def test_the_new_pages_fit_a_phone(orch: Server, browser: Any, new_pages: dict[str, str], shots: Path) -> None:
+    """At 390 px the open thread or task takes the screen (its list a tap away) and nothing
+    scrolls sideways."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        for name, route in new_pages.items():
+            page = context.new_page()
+            page.goto(f"{orch.url}/#/{route}")
+            expect(page.locator("main .pane:visible").first).to_be_visible()
+            if name == "thread":
+                expect(page.get_by_test_id("fork-tree")).to_be_visible()
+                expect(page.get_by_role("link", name="← All threads")).to_be_visible()
+                expect(page.get_by_role("form", name="New thread")).to_be_hidden()
+            page.wait_for_timeout(200)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            page.screenshot(path=str(shots / f"phone-390-{name}.png"), full_page=True)
+            assert width <= 390, f"#/{route} is {width} px wide at 390 px"
+            page.close()
+    finally:
+        context.close()

@@ -307,7 +307,7 @@ export function ForkButton({ task, step }: { task: Task; step: TStep }) {
   if (!open)
     return (
       <button type="button" class="small fork-button" onClick={() => setOpen(true)} data-testid="fork-here" aria-label={`Fork from here (step ${step.index + 1})`}>
-        <span aria-hidden="true">⑂ </span>Fork from here
+        <span aria-hidden="true">↳ </span>Fork from here
       </button>
     );
   return (
@@ -390,7 +390,7 @@ export function ForkTree({ tasks, here }: { tasks: Task[]; here: string }) {
   return (
     <section aria-label="Fork tree" data-testid="fork-tree">
       <h3>Fork tree</h3>
-      <p class="muted small">Each task under the one it continues (→, the thread's previous task) or was forked from (⑂, at which step). This thread's tasks are marked.</p>
+      <p class="muted small">Each task under the one it continues (→, the thread's previous task) or was forked from (↳, at which step). This thread's tasks are marked.</p>
       {forks === 0 && tree.children.length === 0 ? <p class="muted small">No forks yet: "Fork from here" on a step starts one.</p> : null}
       <ul class="forktree">
         <TreeNode node={tree} here={here} />
@@ -406,7 +406,7 @@ function TreeNode({ node, here }: { node: Node; here: string }) {
     <li data-testid="fork-node" data-task={t.id} data-kind={node.kind} class={mine ? "here" : undefined}>
       <span class="fork-node">
         <span class="fork-edge" aria-hidden="true">
-          {node.kind === "fork" ? "⑂" : node.kind === "next" ? "→" : "●"}
+          {node.kind === "fork" ? "↳" : node.kind === "next" ? "→" : "●"}
         </span>
         {node.kind === "fork" && <span class="muted small">fork {forkPoint(t.fork_checkpoint)} · </span>}
         {node.kind === "next" && <span class="muted small">next · </span>}
