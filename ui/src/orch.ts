@@ -1,5 +1,5 @@
-import { useEffect, useRef } from "preact/hooks";
-import { isAbort, streamEvents } from "./api";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { getJSON, isAbort, listOf, streamEvents } from "./api";
 
 // Shared by the Agents page and the header's approvals badge: the orchestration API's shapes.
 
@@ -157,6 +157,21 @@ export function useEvents(url: string | null, active: boolean, onEvent: (name: s
     })();
     return () => ctl.abort();
   }, [url, active]);
+}
+
+/** The asks and decisions of task `id`'s checkpoint (who approved, edited or rejected each
+ * call), read again when `version` changes. */
+export function useDecisions(id: string, version: unknown): Map<string, Decision> {
+  const [found, setFound] = useState<Map<string, Decision>>(new Map());
+  useEffect(() => {
+    const ctl = new AbortController();
+    getJSON<Entry[]>(`${O}/tasks/${encodeURIComponent(id)}/checkpoint`, ctl.signal).then(
+      (entries) => setFound(decisionsOf(listOf<Entry>(entries, "entries"))),
+      () => undefined, // no checkpoint to read (an older server, or not allowed): nothing shown
+    );
+    return () => ctl.abort();
+  }, [id, version]);
+  return found;
 }
 
 /** A value as text: strings as they are, others as JSON. */

@@ -275,6 +275,9 @@ def test_the_task_form_sets_a_policy_and_the_timeline_says_who_decided(
     expect(decision.get_by_test_id("args-before")).to_contain_text('"path": "."')
     expect(decision.get_by_test_id("args-after")).to_contain_text('"path": "./"')
     page.screenshot(path=str(shots / "task-decision-edited.png"), full_page=True)
+    # The same on the task's thread-less page after a reload (read from the checkpoint).
+    page.reload()
+    expect(page.get_by_test_id("decision").get_by_test_id("decision-verb")).to_have_text("Approved with edited arguments")
 
     # Per tool, rejected with a message.
     page.goto(f"{orch.url}/#/agents/tasks")
@@ -318,7 +321,10 @@ def test_an_agent_is_registered_from_its_form(orch: Server, page: Any, shots: Pa
     form.get_by_test_id("policy-effect-write").select_option("deny")
     page.get_by_test_id("register-agent").click()
     expect(form.get_by_test_id("agent-registered")).to_contain_text("file-counter")
-    expect(page.get_by_role("region", name="Agents table")).to_contain_text("file-counter")
+    table = page.get_by_role("region", name="Agents table")
+    expect(table).to_contain_text("file-counter")
+    row = table.locator("tr", has_text="file-counter")
+    expect(row.get_by_test_id("agent-approvals")).to_have_text("write (effect): deny · ls: ask")
     page.screenshot(path=str(shots / "agent-registration.png"), full_page=True)
     with orch.client() as c:
         agent = c.get(f"{API}/agents/file-counter").json()

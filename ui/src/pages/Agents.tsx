@@ -11,7 +11,7 @@ import { TaskErrorView } from "../components/TaskError";
 import { emptyPolicy, PolicyEditor } from "../components/PolicyEditor";
 import { ForkButton, forkPoint, Threads } from "./Threads";
 import { useTaskStream, useTicker } from "../live";
-import { decisionsOf, type Decision, type Entry, FINISHED, O, type Policy, type Task, type Workflow } from "../orch";
+import { FINISHED, O, type Policy, type Task, useDecisions, type Workflow } from "../orch";
 import { link, navigate, useRoute } from "../router";
 import { Approvals } from "./Approvals";
 import { Workflows } from "./Workflows";
@@ -159,19 +159,15 @@ export function policyFor(p: Policy, tools: string[]): Policy | null {
   return emptyPolicy(out) ? null : out;
 }
 
-/** The asks and decisions of task `id`'s checkpoint (who approved, edited or rejected each
- * call), read again when `version` changes. */
-export function useDecisions(id: string, version: unknown): Map<string, Decision> {
-  const [found, setFound] = useState<Map<string, Decision>>(new Map());
-  useEffect(() => {
-    const ctl = new AbortController();
-    getJSON<Entry[]>(`${O}/tasks/${encodeURIComponent(id)}/checkpoint`, ctl.signal).then(
-      (entries) => setFound(decisionsOf(listOf<Entry>(entries, "entries"))),
-      () => undefined, // no checkpoint to read (an older server, or not allowed): nothing shown
-    );
-    return () => ctl.abort();
-  }, [id, version]);
-  return found;
+/** A policy in a few words: "ls: ask · write: deny"; "—" when empty. */
+function policyText(p: Policy | null | undefined): string {
+  if (!p) return "—";
+  const parts = [
+    ...(p.default ? [`every call: ${p.default}`] : []),
+    ...Object.entries(p.effects ?? {}).map(([k, v]) => `${k} (effect): ${v}`),
+    ...Object.entries(p.tools ?? {}).map(([k, v]) => `${k}: ${v}`),
+  ];
+  return parts.length ? parts.join(" · ") : "—";
 }
 
 /** The whole task's time, counting up while it runs (a component of its own, so that its
@@ -367,6 +363,7 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
                 <th>Status</th>
                 <th>Model</th>
                 <th>Capabilities</th>
+                <th>Approvals</th>
                 <th>Description</th>
               </tr>
             </thead>
@@ -381,6 +378,7 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
                   </td>
                   <td>{a.model}</td>
                   <td class="clip">{(a.capabilities ?? []).join(", ")}</td>
+                  <td class="small" data-testid="agent-approvals">{policyText(a.approvals)}</td>
                   <td>{a.description}</td>
                 </tr>
               ))}

@@ -7,7 +7,7 @@ import { PendingCall } from "../components/PendingCall";
 import { TaskErrorView } from "../components/TaskError";
 import { TaskTimeline } from "../components/TaskTimeline";
 import { useTaskStream } from "../live";
-import { FINISHED, O, show, type Task, type Thread, type TStep } from "../orch";
+import { FINISHED, O, show, type Task, type Thread, type TStep, useDecisions } from "../orch";
 import { link, navigate, plural } from "../router";
 
 // Threads (docs/orchestration.md, "Forks and threads"): tasks that share one conversation.
@@ -177,6 +177,7 @@ function ThreadTask({ task, onChange }: { task: Task; onChange: () => void }) {
     if (["step", "interrupt", "resume", "complete", "error"].includes(name)) onChange();
   });
   const final = task.steps.find((s) => s.action === "final");
+  const decisions = useDecisions(task.id, `${task.status}/${task.steps.length}/${task.pending?.length ?? 0}`);
   return (
     <li class="thread-task" data-testid="thread-task" data-task={task.id}>
       <article class="msg user" aria-label="Goal">
@@ -187,7 +188,7 @@ function ThreadTask({ task, onChange }: { task: Task; onChange: () => void }) {
         <div data-testid="thread-goal">{task.goal}</div>
       </article>
       <div class="thread-steps">
-        <TaskTimeline steps={task.steps.filter((s) => s.action !== "final")} live={running} usage={task.usage}
+        <TaskTimeline steps={task.steps.filter((s) => s.action !== "final")} live={running} usage={task.usage} decisions={decisions}
           actions={(s) => <ForkButton task={task} step={s} />}>
           {live ? <LiveTurns run={run} running={running} /> : undefined}
         </TaskTimeline>
