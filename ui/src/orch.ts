@@ -1,5 +1,5 @@
-import { useEffect, useRef } from "preact/hooks";
-import { isAbort, streamEvents } from "./api";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { getJSON, isAbort, listOf, streamEvents } from "./api";
 
 // Shared by the Agents page and the header's approvals badge: the orchestration API's shapes.
 
@@ -29,7 +29,7 @@ export type Task = {
   status: string;
   steps: TStep[];
   result?: unknown;
-  error?: { kind?: string; message?: string } | null;
+  error?: TaskError | null;
   created_at?: string;
   started_at?: string | null;
   finished_at?: string | null;
@@ -37,7 +37,55 @@ export type Task = {
   usage?: Usage | null;
   pending?: Pending[] | null;
   approval_deadline?: string | null;
+  approvals?: Policy | null;
+  approval_timeout_s?: number | null;
+  thread_id?: string | null;
+  forked_from?: string | null;
+  fork_checkpoint?: number | null;
+  protocol?: string | null;
 };
+/** A task's `error`: `{kind, message, hint?}`, and for `StuckError` the call repeated, how
+ * often, and the error it got each time. */
+export type TaskError = {
+  kind?: string;
+  message?: string;
+  hint?: string | null;
+  reason?: string;
+  call?: { tool?: string; args?: unknown };
+  count?: number;
+  error?: { kind?: string; message?: string };
+};
+export type Rule = "allow" | "ask" | "deny";
+/** An approval policy (docs/orchestration.md, "Approval policies"). */
+export type Policy = { default?: Rule; effects?: Record<string, Rule>; tools?: Record<string, Rule> };
+export const EFFECTS = ["pure", "read", "write", "network", "process", "model"];
+export type Thread = { id: string; tasks: Task[] };
+/** A checkpoint entry (`GET /tasks/:id/checkpoint`): `ask` and `decision` are read here. */
+export type Entry = { seq: number; kind: string; data: any; created_at?: string };
+/** What a person (or the approval timeout) decided about one call. */
+export type Decision = {
+  call_id: string;
+  ask?: { tool?: string; args?: Record<string, unknown>; effect?: string; reason?: string };
+  decision?: { decision: "approve" | "reject"; by?: string; key?: { id: string; name?: string }; args?: unknown; edited?: boolean; message?: string | null };
+  at?: string;
+};
+
+/** The asks and decisions of a task's checkpoint, by call id. */
+export function decisionsOf(entries: Entry[]): Map<string, Decision> {
+  const out = new Map<string, Decision>();
+  for (const e of entries) {
+    if (e.kind !== "ask" && e.kind !== "decision") continue;
+    const id = String(e.data?.call_id ?? "");
+    const d = out.get(id) ?? { call_id: id };
+    if (e.kind === "ask") d.ask = e.data;
+    else {
+      d.decision = e.data;
+      d.at = e.created_at;
+    }
+    out.set(id, d);
+  }
+  return out;
+}
 export type StepDef = {
   id: string;
   run?: string;
@@ -109,6 +157,21 @@ export function useEvents(url: string | null, active: boolean, onEvent: (name: s
     })();
     return () => ctl.abort();
   }, [url, active]);
+}
+
+/** The asks and decisions of task `id`'s checkpoint (who approved, edited or rejected each
+ * call), read again when `version` changes. */
+export function useDecisions(id: string, version: unknown): Map<string, Decision> {
+  const [found, setFound] = useState<Map<string, Decision>>(new Map());
+  useEffect(() => {
+    const ctl = new AbortController();
+    getJSON<Entry[]>(`${O}/tasks/${encodeURIComponent(id)}/checkpoint`, ctl.signal).then(
+      (entries) => setFound(decisionsOf(listOf<Entry>(entries, "entries"))),
+      () => undefined, // no checkpoint to read (an older server, or not allowed): nothing shown
+    );
+    return () => ctl.abort();
+  }, [id, version]);
+  return found;
 }
 
 /** A value as text: strings as they are, others as JSON. */

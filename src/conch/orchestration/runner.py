@@ -372,6 +372,9 @@ class TaskRunner:
         self, task_id: str, tenant: str | None = None, actor: Any = None, **kw: Any
     ) -> dict[str, Any]:
         before = await self.get_task(task_id, tenant)
+        key_id = getattr(actor, "key_id", None)
+        if key_id is not None:
+            kw["key"] = {"id": str(key_id), "name": str(getattr(actor, "name", "") or key_id)}
         decide = self.rt.stores.checkpoints.decide
         got = await self.rt.db(
             functools.partial(

@@ -6,7 +6,12 @@ import { RunList } from "../components/RunList";
 import { Tabs } from "../components/Tabs";
 import { PendingCall } from "../components/PendingCall";
 import { TaskTimeline } from "../components/TaskTimeline";
-import { FINISHED, O, type Task, type Workflow, useEvents } from "../orch";
+import { LiveTurns } from "../components/LiveTurns";
+import { TaskErrorView } from "../components/TaskError";
+import { emptyPolicy, PolicyEditor } from "../components/PolicyEditor";
+import { ForkButton, forkPoint, Threads } from "./Threads";
+import { useTaskStream, useTicker } from "../live";
+import { FINISHED, O, type Policy, type Task, useDecisions, type Workflow } from "../orch";
 import { link, navigate, useRoute } from "../router";
 import { Approvals } from "./Approvals";
 import { Workflows } from "./Workflows";
@@ -23,13 +28,26 @@ export function Agents() {
   const route = useRoute();
   const [tab = "tasks", id, ...rest] = route.parts;
   const agents = useLoad<any[]>(async (s) => listOf(await getJSON(`${O}/agents`, s), "agents"));
-  const known = TABS.some((t) => t.id === tab) && rest.length === 0 && ((tab !== "agents" && tab !== "approvals") || id == null);
+  // Threads are tasks that share a conversation: they live under the Tasks tab, with a
+  // link between the two lists (`#/agents/threads[/:id]`).
+  const known = (TABS.some((t) => t.id === tab) || tab === "threads") && rest.length === 0 && ((tab !== "agents" && tab !== "approvals") || id == null);
   if (!known) return <NotFound what="Page" back={{ href: "#/agents", label: "Agents" }} />;
   if (agents.error) return <Failure what="Orchestration (agents, tasks, workflows)" error={agents.error} />;
   return (
     <div class="stack">
-      <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab}>
+      <Tabs label="Orchestration" idPrefix="agents" tabs={TABS} selected={tab === "threads" ? "tasks" : tab}>
+        {(tab === "tasks" || tab === "threads") && (
+          <nav class="subnav" aria-label="Tasks or threads">
+            <a href={link("agents", "tasks")} aria-current={tab === "tasks" ? "page" : undefined} data-testid="subnav-tasks">
+              Tasks
+            </a>
+            <a href={link("agents", "threads")} aria-current={tab === "threads" ? "page" : undefined} data-testid="subnav-threads">
+              Threads
+            </a>
+          </nav>
+        )}
         {tab === "tasks" && <Tasks agents={agents.data ?? []} selected={id ?? null} from={route.query.get("workflow")} />}
+        {tab === "threads" && <Threads agents={agents.data ?? []} selected={id ?? null} />}
         {tab === "workflows" && <Workflows selected={id ?? null} step={route.query.get("step")} />}
         {tab === "approvals" && <Approvals onCount={(n) => dispatchEvent(new CustomEvent("conch-approvals", { detail: n }))} />}
         {tab === "agents" && <AgentsAndMetrics agents={agents.data ?? []} reload={agents.reload} />}
@@ -52,7 +70,10 @@ function Tasks({ agents, selected, from }: { agents: any[]; selected: string | n
   const [maxSteps, setMaxSteps] = useState(6);
   const [agent, setAgent] = useState("");
   const [model, setModel] = useState("");
+  const [policy, setPolicy] = useState<Policy>({});
+  const [timeout, setTimeout_] = useState("");
   const [error, setError] = useState<unknown>(null);
+  const toolList = tools.split(",").map((t) => t.trim()).filter(Boolean);
   const create = async (e: Event) => {
     e.preventDefault();
     setError(null);
@@ -64,6 +85,9 @@ function Tasks({ agents, selected, from }: { agents: any[]; selected: string | n
       };
       if (agent) body.agent = agent;
       if (model.trim()) body.model = model.trim();
+      const approvals = policyFor(policy, toolList);
+      if (approvals) body.approvals = approvals;
+      if (timeout.trim()) body.approval_timeout_s = Number(timeout);
       const task = await postJSON<Task>(`${O}/tasks`, body);
       navigate(link("agents", "tasks", task.id));
       list.reload();
@@ -104,7 +128,12 @@ function Tasks({ agents, selected, from }: { agents: any[]; selected: string | n
           </div>
           <label>
             Model (optional, provider:model)
-            <input value={model} onInput={(e) => setModel((e.currentTarget as HTMLInputElement).value)} placeholder="local:smollm2-135m-instruct" />
+            <input value={model} onInput={(e) => setModel((e.currentTarget as HTMLInputElement).value)} placeholder="local:smollm2-135m-instruct" name="model" />
+          </label>
+          <PolicyEditor value={policy} onChange={setPolicy} tools={toolList} idPrefix="task-policy" />
+          <label>
+            Approval timeout in seconds (optional: a call still waiting then is rejected)
+            <input type="number" min={1} step="any" value={timeout} onInput={(e) => setTimeout_((e.currentTarget as HTMLInputElement).value)} name="approval_timeout_s" />
           </label>
           <ErrorBox error={error} />
           <button type="submit" class="primary" data-testid="create-task">
@@ -116,6 +145,45 @@ function Tasks({ agents, selected, from }: { agents: any[]; selected: string | n
       </div>
       {selected ? <TaskDetail key={selected} id={selected} from={from} onChange={list.reload} /> : <div class="pane muted">Select or create a task.</div>}
     </div>
+  );
+}
+
+/** The policy as the API takes it: rules for tools no longer listed are left out; null when
+ * nothing is set (the agent's and the server's policies apply). */
+export function policyFor(p: Policy, tools: string[]): Policy | null {
+  const out: Policy = { ...p };
+  if (out.tools) {
+    out.tools = Object.fromEntries(Object.entries(out.tools).filter(([t]) => tools.includes(t)));
+    if (!Object.keys(out.tools).length) delete out.tools;
+  }
+  return emptyPolicy(out) ? null : out;
+}
+
+/** A policy in a few words: "ls: ask · write: deny"; "—" when empty. */
+function policyText(p: Policy | null | undefined): string {
+  if (!p) return "—";
+  const parts = [
+    ...(p.default ? [`every call: ${p.default}`] : []),
+    ...Object.entries(p.effects ?? {}).map(([k, v]) => `${k} (effect): ${v}`),
+    ...Object.entries(p.tools ?? {}).map(([k, v]) => `${k}: ${v}`),
+  ];
+  return parts.length ? parts.join(" · ") : "—";
+}
+
+/** The whole task's time, counting up while it runs (a component of its own, so that its
+ * ticking re-renders nothing else): the server's own elapsed time while it runs (the live
+ * events' task_elapsed_ms), else from its start; its duration once it ended. */
+function TaskElapsed({ task, live, running, began }: { task: Task; live: boolean; running: boolean; began: () => number | null }) {
+  useTicker(running, 250);
+  const start = task.started_at ? Date.parse(task.started_at) : NaN;
+  const anchor = began();
+  const total = task.duration_ms ?? (live ? (anchor != null ? performance.now() - anchor : isFinite(start) ? Math.max(0, Date.now() - start) : null) : null);
+  if (total == null) return null;
+  return (
+    <span class="muted small" data-testid="task-elapsed" title="time since the task started">
+      {live ? "running for " : "took "}
+      {duration(total)}
+    </span>
   );
 }
 
@@ -144,6 +212,7 @@ function useStepOf(task: string, from: string | null): { wf: Workflow; step: str
 function TaskDetail({ id, from, onChange }: { id: string; from: string | null; onChange: () => void }) {
   const [task, setTask] = useState<Task | null>(null);
   const [error, setError] = useState<unknown>(null);
+  const [decided, setDecided] = useState(0);
   const box = useRef<HTMLElement>(null);
   useIntoView(box, task != null);
   const origin = useStepOf(id, from);
@@ -153,7 +222,7 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
     refresh();
   }, [id]);
   const live = task != null && !FINISHED.has(task.status);
-  useEvents(`${O}/tasks/${encodeURIComponent(id)}/events`, live, (name, data) => {
+  const run = useTaskStream(id, live, (name, data) => {
     setTask((t) => {
       if (!t) return t;
       if (name === "step" && data && typeof data.index === "number") {
@@ -162,16 +231,22 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
       }
       // Replayed events must not undo what the record says (a waiting task stays waiting
       // until its resume event).
-      if (name === "start") return { ...t, status: t.status === "pending" ? "running" : t.status };
+      if (name === "start") return { ...t, status: t.status === "pending" ? "running" : t.status, started_at: t.started_at ?? data?.started_at ?? new Date().toISOString() };
       return t;
     });
     // It stopped for a person, or goes on: the record has the pending calls (or none now).
-    if (name === "interrupt" || name === "resume") refresh();
+    if (name === "interrupt" || name === "resume") {
+      refresh();
+      setDecided((n) => n + 1);
+    }
     if (name === "complete" || name === "error") {
       refresh();
+      setDecided((n) => n + 1);
       onChange();
     }
   });
+  const decisions = useDecisions(id, decided);
+  const running = live && task?.status !== "waiting";
   const cancel = async () => {
     try {
       setTask(await postJSON<Task>(`${O}/tasks/${encodeURIComponent(id)}/cancel`));
@@ -191,6 +266,7 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
       <div class="row between">
         <h2>Task</h2>
         <div class="row">
+          <TaskElapsed task={task} live={live} running={running} began={() => run.taskBegan} />
           <StatusBadge status={task.status} />
           {live && (
             <button type="button" class="danger small" onClick={cancel}>
@@ -207,17 +283,36 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
           </a>
         </p>
       )}
+      {(task.thread_id || task.forked_from) && (
+        <p class="small" data-testid="task-lineage">
+          {task.thread_id && (
+            <>
+              In thread <a href={link("agents", "threads", task.thread_id)} data-testid="task-thread-link">{task.thread_id}</a>
+              {task.forked_from ? " · " : ""}
+            </>
+          )}
+          {task.forked_from && (
+            <>
+              Forked from <a href={link("agents", "tasks", task.forked_from)}>{task.forked_from}</a> {forkPoint(task.fork_checkpoint)}
+            </>
+          )}
+        </p>
+      )}
       <p>{task.goal}</p>
       <div class="muted small">
-        {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.duration_ms != null ? ` · ${duration(task.duration_ms)}` : ""}
+        {task.id} · tools {task.tools?.join(", ")} · max {task.max_steps} steps{task.protocol ? ` · ${task.protocol} tool calls` : ""}
       </div>
+      {task.error && <TaskErrorView error={task.error} />}
       <ErrorBox error={error} />
-      <TaskTimeline steps={task.steps} live={live && task.status !== "waiting"} usage={task.usage} />
+      <TaskTimeline steps={task.steps} live={running} usage={task.usage} decisions={decisions}
+        actions={(s) => <ForkButton task={task} step={s} />}>
+        {live ? <LiveTurns run={run} running={running} /> : undefined}
+      </TaskTimeline>
       {task.status === "waiting" && (task.pending ?? []).length > 0 && (
         <div class="approval" data-testid="task-pending">
           <strong>Waiting for your decision</strong>
           {(task.pending ?? []).map((c) => (
-            <PendingCall key={c.call_id} task={task} call={c} onDecided={(t) => (t ? setTask(t) : refresh(), onChange())} />
+            <PendingCall key={c.call_id} task={task} call={c} onDecided={(t) => (t ? setTask(t) : refresh(), setDecided((n) => n + 1), onChange())} />
           ))}
         </div>
       )}
@@ -225,11 +320,6 @@ function TaskDetail({ id, from, onChange }: { id: string; from: string | null; o
         <div>
           <h3>Result</h3>
           <pre>{typeof task.result === "string" ? task.result : JSON.stringify(task.result, null, 2)}</pre>
-        </div>
-      )}
-      {task.error && (
-        <div class="error-box">
-          {task.error.kind}: {task.error.message}
         </div>
       )}
     </section>
@@ -256,6 +346,7 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
           </div>
         )}
       </section>
+      <AgentForm onDone={reload} />
       <section class="pane" aria-label="Agents">
         <div class="row between">
           <h2>Agents</h2>
@@ -272,6 +363,7 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
                 <th>Status</th>
                 <th>Model</th>
                 <th>Capabilities</th>
+                <th>Approvals</th>
                 <th>Description</th>
               </tr>
             </thead>
@@ -286,6 +378,7 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
                   </td>
                   <td>{a.model}</td>
                   <td class="clip">{(a.capabilities ?? []).join(", ")}</td>
+                  <td class="small" data-testid="agent-approvals">{policyText(a.approvals)}</td>
                   <td>{a.description}</td>
                 </tr>
               ))}
@@ -294,5 +387,77 @@ function AgentsAndMetrics({ agents, reload }: { agents: any[]; reload: () => voi
         </div>
       </section>
     </div>
+  );
+}
+
+/** Register an agent (`POST /agents`): its id, what it is for, its system prompt, tools,
+ * model and approval policy. The same id again replaces the agent; the server's `400` is
+ * shown on the field it names. */
+function AgentForm({ onDone }: { onDone: () => void }) {
+  const [id, setId] = useState("");
+  const [description, setDescription] = useState("");
+  const [prompt, setPrompt] = useState("");
+  const [tools, setTools] = useState("ls, cat, len");
+  const [model, setModel] = useState("");
+  const [policy, setPolicy] = useState<Policy>({});
+  const [error, setError] = useState<unknown>(null);
+  const [done, setDone] = useState<string | null>(null);
+  const toolList = tools.split(",").map((t) => t.trim()).filter(Boolean);
+  const field = error instanceof ApiError ? String(error.field ?? "").split(/[.[]/)[0] : "";
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    setDone(null);
+    try {
+      const body: Record<string, unknown> = { id: id.trim(), tools: toolList, system_prompt: prompt, description };
+      if (model.trim()) body.model = model.trim();
+      const approvals = policyFor(policy, toolList);
+      if (approvals) body.approvals = approvals;
+      const made = await postJSON<{ id: string }>(`${O}/agents`, body);
+      setDone(`Agent ${made?.id ?? id} registered: pick it in the task form.`);
+      onDone();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  const invalid = (name: string) => (field === name ? { "aria-invalid": "true" as const, "aria-describedby": "agent-form-error" } : {});
+  return (
+    <form class="pane form" onSubmit={submit} aria-label="Register an agent" data-testid="agent-form">
+      <h2>Register an agent</h2>
+      <div class="row">
+        <label>
+          Id
+          <input required maxLength={64} value={id} onInput={(e) => setId((e.currentTarget as HTMLInputElement).value)} name="id" placeholder="file-counter" {...invalid("id")} />
+        </label>
+        <label>
+          Model (optional, provider:model)
+          <input value={model} onInput={(e) => setModel((e.currentTarget as HTMLInputElement).value)} name="model" placeholder="the server's default" {...invalid("model")} />
+        </label>
+      </div>
+      <label>
+        Description
+        <input value={description} onInput={(e) => setDescription((e.currentTarget as HTMLInputElement).value)} name="description" />
+      </label>
+      <label>
+        System prompt
+        <textarea rows={3} value={prompt} onInput={(e) => setPrompt((e.currentTarget as HTMLTextAreaElement).value)} name="system_prompt" {...invalid("system_prompt")} />
+      </label>
+      <label>
+        Tools (builtin names, comma-separated)
+        <input required value={tools} onInput={(e) => setTools((e.currentTarget as HTMLInputElement).value)} name="tools" {...invalid("tools")} />
+      </label>
+      <PolicyEditor value={policy} onChange={setPolicy} tools={toolList} idPrefix="agent-policy" />
+      <div id="agent-form-error">
+        <ErrorBox error={error} />
+      </div>
+      {done && (
+        <div role="status" class="small" data-testid="agent-registered">
+          {done}
+        </div>
+      )}
+      <button type="submit" class="primary" data-testid="register-agent">
+        Register agent
+      </button>
+    </form>
   );
 }

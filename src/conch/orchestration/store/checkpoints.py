@@ -192,9 +192,11 @@ class CheckpointStore:
         message: str | None = None,
         check: ArgsCheck | None = None,
         by: str = "person",
+        key: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Record a decision on one pending call of a waiting task (``call_id``, or the
-        only one). Once none is pending the task is ``running`` again, held by ``owner``
+        only one); ``key``: the API key that decided (``{id, name}``), kept with it so that
+        the task's history says who. Once none is pending the task is ``running`` again, held by ``owner``
         (who resumes it), with a ``resume`` event. ``check(item, args)`` may refuse edited
         arguments with ``(where, message)``. Returns ``{record, resumed}``; raises
         NotFound, Conflict or Invalid."""
@@ -211,6 +213,8 @@ class CheckpointStore:
                 "decision": "approve" if approve else "reject",
                 "by": by,
             }
+            if key is not None:
+                decision["key"] = key
             if approve:
                 if args is not None and check is not None:
                     problem = check(item, args)
