@@ -28,7 +28,10 @@ from tests.web.conftest import RunningServer, start_server
 SMOL = "smollm2-135m-instruct"  # the bundled model, registered by the server itself
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 MiB = 1 << 20
-SETTINGS: dict[str, Any] = {"n_ctx": 512, "n_parallel": 2, "max_loaded_models": 3}
+# The busy streams below must stay busy for seconds: no drafting (drafts would finish them
+# sooner), and room in SmolLM2's context for thousands of tokens.
+SETTINGS: dict[str, Any] = {"n_ctx": 512, "n_parallel": 2, "max_loaded_models": 3, "draft_max": 0,
+                            "model_overrides": {SMOL: {"n_ctx": 4096}}}
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +101,7 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
         assert before["loaded"] is False and before["overrides"] == {} and before["expires_at"] is None
         fp = before["footprint"]
         assert fp["estimated_bytes"] == sizes[TINY] == fp["bytes"] and fp["measured_bytes"] is None
-        assert (fp["n_ctx"], fp["kv_cells"]) == (512, 1024)
+        assert (fp["n_ctx"], fp["kv_cells"]) == (512, 512)  # one pool of n_ctx cells
         assert fp["weights_bytes"] + fp["kv_bytes"] + fp["compute_bytes"] == fp["estimated_bytes"]
 
         r = c.post(f"/v1/models/{TINY}/load", json={"n_ctx": 256, "n_threads": 1, "keep_alive": "10m"})
@@ -106,7 +109,7 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
         loaded = r.json()
         assert loaded["loaded"] is True and loaded["overrides"] == {"n_ctx": 256, "n_threads": 1}
         fp = loaded["footprint"]
-        assert fp["n_ctx"] == 256 and fp["kv_cells"] == 512 and fp["measured_bytes"] > 0
+        assert fp["n_ctx"] == 256 and fp["kv_cells"] == 256 and fp["measured_bytes"] > 0
         assert fp["bytes"] == fp["measured_bytes"] and abs(fp["measured_bytes"] - fp["estimated_bytes"]) < 0.1 * fp["bytes"]
         assert loaded["expires_at"] is not None and c.get(f"/v1/models/{TINY}").json()["footprint"] == fp
 
@@ -130,7 +133,7 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
         # Refusals name the field; nothing changes.
         err = _error(c.post(f"/v1/models/{TINY}/load", json={"n_cxt": 1024}), 400, "invalid_request_error", "n_cxt")
         assert "Unknown load setting 'n_cxt'" in err["message"] and "n_ctx" in err["message"]
-        _error(c.post(f"/v1/models/{TINY}/load", json={"n_ctx": 0}), 400, "invalid_request_error", "n_ctx")
+        _error(c.post(f"/v1/models/{TINY}/load", json={"n_ctx": -1}), 400, "invalid_request_error", "n_ctx")
         _error(c.post(f"/v1/models/{TINY}/load", json={"flash_attn": "maybe"}), 400, "invalid_request_error",
                "flash_attn")
         _error(c.post(f"/v1/models/{TINY}/load", json={"keep_alive": "soon"}), 400, "invalid_request_error",
@@ -139,10 +142,14 @@ def test_details_show_the_footprint_and_load_applies_per_model_settings(roomy: R
                400, "invalid_json", None)
         _error(c.post("/v1/models/no-such-model/load", json={}), 404, "model_not_found", "model")
         # Settings that do not fit are refused at once, and not kept.
-        # (A micro-batch of 65,536 tokens: its logits alone would take 12 GiB.)
-        err = _error(c.post(f"/v1/models/{TINY}/load", json={"n_batch": 65536, "n_ubatch": 65536}), 503,
-                     "insufficient_memory", "model")
+        # (Plain attention over micro-batches of 8,192 tokens in SmolLM2's whole context: the
+        # scores alone would take 2.3 GiB. llama.cpp caps a micro-batch at the context, so a
+        # larger one would not ask for more.)
+        err = _error(c.post(f"/v1/models/{SMOL}/load", json={"n_ctx": 8192, "n_batch": 8192, "n_ubatch": 8192,
+                                                              "flash_attn": "off"}),
+                     503, "insufficient_memory", "model")
         assert "more than the whole memory budget" in err["message"]
+        assert c.get(f"/v1/models/{SMOL}").json()["loaded"] is False
         kept = c.get(f"/v1/models/{TINY}").json()
         assert kept["overrides"] == {"n_ctx": 256, "n_threads": 1} and kept["loaded"] is True
         assert kept["footprint"] == fp  # the loaded model was not disturbed
@@ -164,7 +171,7 @@ def test_an_embedding_request_is_counted_on_the_model(roomy: RunningServer) -> N
 
 def _long_stream(server: RunningServer, started: threading.Event, stop: threading.Event, model: str = SMOL) -> None:
     """A streaming chat that keeps ``model`` busy until ``stop`` (end-of-text tokens banned)."""
-    body = {"model": model, "stream": True, "max_tokens": 400, "temperature": 0,
+    body = {"model": model, "stream": True, "max_tokens": 3500 if model == SMOL else 400, "temperature": 0,
             "logit_bias": {"0": -100, "1": -100, "2": -100}, "messages": [{"role": "user", "content": "Count."}]}
     with server.client() as c, c.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200

@@ -74,7 +74,8 @@ def load_plan(record: ModelRecord, settings: Settings, n_ctx_train: int | None) 
     n_ctx = n_ctx or resolve_n_ctx(runtime.n_ctx, n_ctx_train or 0)
     return LoadPlan(
         n_ctx=n_ctx, kv_cells=n_ctx, n_parallel=n_parallel,
-        n_ubatch=min(runtime.n_batch, runtime.n_ubatch), flash_attn=runtime.flash_attn != "off",
+        # llama.cpp caps the prompt batch at the context, and the micro-batch at the batch.
+        n_ubatch=min(runtime.n_batch, runtime.n_ubatch, n_ctx), flash_attn=runtime.flash_attn != "off",
         kv_cache_type=runtime.kv_cache_type, n_gpu_layers=runtime.n_gpu_layers if runtime.on_gpu else 0,
         n_threads=_override(settings, record.id, "n_threads"),
         n_threads_batch=_override(settings, record.id, "n_threads_batch"),
