@@ -1,9 +1,10 @@
 """The KV pool: one unified llama.cpp KV cache shared by every sequence, and prompt-prefix reuse.
 
-Any sequence may grow to ``n_ctx``; the pool holds ``kv_total`` cells (two full contexts when
-several sequences run). A finished sequence keeps its cells as a cached prefix; a new request
-takes the idle sequence sharing the longest prefix with its prompt and skips that much
-prefill. Idle prefixes are evicted, largest first, when running sequences need the room.
+The pool holds ``kv_total`` cells (``n_ctx``) for all sequences together, and any one may fill
+it. A finished sequence keeps its cells as a cached prefix; a new request takes the idle
+sequence sharing the longest prefix with its prompt and skips that much prefill. Idle prefixes
+are evicted, largest first, when running sequences or a new prompt need the room; never the one
+the new prompt takes over (``room_for``).
 
 With a :class:`~conch.inference.engines.llama.prompt_cache.PromptCache` (``disk``, set by the
 engine), long prefixes are also saved when their sequence is released, and a request whose
@@ -88,19 +89,31 @@ class KVPool:
         self.seq_cache[seq] = []
         self.seq_exact[seq] = 0
 
-    def evict_idle(self, need: int) -> None:
-        """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free."""
+    def evict_idle(self, need: int, *, spare: int = -1) -> None:
+        """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free;
+        never ``spare``'s (the sequence a request about to be admitted takes over)."""
         for seq, cached in sorted(self.seq_cache.items(), key=lambda kv: -len(kv[1])):
             if self.free() >= need:
                 return
-            if cached:
+            if cached and seq != spare:
                 self.clear(seq)
 
-    def room_for(self, need: int) -> bool:
-        if self.free() < need:
-            self.evict_idle(need)
+    def room_for(self, tokens: list[int]) -> bool:
+        """Whether a request for ``tokens`` can be admitted now (its prompt and a first token),
+        after evicting other idle prefixes if need be.
+
+        The idle sequence it would take (``assign``) counts as room: its cells are either reused
+        as the prompt's prefix or removed, so evicting them never makes room for it. Counted as
+        used, a prefix longer than the pool's free cells less the prompt was evicted by the very
+        request that would reuse it: the same long prompt twice in a pool of ``n_ctx`` cells was
+        prefilled twice (or read from disk again), and a long chat lost its earlier turns."""
+        need = len(tokens) + 1
+        best = self._best_cached(tokens)[0] if self.free_seqs else -1
+        taken = len(self.seq_cache.get(best, []))
+        if self.free() + taken < need:
+            self.evict_idle(need - taken, spare=best)
         # With nothing running, the oldest request always gets in (a prompt is < n_ctx).
-        return not self._active or self.free() >= need
+        return not self._active or self.free() + taken >= need
 
     def _best_cached(self, tokens: list[int]) -> tuple[int, int]:
         """The idle sequence whose cached tokens share the longest prefix with ``tokens``."""
