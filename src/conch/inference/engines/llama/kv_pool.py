@@ -12,8 +12,10 @@ prompt a saved prefix covers further than any in memory gets it loaded into its 
 
 How exact a reused prefix is. By default (llama-server's micro-batches of 512 on the CPU) a
 prompt's rows run ggml's tiled kernels, whose rounding depends on how the prompt was split and
-where its cells sit, so a reused prefix holds what a fresh prefill computes up to the last
-bits: the greedy tokens are the same (tests/inference/test_prefix_reuse_tokens.py), and the
+where its cells sit, so a reused prefix holds what a fresh prefill computes up to the kernels'
+rounding (a few tenths of a nat in a log-probability for the bundled model, as much as two
+fresh prefills on different kernels differ by): a greedy answer is the same except that it may
+take the other branch at a near-tie (tests/inference/test_prefix_reuse_tokens.py), and the
 whole common prefix is reused, generated tokens included, as llama-server does. With
 ``batch_invariant`` every micro-batch stays under 64 rows and runs ggml's reference kernels
 (``backend.ReferenceKernels``): every cell is bitwise what any other split computes, so reuse
@@ -148,7 +150,7 @@ class KVPool:
         # At least one prompt token is decoded again: its logits give the first sample. With
         # batch_invariant (or without flash attention) the reused prefix holds exactly the KV a
         # fresh prefill would compute, so reuse never changes an output; by default, up to the
-        # last bits (see "How exact a reused prefix is").
+        # kernels' rounding (see "How exact a reused prefix is").
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         # (Never a prompt with images: the disk holds no image cells; see release.)
