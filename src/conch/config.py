@@ -233,8 +233,9 @@ class Settings(BaseSettings):
     n_ubatch: int | None = None
     # Every token's logits bitwise the same however its prompt was split, reused or restored
     # (CPU: micro-batches under 64 rows, ggml's reference kernels). Off: prompts prefill in
-    # llama-server's 512-row micro-batches (~1.5x faster on the CPU) and a reused prefix gives
-    # the same greedy tokens as a fresh prefill, not the same bits (docs/inference.md).
+    # llama-server's 512-row micro-batches (~1.5x faster on the CPU) and a reused prefix holds
+    # a fresh prefill's KV up to the kernels' rounding: the same greedy tokens except that an
+    # answer may take the other branch at a near-tie (docs/inference.md).
     batch_invariant: bool = False
     # Prompt tokens per step (llama.cpp's n_batch, llama-server's -b). None: 2048 on a GPU, 512 on
     # the CPU (docs/inference.md, "Defaults").

@@ -1,9 +1,10 @@
 """The KV pool: one unified llama.cpp KV cache shared by every sequence, and prompt-prefix reuse.
 
-Any sequence may grow to ``n_ctx``; the pool holds ``kv_total`` cells (two full contexts when
-several sequences run). A finished sequence keeps its cells as a cached prefix; a new request
-takes the idle sequence sharing the longest prefix with its prompt and skips that much
-prefill. Idle prefixes are evicted, largest first, when running sequences need the room.
+The pool holds ``kv_total`` cells (``n_ctx``) for all sequences together, and any one may fill
+it. A finished sequence keeps its cells as a cached prefix; a new request takes the idle
+sequence sharing the longest prefix with its prompt and skips that much prefill. Idle prefixes
+are evicted, largest first, when running sequences or a new prompt need the room; never the one
+the new prompt takes over (``room_for``).
 
 With a :class:`~conch.inference.engines.llama.prompt_cache.PromptCache` (``disk``, set by the
 engine), long prefixes are also saved when their sequence is released, and a request whose
@@ -11,8 +12,10 @@ prompt a saved prefix covers further than any in memory gets it loaded into its 
 
 How exact a reused prefix is. By default (llama-server's micro-batches of 512 on the CPU) a
 prompt's rows run ggml's tiled kernels, whose rounding depends on how the prompt was split and
-where its cells sit, so a reused prefix holds what a fresh prefill computes up to the last
-bits: the greedy tokens are the same (tests/inference/test_prefix_reuse_tokens.py), and the
+where its cells sit, so a reused prefix holds what a fresh prefill computes up to the kernels'
+rounding (a few tenths of a nat in a log-probability for the bundled model, as much as two
+fresh prefills on different kernels differ by): a greedy answer is the same except that it may
+take the other branch at a near-tie (tests/inference/test_prefix_reuse_tokens.py), and the
 whole common prefix is reused, generated tokens included, as llama-server does. With
 ``batch_invariant`` every micro-batch stays under 64 rows and runs ggml's reference kernels
 (``backend.ReferenceKernels``): every cell is bitwise what any other split computes, so reuse
@@ -88,19 +91,31 @@ class KVPool:
         self.seq_cache[seq] = []
         self.seq_exact[seq] = 0
 
-    def evict_idle(self, need: int) -> None:
-        """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free."""
+    def evict_idle(self, need: int, *, spare: int = -1) -> None:
+        """Drop cached prefixes of idle sequences, largest first, until ``need`` cells are free;
+        never ``spare``'s (the sequence a request about to be admitted takes over)."""
         for seq, cached in sorted(self.seq_cache.items(), key=lambda kv: -len(kv[1])):
             if self.free() >= need:
                 return
-            if cached:
+            if cached and seq != spare:
                 self.clear(seq)
 
-    def room_for(self, need: int) -> bool:
-        if self.free() < need:
-            self.evict_idle(need)
+    def room_for(self, tokens: list[int]) -> bool:
+        """Whether a request for ``tokens`` can be admitted now (its prompt and a first token),
+        after evicting other idle prefixes if need be.
+
+        The idle sequence it would take (``assign``) counts as room: its cells are either reused
+        as the prompt's prefix or removed, so evicting them never makes room for it. Counted as
+        used, a prefix longer than the pool's free cells less the prompt was evicted by the very
+        request that would reuse it: the same long prompt twice in a pool of ``n_ctx`` cells was
+        prefilled twice (or read from disk again), and a long chat lost its earlier turns."""
+        need = len(tokens) + 1
+        best = self._best_cached(tokens)[0] if self.free_seqs else -1
+        taken = len(self.seq_cache.get(best, []))
+        if self.free() + taken < need:
+            self.evict_idle(need - taken, spare=best)
         # With nothing running, the oldest request always gets in (a prompt is < n_ctx).
-        return not self._active or self.free() >= need
+        return not self._active or self.free() + taken >= need
 
     def _best_cached(self, tokens: list[int]) -> tuple[int, int]:
         """The idle sequence whose cached tokens share the longest prefix with ``tokens``."""
@@ -135,7 +150,7 @@ class KVPool:
         # At least one prompt token is decoded again: its logits give the first sample. With
         # batch_invariant (or without flash attention) the reused prefix holds exactly the KV a
         # fresh prefill would compute, so reuse never changes an output; by default, up to the
-        # last bits (see "How exact a reused prefix is").
+        # kernels' rounding (see "How exact a reused prefix is").
         keep = self.fit_keep(n, min(best_len, n - 1)) if self.cache_prompt else 0
         # A saved prefix goes into the sequence a prefill would take, in place of its cells.
         # (Never a prompt with images: the disk holds no image cells; see release.)

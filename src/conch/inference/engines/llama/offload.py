@@ -46,7 +46,7 @@ def cpu_attention(flash_attn: str, batch_invariant: bool = False) -> tuple[str, 
     computes every row over every sequence's cells, and so took more time at 4 and 8 streams
     (2026-11-26: 113–131 against 133–157 tokens/s). Its micro-batch is llama-server's 512:
     prompts then run the tiled kernel, ~1.5x the prefill of micro-batches under 64 rows; a
-    reused prefix gives the greedy tokens a fresh prefill gives (tests/inference/
+    reused prefix gives the greedy tokens a fresh prefill gives up to near-ties (tests/inference/
     test_prefix_reuse_tokens.py). ``batch_invariant`` keeps every micro-batch under 64 rows,
     where each token's logits are bitwise the same however its prompt was split or reused;
     ``off`` is that at any micro-batch and takes 512 (docs/inference.md, "Prefill and prefix

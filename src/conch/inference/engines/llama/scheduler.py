@@ -336,7 +336,7 @@ class Scheduler:
                             sampling.free_sampler(job.sampler)
                             job.sampler = None
                         continue
-                    if not pool.room_for(len(job.tokens) + 1):
+                    if not pool.room_for(job.tokens):
                         break
                     self._pending.popleft()
                     if job.sampler is None:
