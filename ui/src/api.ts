@@ -96,6 +96,7 @@ async function errorOf(res: Response): Promise<ApiError> {
 /** fetch with the session's key; a 401 asks for the key and tries once more. */
 export async function send(url: string, init: RequestInit = {}, retried = false): Promise<Response> {
   let res: Response;
+  const sent = apiKey();
   try {
     res = await fetch(url, { ...init, headers: { ...headers(init.body != null), ...(init.headers ?? {}) } });
   } catch (e) {
@@ -103,6 +104,10 @@ export async function send(url: string, init: RequestInit = {}, retried = false)
     throw new ApiError(0, `cannot reach ${url.startsWith("http") ? new URL(url).origin : "the server"}`, "NetworkError");
   }
   if (res.status === 401) {
+    // Sent before the person signed in (its answer came after): it goes again with the key
+    // rather than asking for one a second time.
+    const now = apiKey();
+    if (now && now !== sent) return send(url, init, retried);
     // A refused key is dropped, so that the next request asks again instead of reusing it.
     if (retried) forgetKey();
     else {
