@@ -97,9 +97,10 @@ def start_thread_server(data_dir: Path, **overrides: Any) -> Server:
     return Server(f"http://127.0.0.1:{port}", settings, app, server, thread)
 
 
-def start_process_server(data_dir: Path, log: Path, **env: str) -> Server:
-    """``conch serve`` in its own process, configured through CONCH_* variables."""
-    port = free_port()
+def start_process_server(data_dir: Path, log: Path, port: int | None = None, **env: str) -> Server:
+    """``conch serve`` in its own process, configured through CONCH_* variables; on ``port``
+    when given (a server started again where a browser page still points), else a free one."""
+    port = port or free_port()
     environ = {
         **os.environ,
         "PYTHONPATH": SRC,

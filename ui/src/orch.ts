@@ -125,20 +125,24 @@ export function tokens(u: Usage | null | undefined): number | null {
 }
 
 /** Follows an SSE event stream of a task or workflow; each event triggers `onEvent`. The
- * stream ends at complete/error; a dropped connection resumes with Last-Event-ID. */
+ * stream ends at complete/error; a dropped connection resumes with Last-Event-ID, and so does
+ * a stream started again for the same url (made inactive, then active: a server back after a
+ * restart keeps its events' ids). */
 export function useEvents(url: string | null, active: boolean, onEvent: (name: string, data: any) => void) {
   const saved = useRef(onEvent);
   saved.current = onEvent;
+  const seen = useRef<{ url: string | null; last?: string }>({ url: null });
   useEffect(() => {
     if (!url || !active) return;
     const ctl = new AbortController();
-    let last: string | undefined;
+    if (seen.current.url !== url) seen.current = { url };
+    const at = seen.current;
     (async () => {
       for (let attempt = 0; attempt < 5 && !ctl.signal.aborted; attempt++) {
         let finished = false;
         try {
-          await streamEvents(url, { signal: ctl.signal, headers: last ? { "Last-Event-ID": last } : {} }, (ev) => {
-            if (ev.id) last = ev.id;
+          await streamEvents(url, { signal: ctl.signal, headers: at.last ? { "Last-Event-ID": at.last } : {} }, (ev) => {
+            if (ev.id) at.last = ev.id;
             let data: any = null;
             try {
               data = JSON.parse(ev.data);

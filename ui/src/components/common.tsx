@@ -78,6 +78,21 @@ export function ErrorBox({ error }: { error: unknown }) {
   );
 }
 
+/** A read that found no server (a restart, an outage), on a page that keeps showing what it
+ * read last: said plainly, with the promise that the page picks up by itself. */
+export function Unreachable({ error, what }: { error: unknown; what: string }) {
+  return (
+    <div class="error-box" role="alert" data-testid="unreachable">
+      <strong>{(error as ApiError).message}</strong>: {what} as last read; this page asks again and picks up by itself when the server answers.
+    </div>
+  );
+}
+
+/** A failed read the page can show over its last answer: the server did not answer at all. */
+export function unreachable(error: unknown): error is ApiError {
+  return error instanceof ApiError && error.status === 0;
+}
+
 /** Shows NotAvailable for a 404-ish or unreachable server, an error box otherwise. */
 export function Failure({ what, error }: { what: string; error: unknown }) {
   const e = error as ApiError;

@@ -1,6 +1,6 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import { getJSON, listOf } from "../api";
-import { Failure, StatusBadge, useInterval, useLoad } from "../components/common";
+import { Failure, StatusBadge, Unreachable, unreachable, useInterval, useLoad } from "../components/common";
 import { PendingCall } from "../components/PendingCall";
 import { O, type Task, type Workflow } from "../orch";
 import { link, plural } from "../router";
@@ -8,7 +8,8 @@ import { link, plural } from "../router";
 type Inbox = { tasks: Task[]; steps: Map<string, { wf: Workflow; step: string }> };
 
 /** Everything that waits for a person: tasks in status `waiting` (a workflow's task step
- * among them, named by its workflow and step), each with its pending calls. Polled. */
+ * among them, named by its workflow and step), each with its pending calls. Polled; while
+ * the server cannot be reached (a restart) the calls last read stay, marked as such. */
 export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; tasks: number }) => void }) {
   const inbox = useLoad<Inbox>(async (s, poll) => {
     const [tasks, wfs] = await Promise.all([
@@ -22,8 +23,12 @@ export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; ta
     return { tasks: waiting, steps };
   });
   useInterval(inbox.poll, 3000);
+  const lastRead = useRef<Inbox | null>(null);
+  if (inbox.data) lastRead.current = inbox.data;
+  const down = unreachable(inbox.error);
+  const data = inbox.data ?? (down ? lastRead.current : null);
   const [decided, setDecided] = useState<string | null>(null);
-  const calls = (inbox.data?.tasks ?? []).reduce((n, t) => n + (t.pending?.length ?? 0), 0);
+  const calls = (data?.tasks ?? []).reduce((n, t) => n + (t.pending?.length ?? 0), 0);
   return (
     <section class="pane stack" aria-label="Approvals" data-testid="approvals">
       <div class="row between">
@@ -32,18 +37,18 @@ export function Approvals({ onCount }: { onCount?: (waiting: { calls: number; ta
           Refresh
         </button>
       </div>
-      {inbox.error ? <Failure what="Approvals" error={inbox.error} /> : null}
+      {down && data ? <Unreachable error={inbox.error} what="the calls below are" /> : inbox.error ? <Failure what="Approvals" error={inbox.error} /> : null}
       <div role="status" class="muted small" data-testid="approvals-summary">
-        {inbox.data ? `${plural(inbox.data.tasks.length, "task")} waiting, ${plural(calls, "call")} to decide` : "loading…"}
+        {data ? `${plural(data.tasks.length, "task")} waiting, ${plural(calls, "call")} to decide` : "loading…"}
         {decided ? ` · ${decided}` : ""}
       </div>
-      {inbox.data && inbox.data.tasks.length === 0 && (
+      {data && data.tasks.length === 0 && (
         <p class="muted" data-testid="approvals-empty">
           Nothing waits for an approval. A task waits when its approval policy says <code>ask</code> for a call (docs/orchestration.md, "Approval policies").
         </p>
       )}
-      {(inbox.data?.tasks ?? []).map((t) => {
-        const step = inbox.data!.steps.get(t.id);
+      {(data?.tasks ?? []).map((t) => {
+        const step = data!.steps.get(t.id);
         return (
           <article class="approval" key={t.id} data-testid="approval" data-task={t.id} aria-label={`Task ${t.goal}`}>
             <div class="row between">

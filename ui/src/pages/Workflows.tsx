@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
-import { between, duration, ErrorBox, ErrorView, Failure, StatusBadge, useInterval, useIntoView, useLoad } from "../components/common";
+import { between, duration, ErrorBox, ErrorView, Failure, StatusBadge, Unreachable, unreachable, useInterval, useIntoView, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { RunList } from "../components/RunList";
 import { TaskTimeline } from "../components/TaskTimeline";
@@ -162,18 +162,27 @@ const stepHref = (wf: string, step: string | null) => link("agents", "workflows"
 
 function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: string | null; onChange: () => void; onEdit: (text: string) => void }) {
   const [wf, setWf] = useState<Workflow | null>(null);
+  // An action's failure (cancel, run again) and the last read's, apart: the next read that
+  // answers clears its own (the server is back after a restart), not an action's message.
   const [error, setError] = useState<unknown>(null);
+  const [readError, setReadError] = useState<unknown>(null);
   const [, tick] = useState(0);
   const box = useRef<HTMLElement>(null);
   useIntoView(box, wf != null);
   const url = `${O}/workflows/${encodeURIComponent(id)}`;
-  const refresh = (poll = false) => getJSON<Workflow>(url, undefined, poll).then(setWf, setError);
+  const refresh = (poll = false) =>
+    getJSON<Workflow>(url, undefined, poll).then(
+      (w) => (setWf(w), setReadError(null)),
+      setReadError,
+    );
   useEffect(() => {
     setWf(null);
     refresh();
   }, [id]);
   const live = wf != null && !FINISHED.has(wf.status);
-  useEvents(`${url}/events`, live, (name, data) => {
+  const down = unreachable(readError);
+  // The event stream gives up after a few tries; it starts again once a read answers.
+  useEvents(`${url}/events`, live && !down, (name, data) => {
     // A step event carries the step's record; merging it keeps the DAG live without a refetch.
     if (name === "step" && data?.id) {
       setWf((w) => (w ? { ...w, status: w.status === "pending" ? "running" : w.status, steps: w.steps.map((s) => (s.id === data.id ? { ...s, ...data } : s)) } : w));
@@ -211,11 +220,11 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
       setError(e);
     }
   };
-  if (error && !wf)
-    return error instanceof ApiError && error.status === 404 ? (
+  if (readError && !wf)
+    return readError instanceof ApiError && readError.status === 404 ? (
       <NotFound what="Workflow" back={{ href: link("agents", "workflows"), label: "All workflows" }} />
     ) : (
-      <Failure what="This workflow" error={error} />
+      <Failure what="This workflow" error={readError} />
     );
   if (!wf) return <div class="pane muted">loading…</div>;
   const chosen = step ? wf.steps.find((s) => s.id === step) ?? null : null;
@@ -249,6 +258,7 @@ function WorkflowDetail({ id, step, onChange, onEdit }: { id: string; step: stri
         {wf.id} · {wf.steps.length} steps · {duration(between(wf.created_at, wf.finished_at, live))}
         {wf.created_at ? ` · started ${new Date(wf.created_at).toLocaleString()}` : ""}
       </div>
+      {down ? <Unreachable error={readError} what="the workflow below is" /> : <ErrorBox error={readError} />}
       <ErrorBox error={error} />
       {wf.error && <ErrorView error={wf.error} />}
       <Dag steps={wf.steps} deps={deps} selected={chosen?.id ?? null} onSelect={(s) => navigate(stepHref(wf.id, s === chosen?.id ? null : s))} />
