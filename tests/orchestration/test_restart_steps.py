@@ -103,6 +103,8 @@ def test_task_steps_keep_their_tasks_across_a_restart(tmp_path: Path, sig: signa
                 c, f"{API}/workflows/{wf_id}", lambda w: step(w, "ask")["status"] == "waiting"
             )
             assert step(shown, "ask")["task_id"] == ask_task
+            # The same attempt, taken up again: it keeps the time it started.
+            assert step(shown, "ask")["started_at"] == step(before, "ask")["started_at"]
             waiting = c.get(f"{API}/tasks/{ask_task}").json()
             assert waiting["status"] == "waiting", waiting
             assert [p["tool"] for p in waiting["pending"]] == ["append"]

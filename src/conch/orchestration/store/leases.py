@@ -149,10 +149,11 @@ class LeaseStore:
             cond = [s.c.workflow_id == wf_id, s.c.id == sid, s.c.status == "running"]
             if owner is not None:
                 cond.append(s.c.owner == owner)
-            values: dict[str, Any] = {
-                "status": "pending", "owner": None, "lease_until": None, "started_at": None,
-            }  # fmt: skip
-            if not spend:
+            values: dict[str, Any] = {"status": "pending", "owner": None, "lease_until": None}
+            if spend:
+                values["started_at"] = None  # the next attempt starts afresh
+            else:
+                # The same attempt, taken up again (a restart): it keeps the time it started.
                 values["attempts"] = s.c.attempts - 1
             done = conn.execute(sa.update(s).where(*cond).values(**values)).rowcount > 0
             if done:

@@ -96,7 +96,8 @@ class _StepSQL:
             owner=sa.bindparam("owner", type_=sa.String),
             lease_until=sa.bindparam("lease", type_=sa.Float),
             attempts=s.c.attempts + 1,
-            started_at=sa.bindparam("now", type_=sa.Float),
+            # An attempt given back by a server that stopped keeps its start.
+            started_at=sa.func.coalesce(s.c.started_at, sa.bindparam("now", type_=sa.Float)),
             finished_at=None,
         )
         .returning(s.c.workflow_id, s.c.id, s.c.attempts)
