@@ -54,6 +54,7 @@ def bench_conch(model_path: str, mmproj: Path, data: Path) -> dict[str, float]:
     from serving import free_port
 
     from conch.config import Settings
+    from conch.inference.models.bundled import ensure_bundled_model
     from conch.inference.models.store import ModelStore
     from conch.web.inference.app import create_app
 
@@ -61,7 +62,8 @@ def bench_conch(model_path: str, mmproj: Path, data: Path) -> dict[str, float]:
     settings = Settings(data_dir=data, models_port=port)
     app = create_app(settings)
     store = ModelStore(settings)
-    bundled = store.get("smollm2-135m-instruct")
+    # The server registers the bundled model as it starts; the vision copy is made before.
+    bundled = ensure_bundled_model(store)
     assert bundled is not None
     store.register(bundled.model_copy(update={"id": "smol-vision", "mmproj": str(mmproj)}))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

@@ -6,6 +6,8 @@ A module of its own so that a one-off program (``conch -c``) does not load it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from conch.lang import context as ctxmod
 from conch.lang import runtime
 from conch.lang.compiler import Compiler
@@ -23,6 +25,10 @@ if TYPE_CHECKING:
     from conch.lang.snapshot import Changes, Mark, Tracker
 
 
+# Compiled inputs a session keeps (a REPL's history, an agent's repeated calls).
+COMPILED_KEPT = 128
+
+
 class Session:
     """REPL state: bindings and functions persist from one ``run`` to the next. Its state is
     data (docs/language.md, "Saving a session's state"): :meth:`mark` before a run and
@@ -38,6 +44,8 @@ class Session:
         self._tracker: Tracker | None = None
         # runs begun: a mark taken after changed_since, with no run between, reuses its look
         self.runs = 0
+        # compiled inputs (_compile), least recently used first
+        self._compiled: OrderedDict[Any, Any] = OrderedDict()
 
     # -- its state as data (conch.lang.snapshot) -------------------------------------------
 
@@ -91,14 +99,8 @@ class Session:
 
     def run(self, source: str, on_statement: StatementHook | None = None) -> Any:
         self.runs += 1
-        with compiling():
-            tree = parse(source)
         ctx = self.context or ctxmod.current()
-        # Compile against copies so a failed compilation leaves the session as it was.
-        snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in self.bindings.items()}
-        compiler = Compiler(checked=has_limits(ctx), session_globals=snapshot, source=source)
-        with compiling():
-            compiled = compiler.compile_program(tree)
+        tree, compiled, rekinded = self._compile(source, has_limits(ctx))
         self.namespace.update(compiled.builtins)
         prog_texts: Callable[[], list[str]] | None = None
         if on_statement is not None:
@@ -112,6 +114,32 @@ class Session:
             for name, b in compiled.top_bindings.items():
                 if b.pyname in self.namespace:
                     self.bindings[name] = b
-            if compiler.rekinded and self._tracker is not None:
+            if rekinded and self._tracker is not None:
                 # its kind is saved with it: a binding of the same value is still a change
-                self._tracker.dirty.update(n for n in compiler.rekinded if n in self.bindings)
+                self._tracker.dirty.update(n for n in rekinded if n in self.bindings)
+
+    def _compile(self, source: str, checked: bool) -> tuple[Any, Any, list[str]]:
+        """``source`` parsed and compiled against the session's bindings: ``(tree, compiled,
+        rekinded)``. Kept by the source and what it compiled against (each binding's name,
+        Python name and kind, and ``checked``: a session's bindings reach the compiler as
+        globals, whatever scope made them), which is all a compilation reads:
+        a warm session runs the same few inputs again and again, and parsing and compiling
+        them was most of a small run's time (docs/benchmarks.md, "Sessions")."""
+        bindings = self.bindings
+        key = (source, checked, tuple((n, b.pyname, b.mutable, b.is_fn) for n, b in bindings.items()))
+        hit = self._compiled.get(key)
+        if hit is not None:
+            self._compiled.move_to_end(key)
+            return hit  # type: ignore[no-any-return]
+        with compiling():
+            tree = parse(source)
+        # Compile against copies so a failed compilation leaves the session as it was.
+        snapshot = {name: Binding(b.pyname, b.mutable, b.is_fn, b.func, True) for name, b in bindings.items()}
+        compiler = Compiler(checked=checked, session_globals=snapshot, source=source)
+        with compiling():
+            compiled = compiler.compile_program(tree)
+        entry = (tree, compiled, list(compiler.rekinded))
+        self._compiled[key] = entry
+        if len(self._compiled) > COMPILED_KEPT:
+            self._compiled.popitem(last=False)
+        return entry
