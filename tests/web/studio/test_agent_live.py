@@ -363,8 +363,12 @@ def test_a_thread_talks_forks_and_draws_its_tree(
     later = next(r for r in scripted.requests_for(second))
     assert any(m.get("content") == first for m in later["messages"]), "the next goal did not carry the thread"
 
+    # The server kept the first task's tool step (what the page draws a fork button on).
+    assert [s["action"] for s in tasks[0]["steps"]] == ["ls", "final"], tasks[0]["steps"]
+
     # Fork from the first task's tool step, with an edited result and an added message.
     step = thread.get_by_test_id("thread-task").first.get_by_test_id("timeline-step").first
+    expect(step).to_contain_text("ls")
     step.get_by_test_id("fork-here").click()
     fork = step.get_by_test_id("fork-form")
     fork.get_by_test_id("fork-result").fill("a.txt")

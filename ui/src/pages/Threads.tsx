@@ -125,9 +125,17 @@ function ThreadView({ id, all, onChange }: { id: string; all: Task[]; onChange: 
   const [error, setError] = useState<unknown>(null);
   const box = useRef<HTMLElement>(null);
   useIntoView(box, thread != null);
-  const refresh = () => getJSON<Thread>(`${O}/threads/${encodeURIComponent(id)}`).then((t) => (setThread(t), setError(null)), setError);
+  // Every stored event of a task asks again; under load the answers can come back out of
+  // order, and an older one must not draw over a newer (a step seen, then gone again).
+  const asked = useRef(0);
+  const refresh = () => {
+    const n = ++asked.current;
+    getJSON<Thread>(`${O}/threads/${encodeURIComponent(id)}`).then(
+      (t) => n === asked.current && (setThread(t), setError(null)),
+      (e) => n === asked.current && setError(e),
+    );
+  };
   useEffect(() => {
-    setThread(null);
     refresh();
     onChange(); // the list (and the fork tree drawn from it) may not have this thread yet
   }, [id]);
