@@ -105,7 +105,7 @@ class Bench:
         return elapsed * 1000
 
     async def rps(self, callers: int, mode: str = "best-effort") -> float:
-        from conch.sandbox.pool import Job
+        from conch.sandbox.jobs import Job
 
         pool = await self.pool(f"rps-{mode}", 2, mode)
         job = Job(mode="program", source="1 + 1")
@@ -128,7 +128,7 @@ class Bench:
         change the way it changes runs per second."""
         import resource
 
-        from conch.sandbox.pool import Job
+        from conch.sandbox.jobs import Job
 
         pool = await self.pool("rps-best-effort", 2)
         job = Job(mode="program", source="1 + 1")
@@ -154,7 +154,7 @@ class Bench:
     async def process(self) -> float:
         """The lower quartile of a window's ``run_process("true")`` runs, in milliseconds:
         on a machine others share, the slower runs of a window time their load."""
-        from conch.sandbox.pool import Job
+        from conch.sandbox.jobs import Job
 
         pool = await self.pool("process", 1, allow_process=True)
         job = Job(mode="program", source='run_process("true")')

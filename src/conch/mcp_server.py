@@ -51,7 +51,7 @@ from conch.lang import schema
 from conch.lang.builtins.registry import lookup
 from conch.marketplace.service import InstalledAgent
 from conch.sandbox.envelope import RunEnvelope
-from conch.sandbox.pool import Job, allowed_effects
+from conch.sandbox.jobs import Job, allowed_effects
 
 if TYPE_CHECKING:
     from conch.sessions.runtime import SessionRuntime

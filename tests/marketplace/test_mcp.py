@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from conch.lang.builtins.registry import lookup
-from conch.sandbox.pool import allowed_effects
+from conch.sandbox.jobs import allowed_effects
 from tests.web.agent_fixtures import AgentServer
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

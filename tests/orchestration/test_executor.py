@@ -8,7 +8,8 @@ from typing import Any
 
 from conch.config import Settings
 from conch.orchestration.executor import LocalExecutor
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 
 
 def _with_executor(tmp_path: Path, body: Any, workers: int = 1) -> Any:

@@ -39,8 +39,9 @@ import pytest
 
 from conch.config import Settings, write_private
 from conch.sandbox import landlock, namespaces, seccomp, slirp
+from conch.sandbox.jobs import Job
 from conch.sandbox.layers import SandboxUnavailable
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.pool import SandboxPool
 from tests.web.agent_fixtures import AgentServer, start_agent_server
 
 ROOT = os.geteuid() == 0
@@ -579,7 +580,8 @@ _WITHOUT_NAMESPACES = """
 import asyncio, json, socket, subprocess, sys, time
 from pathlib import Path
 from conch.config import Settings
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 
 base, mark, sock = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 settings = Settings(data_dir=base / "data", workspace=base / "ws", workers=1, allow_process=True)

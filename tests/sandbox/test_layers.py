@@ -29,8 +29,9 @@ import pytest
 
 from conch.config import Settings
 from conch.sandbox import landlock, seccomp
+from conch.sandbox.jobs import Job
 from conch.sandbox.layers import SandboxUnavailable
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.pool import SandboxPool
 from tests.web.agent_fixtures import AgentServer, start_agent_server
 
 pytestmark = [

@@ -14,7 +14,8 @@ import pytest
 
 from conch.config import Settings
 from conch.lang.context import Limits
-from conch.sandbox.pool import Job, SandboxPool, effective_limits
+from conch.sandbox.jobs import Job, effective_limits
+from conch.sandbox.pool import SandboxPool
 
 
 def _with_pool(

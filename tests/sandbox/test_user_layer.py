@@ -27,7 +27,8 @@ import pytest
 import conch
 from conch.config import Settings
 from conch.sandbox import identity, mountns, probe
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="mount namespaces are Linux's"),
@@ -167,7 +168,8 @@ import asyncio, json, sys
 from pathlib import Path
 from conch.config import Settings
 from conch.sandbox import probe
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 
 settings = Settings(data_dir=Path(sys.argv[1]), workers=1)
 pool = SandboxPool(settings)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from conch.config import Settings
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 from conch.sessions import runtime as runtime_module
 from conch.sessions.errors import SessionNotFound
 from conch.sessions.runtime import SessionRuntime

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from conch.config import Settings
 from conch.sandbox.envelope import RunEnvelope
-from conch.sandbox.pool import Job, SandboxPool, configured_limits, effective_limits
+from conch.sandbox.jobs import Job, configured_limits, effective_limits
+from conch.sandbox.pool import SandboxPool
 from conch.sandbox.worker import WorkerConfig
 
 _GRACE_S = 2.0
@@ -143,7 +144,7 @@ class DaskExecutor:
         self.run_job = run_job
         base = pool.config if pool is not None else None
         if base is None:
-            from conch.sandbox.pool import allowed_effects
+            from conch.sandbox.jobs import allowed_effects
             from conch.sandbox.worker_env import worker_settings
 
             public = worker_settings(settings)

@@ -24,7 +24,7 @@ from conch.orchestration.runner import TaskRunner
 from conch.orchestration.runtime import POLL_S, Runtime, new_id
 from conch.orchestration.spec import Plan, WorkflowRequest, interpolate, parse_workflow, plan
 from conch.orchestration.store import StepOutcome
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 
 log = logging.getLogger("conch.orchestration")
 

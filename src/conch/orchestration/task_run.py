@@ -42,7 +42,7 @@ from conch.orchestration.turns import (
     ToolsUnsupported,
     observation_of,
 )
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 
 log = logging.getLogger("conch.orchestration")
 

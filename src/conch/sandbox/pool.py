@@ -21,48 +21,48 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from conch.config import Settings
 from conch.lang.context import Limits
-from conch.sandbox import cgroups, identity, mountns, netns, probe, relay, slirp, uids
+from conch.sandbox import cgroups, identity, netns, probe, relay, slirp, uids
+from conch.sandbox.channel import Process, Worker, WorkerError, WorkerGone, WorkerRun
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.sandbox.frames import (
     HEADER,
-    MAX_FRAME,
-    decode,
     encode,
     encode_exact,
     encode_raw,
-    split_header,
 )
-from conch.sandbox.layers import REQUIRED_IN_STRICT, Confinement, Layer, SandboxUnavailable
+from conch.sandbox.jobs import (
+    GRACE_S,
+    Event,
+    Job,
+    Placement,
+    allowed_effects,
+    configured_limits,
+    confinement,
+    effective_limits,
+    worker_rlimits,
+)
+from conch.sandbox.layers import REQUIRED_IN_STRICT, Layer, SandboxUnavailable
+from conch.sandbox.session_config import SessionConfigs, hidden_for_sessions
 from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
 from conch.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger("conch.sandbox")
 HEADER_BYTES = HEADER.size
-
-_LIMIT_FIELDS = ("wall_time_s", "steps", "recursion", "output_bytes", "collection_size")
-
-# How long past its wall time a run may go before the server kills its worker: the
-# interpreter checks wall time itself and reports it with a position; this is the backstop
-# for code that does not reach a check (a long native call, ``sleep``).
-_GRACE_S = 1.0
 
 # How long a run may wait for a free worker before it is refused with TimeoutError. Longer
 # than any wall time so that a burst queues instead of failing; bounded so that a client is
@@ -73,464 +73,19 @@ QUEUE_TIMEOUT_S = 120.0
 # do not compete with the session's first run for the CPU.
 SPARE_REFILL_S = 0.05
 
-# The largest document one binding of a session may be saved as; a larger one is named in
-# the run's ``unsaved``.
-STATE_MAX_BYTES = 64 * 1024 * 1024
-
 # A worker is replaced after this many runs, so that whatever a long series of programs
 # leaves behind in its heap (fragmentation, caches) is bounded. Starting a worker costs a
 # few hundred ms of CPU, so this must be rare at thousands of runs per second.
 RECYCLE_AFTER_JOBS = 100_000
-
-# A worker's hard RLIMIT_CPU (which a command it starts cannot raise) bounds its whole life:
-# this much CPU time and twice the longest job's budget. Past half of it the worker is
-# replaced (conch.sandbox.worker._CpuBudget), so that a job never meets the hard limit.
-CPU_LIFETIME_S = 3600
-
-
-def effective_limits(configured: Limits, requested: dict[str, Any] | None) -> Limits:
-    """The configured limits lowered by what the request asks; a request can never raise
-    a limit (a larger value is ignored, the configured one applies)."""
-    out = Limits(**{k: getattr(configured, k) for k in _LIMIT_FIELDS})
-    for key, wanted in (requested or {}).items():
-        if key not in _LIMIT_FIELDS or wanted is None or wanted == math.inf:
-            continue  # an infinite limit lowers nothing
-        current = getattr(out, key)
-        setattr(out, key, wanted if current is None else min(current, wanted))
-    return out
-
-
-def configured_limits(settings: Settings, *, stream: bool = False) -> Limits:
-    return Limits(
-        wall_time_s=settings.stream_wall_time_s if stream else settings.wall_time_s,
-        steps=settings.max_steps,
-        recursion=settings.max_recursion,
-        output_bytes=settings.max_output_bytes,
-        collection_size=settings.max_collection_size,
-    )
-
-
-def confinement(settings: Settings, workspace: Path) -> Confinement:
-    """What the kernel layers of a worker allow, from the server's settings."""
-    ports: list[int] | None = None
-    if not settings.allow_network:
-        ports = []
-        if settings.allow_model:
-            url = urllib.parse.urlsplit(settings.models_url)
-            with contextlib.suppress(ValueError):
-                ports = [url.port or (443 if url.scheme == "https" else 80)]
-    return Confinement(
-        mode=settings.sandbox,
-        workspace=str(workspace),
-        network=settings.allow_network,
-        process=settings.allow_process,
-        tcp_ports=ports,
-    )
-
-
-def worker_rlimits(settings: Settings) -> dict[str, int]:
-    """The hard rlimits a worker sets before it drops root (``RLIMIT_AS`` is
-    ``worker_memory_mb``, ``RLIMIT_NPROC`` decided with the worker's user)."""
-    longest = max(settings.wall_time_s, settings.stream_wall_time_s) + _GRACE_S
-    return {
-        "NOFILE": settings.worker_files_max,
-        "FSIZE": settings.worker_file_mb * 1024 * 1024,
-        "CORE": 0,
-        # The worker's whole life; a job needs at most ``longest`` (+ slack) of it.
-        "CPU": int(CPU_LIFETIME_S + 2 * (longest + 30)),
-    }
-
-
-def allowed_effects(settings: Settings) -> frozenset[str]:
-    effects = {"pure", "read", "write"}
-    if settings.allow_model:
-        effects.add("model")
-    if settings.allow_network:
-        effects.add("network")
-    if settings.allow_process:
-        effects.add("process")
-    return frozenset(effects)
-
-
-@dataclass
-class Job:
-    """One run: a program (``execute``/``eval``), a builtin call or a pipeline.
-
-    ``variables`` (a program's names bound to JSON values before it runs) keep a program's
-    text the same from run to run, so the worker's compile cache serves it; a workflow's
-    ``run`` step receives ``inputs`` and ``steps`` this way."""
-
-    mode: str  # "program" | "call" | "pipeline"
-    source: str | None = None
-    variables: dict[str, Any] | None = None
-    builtin: str | None = None
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    input: Any = None
-    steps: list[str] = field(default_factory=list)
-    limits: dict[str, Any] | None = None
-    stream: bool = False
-    # The pipeline's ``input`` as the client's own JSON text (``input`` is then ignored):
-    # sent to the worker as it came, never decoded by the server.
-    input_json: bytes | None = None
-    # A model pass: the run's programs call models as the key that asked for the run
-    # (conch.keys.service); None where the inference server needs no key.
-    models_token: str | None = None
-
-    @property
-    def carries_values(self) -> bool:
-        """Whether the job holds values from a client (which may be NaN or big integers)."""
-        return bool(self.variables or self.args or self.kwargs or self.input is not None)
-
-    def payload(self, limits: Limits) -> dict[str, Any]:
-        wall = limits.wall_time_s or 0.0
-        return {
-            "mode": self.mode,
-            "stream": self.stream,
-            "source": self.source,
-            "variables": self.variables,
-            "builtin": self.builtin,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "input": None if self.input_json is not None else self.input,
-            "steps": self.steps,
-            "limits": {k: getattr(limits, k) for k in _LIMIT_FIELDS},
-            "cpu_s": wall + _GRACE_S,
-            "input_follows": self.input_json is not None,
-            "models_token": self.models_token,
-        }
-
-
-@dataclass
-class Event:
-    """Something a run reported: ``progress`` (step, total, message), ``data`` (a print line
-    or an element of the resulting Array, in order) or ``done`` (the final envelope)."""
-
-    kind: str
-    step: int = 0
-    total: int = 0
-    message: str = ""
-    text: str = ""
-    result: RunEnvelope | None = None
-    # A session's run (``done`` only): what it changed of the session's bindings, as the
-    # worker sent it (``{saved, removed, unsaved}``; conch.sandbox.worker.Runner), with the
-    # frame's size (``bytes``); and, once saved, the bindings that could not be
-    state: dict[str, Any] | None = None
-    unsaved: list[dict[str, str]] | None = None
 
 
 class _Started(NamedTuple):
     """A job handed to a worker: its run and wall-time deadline (``time.monotonic()``)."""
 
     worker: Worker
-    run: _Run
+    run: WorkerRun
     wall: float
     deadline: float | None
-
-
-class Process(Protocol):
-    """A worker's process as the pool uses it: one it started (``subprocess.Popen``) or a
-    child of the zygote (:class:`conch.sandbox.zygote.ForkedProcess`)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-class WorkerError(Exception):
-    """A worker did not behave (died, sent garbage, did not start)."""
-
-
-class WorkerGone(WorkerError):
-    """The worker bound to a session is gone (killed, crashed, retired after a limit): the
-    job never reached it, and the session needs another."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a session's worker runs: its workspace (the session's own directory) and its
-    permissions, which may lower the server's, never raise them."""
-
-    workspace: Path
-    allow_network: bool
-    allow_process: bool
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-class _Run:
-    """One job's place on a worker: its encoded frame and the frames that came back."""
-
-    __slots__ = ("frame", "inbox", "state", "undelivered", "unsent", "waiter")
-
-    def __init__(self, frame: bytes) -> None:
-        self.frame = frame
-        # A session's run: the ``state`` frame that came before ``done``
-        self.state: dict[str, Any] | None = None
-        self.inbox: deque[list[Any]] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-        # The tail of a frame too large for one write, for the run's task to send.
-        self.unsent: memoryview | None = None
-        # The frame could not be written: the worker never started the job.
-        self.undelivered = False
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-_KINDS = frozenset({"data", "progress", "done"})
-# What a session's run that changed no binding reports (shared: its readers never change it)
-_NO_CHANGE: dict[str, Any] = {}
-
-
-class Worker:
-    """The server's end of one worker's channel.
-
-    A reader callback on the event loop takes frames off the socket as they arrive and
-    routes them to the worker's current run. When a run's ``done`` frame arrives the worker
-    goes straight back to the pool, which writes the next queued job to it from that same
-    callback: the worker finds its next job waiting as it finishes the last one instead of
-    sleeping until the server's loop comes round to it (on a small VM each such wake-up of a
-    sleeping process costs tens of microseconds). A worker that dies while idle is noticed
-    here too, and replaced before a run is handed to it.
-    """
-
-    def __init__(
-        self,
-        process: Process,
-        sock: socket.socket,
-        loop: asyncio.AbstractEventLoop,
-        pool: SandboxPool,
-    ) -> None:
-        self.process = process
-        self.sock = sock
-        self.pid = process.pid
-        self.loop = loop
-        self.pool = pool
-        self.jobs = 0
-        self.closed = False
-        self.cgroup: cgroups.WorkerGroup | None = None
-        # Its uid (given back once it and all it started are gone), network stack and the
-        # relay of the inference server's port into its namespace
-        self.lease: uids.Lease | None = None
-        self.stack: slirp.Stack | None = None
-        self.relays: list[relay.Relay] = []
-        # Why the channel is unusable when the worker broke the protocol (not when it died).
-        self.fault: str | None = None
-        self.run: _Run | None = None
-        # Bound to a session (SandboxPool.bind): never handed a run of the shared pool
-        self.bound = False
-        # A spare (SandboxPool.bind): sent ``prepare``, not the pool's config; ``warm`` is
-        # its answer (``["warm", pid]`` or ``["refused", why]``; None: it died first)
-        self.spare = False
-        self.warm: asyncio.Future[list[Any] | None] = loop.create_future()
-        self.greeting: asyncio.Future[Any] | None = loop.create_future()
-        self._buf = bytearray()
-        self._need = 4
-        self._frame_bytes = 0
-        sock.setblocking(False)
-        loop.add_reader(sock.fileno(), self._readable)
-
-    # -- receiving ------------------------------------------------------------------------
-
-    def _readable(self) -> None:
-        try:
-            data: bytes | bytearray = self.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._shut(None)
-            return
-        buf = self._buf
-        if buf:
-            # The rest of a frame that did not fit in one read: parse only once it is whole
-            # (re-scanning a large frame on every read would be quadratic).
-            buf += data
-            if len(buf) < self._need:
-                return
-            data = buf
-        pos = self._parse(data)
-        if pos < 0:
-            return
-        if data is buf:
-            del buf[:pos]
-        elif pos < len(data):
-            buf += memoryview(data)[pos:]
-        self._need = 4 + split_header(int.from_bytes(buf[:4], "big"))[0] if len(buf) >= 4 else 4
-
-    def _parse(self, data: bytes | bytearray) -> int:
-        """Deliver every whole frame in ``data``; the offset of the first incomplete one,
-        or -1 if the worker broke the protocol (the channel is then shut)."""
-        pos = 0
-        end = len(data)
-        while end - pos >= 4:
-            size, exact = split_header(int.from_bytes(data[pos : pos + 4], "big"))
-            if size > MAX_FRAME:
-                self._shut(f"worker sent an oversized frame ({size} bytes)")
-                return -1
-            stop = pos + 4 + size
-            if stop > end:
-                break
-            self._frame_bytes = size
-            try:
-                message = decode(data[pos + 4 : stop], exact)
-            except (ValueError, RecursionError):
-                self._shut("worker sent an undecodable frame")
-                return -1
-            pos = stop
-            if not self._deliver(message):
-                return -1
-        return pos
-
-    def _deliver(self, message: Any) -> bool:
-        greeting = self.greeting
-        if greeting is not None:
-            if self.spare and not self.warm.done():
-                ok = type(message) is list and len(message) == 2 and message[0] in ("warm",
-                                                                                     "refused")
-                self.warm.set_result(message if ok else None)
-                if not ok:
-                    self._shut("a spare sandbox worker sent an unexpected greeting")
-                    return False
-                return True
-            self.greeting = None
-            if not greeting.done():
-                greeting.set_result(message)
-            return True
-        run = self.run
-        kind = message[0] if type(message) is list and message else None
-        if kind == "state" and self.bound and run is not None and len(message) == 2 \
-                and type(message[1]) is dict and run.state is None:
-            run.state = message[1]
-            run.state["bytes"] = self._frame_bytes  # the server's count, not the worker's
-            return True
-        if kind == "record" and run is not None and len(message) == 3:
-            # ["record", kind, data]: something the server keeps for the run (an agent
-            # builtin's task), handed to the pool's recorder; never a reason to stop the run.
-            recorder = self.pool.recorder
-            if recorder is not None:
-                try:
-                    recorder(self.pid, message[1], message[2])
-                except Exception:
-                    log.exception("sandbox: a worker's record was refused")
-            return True
-        if run is None or kind not in _KINDS:
-            self._shut("the sandbox worker misbehaved")
-            return False
-        if kind == "done":
-            # ["done", envelope, recycle]: read once here, so a malformed envelope is a
-            # protocol fault like any other and nothing downstream sees a raw frame.
-            try:
-                envelope = RunEnvelope.from_wire(message[1])
-            except (ValueError, IndexError):
-                self._shut("the sandbox worker misbehaved")
-                return False
-            # A session's worker sends no state frame for a run that changed nothing.
-            state = run.state if run.state is not None or not self.bound else _NO_CHANGE
-            run.inbox.append(["done", envelope, state])
-            self.run = None
-            self.pool._finished(self, len(message) > 2 and message[2] is True)
-        else:
-            run.inbox.append(message)
-        run.wake()
-        return True
-
-    def _shut(self, fault: str | None) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.fault = fault
-        with contextlib.suppress(Exception):
-            self.loop.remove_reader(self.sock.fileno())
-        if not self.warm.done():
-            self.warm.set_result(None)
-        if self.greeting is not None and not self.greeting.done():
-            self.greeting.set_exception(WorkerError(fault or "worker closed its channel"))
-        if self.run is not None:
-            self.run.wake()
-        self.pool._closed_channel(self)
-
-    async def recv(self, run: _Run, timeout: float | None = None) -> list[Any]:
-        """``run``'s next frame; ``TimeoutError`` after ``timeout`` seconds, ``WorkerError``
-        once the channel closed before the run finished."""
-        if run.inbox:
-            return run.inbox.popleft()
-        if not self.closed:
-            waiter = self.loop.create_future()
-            run.waiter = waiter
-            timer = self.loop.call_later(timeout, _expire, waiter) if timeout is not None else None
-            try:
-                await waiter
-            except TimeoutError:
-                if not run.inbox:  # a frame that came in with the deadline still counts
-                    raise
-            finally:
-                run.waiter = None
-                if timer is not None:
-                    timer.cancel()
-            if run.inbox:
-                return run.inbox.popleft()
-        raise WorkerError(self.fault or "worker closed its channel")
-
-    # -- sending --------------------------------------------------------------------------
-
-    def start(self, run: _Run) -> None:
-        """Write as much of ``run``'s frame as the socket takes now; the run's task sends
-        any rest. A failed write means the worker never got the job."""
-        self.run = run
-        self.jobs += 1
-        if self.closed:
-            run.undelivered = True
-            return
-        frame = run.frame
-        try:
-            sent = self.sock.send(frame)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            run.undelivered = True
-            return
-        if sent < len(frame):
-            run.unsent = memoryview(frame)[sent:]
-
-    def kill(self) -> None:
-        # The worker leads its own process group: whatever it started goes with it (and in
-        # a PID namespace of its own, what left the group too).
-        with contextlib.suppress(ProcessLookupError, OSError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        for pid in {self.pid, self.process.pid}:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                os.kill(pid, signal.SIGKILL)
-        for served in self.relays:
-            served.close()
-        self.relays = []
-        if self.stack is not None:
-            self.stack.stop()
-            self.stack = None
-        if not self.closed:
-            self.closed = True
-            with contextlib.suppress(Exception):
-                self.loop.remove_reader(self.sock.fileno())
-            if self.run is not None:
-                self.run.wake()
-            if not self.warm.done():
-                self.warm.set_result(None)
-        with contextlib.suppress(Exception):
-            self.sock.close()
-
-    def exit_signal(self) -> int | None:
-        code = self.process.poll()
-        return -code if code is not None and code < 0 else None
 
 
 class SandboxPool:
@@ -580,7 +135,7 @@ class SandboxPool:
         # Free workers, most recently used last (its memory is the warmest), and runs
         # waiting for one, oldest first.
         self._idle: list[Worker] = []
-        self._waiters: deque[tuple[_Run, asyncio.Future[Worker]]] = deque()
+        self._waiters: deque[tuple[WorkerRun, asyncio.Future[Worker]]] = deque()
         self._workers: set[Worker] = set()
         self._busy: set[Worker] = set()
         self._spawning: set[asyncio.Task[None]] = set()
@@ -596,8 +151,8 @@ class SandboxPool:
         self._zygote: Zygote | None = None
         self._zygote_start: asyncio.Task[Zygote | None] | None = None
         self._zygote_failed = False
-        # A session worker's settings by (allow_network, allow_process)
-        self._session_settings: dict[tuple[bool, bool], tuple[Settings, str]] = {}
+        # How a session's worker is configured (and a spare's, before it knows its session)
+        self._sessions = SessionConfigs(settings)
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -737,6 +292,20 @@ class SandboxPool:
                 uids.sweep(lease.id)
             lease.release()
 
+    def _reap_later(self, worker: Worker, delay: float = 0.01) -> None:
+        """Collect a killed worker's exit status without a thread: SIGKILL takes effect within
+        milliseconds, so a few polls from the loop suffice. Its cgroup and uid go with it."""
+        loop = asyncio.get_running_loop()
+        if worker.process.poll() is None:
+            if delay < 5.0:
+                loop.call_later(delay, self._reap_later, worker, delay * 2)
+            return  # not gone after 5 s: its uid is not given to another (close() waits for it)
+        if worker.lease is not None and not self.pid_namespaces:
+            # The sweep of its uid reads /proc: not on the loop.
+            loop.run_in_executor(None, self._gone, worker)
+        else:
+            self._gone(worker)
+
     def worker_pids(self) -> list[int]:
         return sorted(w.pid for w in self._workers)
 
@@ -802,7 +371,7 @@ class SandboxPool:
                     worker.cgroup.add(worker.pid)
                 if not configure:
                     worker.spare = True
-                    frame = encode_exact(["prepare", self._stage_config(lease)])
+                    frame = encode_exact(["prepare", self._sessions.staged(self.config, lease)])
                     await asyncio.get_running_loop().sock_sendall(parent_sock, frame)
                     warm = await asyncio.wait_for(asyncio.shield(worker.warm), timeout=60)
                     if warm is None:
@@ -826,7 +395,7 @@ class SandboxPool:
         except BaseException:
             worker.kill()
             self._dying.add(worker)
-            _reap_later(asyncio.get_running_loop(), worker)
+            self._reap_later(worker)
             raise
         for name, layer in ready[2].items():
             self.layers[name] = Layer(**layer)
@@ -872,7 +441,7 @@ class SandboxPool:
             start_new_session=True,
         )
 
-    def _closed_channel(self, worker: Worker) -> None:
+    def worker_closed(self, worker: Worker) -> None:
         # A worker that dies while idle (the OOM killer, say) is replaced at once, so that
         # no run is handed to it; a busy worker's run notices the closed channel itself.
         if worker in self._spares:
@@ -902,7 +471,7 @@ class SandboxPool:
         self._workers.discard(worker)
         self.restarts[reason] += 1
         self._dying.add(worker)
-        _reap_later(asyncio.get_running_loop(), worker)
+        self._reap_later(worker)
         if self._closed:
             return
 
@@ -934,7 +503,7 @@ class SandboxPool:
             self._spares.remove(worker)
         if worker not in self._dying:
             self._dying.add(worker)
-            _reap_later(asyncio.get_running_loop(), worker)
+            self._reap_later(worker)
 
     def keep_spares(self) -> None:
         """Start spares in the background until ``spares`` are warm or on their way (the
@@ -979,10 +548,7 @@ class SandboxPool:
         user = self.config.user
         if self.ids is not None:
             user = [self.ids.ids[0], self.ids.ids[0]]  # any of the range: none owns a thing
-        sandbox_user = identity.SandboxUser("", user[0], user[1]) if user is not None else None
-        example = Path(self.settings.sessions_dir).resolve() / "sess" / "workspace"
-        hidden = (self._covers(str(example), sandbox_user)[0]
-                  if self.config.namespaces is not None else [])
+        hidden = hidden_for_sessions(self.settings, self.config, user)
         return {"user": user, "hidden": hidden, "settings_json": self.config.settings_json}
 
     async def _new_spare(self) -> None:
@@ -1023,7 +589,7 @@ class SandboxPool:
         if worker is None:
             worker = await self._spawn(configure=False)  # no spare left: a cold start
         try:
-            config = self._session_config(place, worker)
+            config = self._sessions.for_session(self.config, self.user, place, worker.lease)
             if hand_over is not None:
                 uid, gid = (config.user[0], config.user[1]) if config.user else (None, None)
                 if inline:
@@ -1059,103 +625,6 @@ class SandboxPool:
         """End a session's worker (paused, deleted, or taken over elsewhere)."""
         if worker.bound:
             self._retire(worker)
-
-    def _stage_config(self, lease: uids.Lease | None) -> dict[str, Any]:
-        """What a spare prepares before it knows its session (conch.sandbox.worker._stage):
-        the user it will run as, the directories its mount namespace will likely cover (as a
-        session's beneath ``sessions_dir``), its PID and network namespaces, its settings."""
-        user = [lease.id, lease.id] if lease is not None else self.config.user
-        sandbox_user = (identity.SandboxUser("", user[0], user[1]) if user is not None
-                        else None)
-        example = Path(self.settings.sessions_dir).resolve() / "sess" / "workspace"
-        plan = self.config.namespaces
-        hidden = self._covers(str(example), sandbox_user)[0] if plan is not None else []
-        staged_plan = None
-        if plan is not None:
-            staged_plan = {"pid": plan.get("pid", False), "net": plan.get("net", ""),
-                           "prohibit": list(plan.get("prohibit") or [])}
-        return {"user": user, "hidden": hidden, "namespaces": staged_plan,
-                "settings_json": self.config.settings_json}
-
-    @staticmethod
-    def _covers(workspace: str,
-                user: identity.SandboxUser | None) -> tuple[list[str], list[str]]:
-        """What a mount namespace must cover for a worker of ``user`` confined to
-        ``workspace``: the outermost directory above it the user cannot search (where it
-        holds only the way down to the workspace), and the host's socket directories that
-        do not hold it; and the socket directories it must leave (they hold it)."""
-        covered, kept = mountns.socket_covers(workspace)
-        blocked = identity.first_blocked(workspace, user) if user is not None else None
-        if blocked is not None:
-            cover = blocked[0].rstrip("/")
-            covered = [cover] + [c for c in covered if c != cover and not c.startswith(cover + "/")]
-        return covered, kept
-
-    def _session_config(self, place: Placement, worker: Worker) -> WorkerConfig:
-        """The config of a session's worker: the pool's, confined to the session's workspace
-        (its real path), its permissions lowered where the session lowers them, a uid of its
-        own as its group too (a session shares its files with no other), a private umask."""
-        net = place.allow_network and self.settings.allow_network
-        proc = place.allow_process and self.settings.allow_process
-        settings, settings_json = self._settings_for(net, proc)
-        workspace = os.path.realpath(place.workspace)
-        config = dataclasses.replace(
-            self.config,
-            workspace=workspace,
-            allowed_effects=sorted(allowed_effects(settings)),
-            settings_json=settings_json,
-            session=True,
-            state_max_bytes=STATE_MAX_BYTES,
-            umask=0o077,
-        )
-        user = None
-        if worker.lease is not None:
-            config.user = [worker.lease.id, worker.lease.id]
-            config.own_uid = True
-            config.nproc = self.settings.worker_pids_max
-            user = identity.SandboxUser(f"uid {worker.lease.id}", worker.lease.id,
-                                        worker.lease.id)
-        elif self.user is not None:
-            user = self.user
-        unix = True
-        if self.config.confinement is not None:
-            unix = bool(self.config.confinement.get("unix_sockets", True))
-        if self.config.namespaces is not None:
-            plan = dict(self.config.namespaces)
-            covered, kept = self._covers(workspace, user)
-            plan["covers"] = covered
-            unix = not kept
-            if not net and plan.get("net") == "stack":
-                plan["net"] = "none"
-                plan["prohibit"] = []
-                plan["files"] = {k: v for k, v in dict(plan.get("files") or {}).items()
-                                 if k != "/etc/resolv.conf"}
-            config.namespaces = plan
-        elif user is not None:
-            blocked = identity.first_blocked(workspace, user)
-            if blocked is not None:
-                raise WorkerError(f"a session's workspace is out of its worker's reach "
-                                  f"({blocked[1]}) and workers have no mount namespace to "
-                                  "reach it through")
-        if self.config.confinement is not None:
-            conf = dataclasses.asdict(confinement(settings, Path(workspace)))
-            conf["unix_sockets"] = unix
-            config.confinement = conf
-        return config
-
-    def _settings_for(self, net: bool, proc: bool) -> tuple[Settings, str]:
-        """The server's settings with a session's permissions, and the JSON its worker gets
-        (the public settings the pool's workers get, likewise lowered)."""
-        known = self._session_settings.get((net, proc))
-        if known is None:
-            update = {"allow_network": net, "allow_process": proc}
-            settings = self.settings.model_copy(update=update)
-            public = worker_settings(self.settings)
-            if self.config.settings_json is not None:
-                public = Settings.model_validate_json(self.config.settings_json)
-            known = (settings, public.model_copy(update=update).model_dump_json())
-            self._session_settings[(net, proc)] = known
-        return known
 
     async def run_on(self, worker: Worker, job: Job) -> tuple[RunEnvelope, dict[str, Any] | None]:
         """Run ``job`` on a session's worker: its envelope and what it changed of the
@@ -1213,7 +682,7 @@ class SandboxPool:
 
     # -- handing out workers --------------------------------------------------------------
 
-    def _finished(self, worker: Worker, recycle: bool) -> None:
+    def worker_finished(self, worker: Worker, recycle: bool) -> None:
         """A run's ``done`` frame arrived (called from the reader): recycle the worker (when
         it asked to be, after a limit) or give it the next queued run."""
         self._busy.discard(worker)
@@ -1237,7 +706,7 @@ class SandboxPool:
                 return
         self._idle.append(worker)
 
-    async def _dispatch(self, run: _Run) -> Worker:
+    async def _dispatch(self, run: WorkerRun) -> Worker:
         """A worker that has been given ``run`` (see ``run.undelivered``)."""
         if self._idle:
             worker = self._idle.pop()
@@ -1283,15 +752,15 @@ class SandboxPool:
         """
         limits = self._limits(job)
         if on is not None:
-            run = _Run(frame if frame is not None else self._frame(job, limits, payload))
+            run = WorkerRun(frame if frame is not None else self._frame(job, limits, payload))
             await self._dispatch_to(on, run)
             wall = limits.wall_time_s or 0.0
-            deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+            deadline = time.monotonic() + wall + GRACE_S if wall > 0 else None
             self.active += 1
             return _Started(on, run, wall, deadline)
         frame = self._frame(job, limits, payload)
         for _attempt in range(2):
-            run = _Run(frame)
+            run = WorkerRun(frame)
             try:
                 worker = await self._dispatch(run)
             except TimeoutError:
@@ -1304,7 +773,7 @@ class SandboxPool:
                 self._replace(worker, "crash")
                 continue
             wall = (limits.wall_time_s if first_wall is None else first_wall) or 0.0
-            deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+            deadline = time.monotonic() + wall + GRACE_S if wall > 0 else None
             self.active += 1
             return _Started(worker, run, wall, deadline)
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
@@ -1324,7 +793,7 @@ class SandboxPool:
             frame += encode_raw(job.input_json)
         return frame
 
-    async def _dispatch_to(self, worker: Worker, run: _Run) -> None:
+    async def _dispatch_to(self, worker: Worker, run: WorkerRun) -> None:
         """Give ``run`` to ``worker``, a session's (whose session lets one run at a time)."""
         if worker.closed or worker.run is not None or worker not in self._bound:
             raise WorkerGone("the session's worker is gone")
@@ -1401,7 +870,7 @@ class SandboxPool:
                     answers.append(RunEnvelope.from_wire(event.text))
                     if len(answers) < len(jobs):
                         wall = walls[len(answers)]
-                        deadline = time.monotonic() + wall + _GRACE_S if wall > 0 else None
+                        deadline = time.monotonic() + wall + GRACE_S if wall > 0 else None
                         begun = begun._replace(wall=wall, deadline=deadline)
                     continue
                 if event.kind == "done":
@@ -1500,20 +969,6 @@ def _serving_pid(process: Process, reported: Any) -> int:
         if parent == process.pid:
             return reported
     return process.pid
-
-
-def _reap_later(loop: asyncio.AbstractEventLoop, worker: Worker, delay: float = 0.01) -> None:
-    """Collect a killed worker's exit status without a thread: SIGKILL takes effect within
-    milliseconds, so a few polls from the loop suffice. Its cgroup and uid go with it."""
-    if worker.process.poll() is None:
-        if delay < 5.0:
-            loop.call_later(delay, _reap_later, loop, worker, delay * 2)
-        return  # not gone after 5 s: its uid is not given to another (close() waits for it)
-    if worker.lease is not None and not worker.pool.pid_namespaces:
-        # The sweep of its uid reads /proc: not on the loop.
-        loop.run_in_executor(None, worker.pool._gone, worker)
-    else:
-        worker.pool._gone(worker)
 
 
 def _reap(process: Process, timeout: float = 5.0) -> None:

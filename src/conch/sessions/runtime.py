@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from conch.config import parse_id_range
+from conch.sandbox.channel import Worker, WorkerError, WorkerGone
 from conch.sandbox.envelope import RunEnvelope
-from conch.sandbox.pool import Event, Job, Placement, SandboxPool, Worker, WorkerError, WorkerGone
+from conch.sandbox.jobs import Event, Job, Placement
+from conch.sandbox.pool import SandboxPool
 from conch.sessions.errors import (
     LeaseLost,
     NoWorker,

@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from conch.sandbox.envelope import RunEnvelope, RunError
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 from conch.sessions.errors import SessionError
 from conch.sessions.runtime import SessionRuntime
 

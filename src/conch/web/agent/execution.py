@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from conch.lang.builtins.registry import lookup
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.errors import unknown_builtin
 from conch.web.agent.protocol import (

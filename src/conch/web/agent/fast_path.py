@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conch.errors import DomainError
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 from conch.web.agent.errors import agent_error_bytes, problems
 from conch.web.agent.execution import FAST_ROUTES, pipeline_job
 from conch.web.agent.protocol import PipelineRequest

@@ -26,7 +26,7 @@ from conch.keys import require_scope
 from conch.keys.scopes import ORCHESTRATION
 from conch.mcp_server import COOKIE, CURRENT_SLOT, ConchMCP, OrchestratorRunner, SessionSlot
 from conch.sandbox.envelope import RunEnvelope
-from conch.sandbox.pool import Job
+from conch.sandbox.jobs import Job
 from conch.web.agent.runs import Runs
 from conch.web.agent.session_access import admit_session
 from conch.web.common.auth import PRINCIPAL

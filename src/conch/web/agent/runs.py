@@ -29,7 +29,8 @@ from conch.errors import DomainError, Unavailable
 from conch.keys import Admission, Principal
 from conch.sandbox.envelope import RunEnvelope
 from conch.sandbox.frames import dumps
-from conch.sandbox.pool import Job, SandboxPool
+from conch.sandbox.jobs import Job
+from conch.sandbox.pool import SandboxPool
 from conch.sessions.runtime import SessionRuntime
 from conch.web.agent.metrics import AgentMetrics
 from conch.web.common.auth import KeyAccess

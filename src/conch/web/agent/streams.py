@@ -19,7 +19,7 @@ from starlette.responses import Response
 from conch.errors import Unavailable
 from conch.keys import Admission, Principal
 from conch.sandbox.envelope import RunEnvelope, RunError
-from conch.sandbox.pool import Event, Job
+from conch.sandbox.jobs import Event, Job
 from conch.web.agent.deps import RunsDep
 from conch.web.agent.execution import eval_job, execute_job, pipeline_job
 from conch.web.agent.protocol import (
