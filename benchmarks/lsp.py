@@ -36,7 +36,7 @@ def document(lines: int = 1000) -> str:
 
 def latencies(text: str, edits: int = EDITS) -> dict[str, float]:
     """Milliseconds on ``text``: cold analysis, then analysis and completion per edit."""
-    from conch.lsp import analysis
+    from conch.lsp import analysis, queries
 
     analysis.clear_cache()
     lines = text.split("\n")
@@ -53,7 +53,7 @@ def latencies(text: str, edits: int = EDITS) -> dict[str, float]:
         t0 = time.perf_counter()
         a = analysis.analyse("\n".join(lines))
         t1 = time.perf_counter()
-        analysis.completions(a, middle, len(lines[middle]))
+        queries.completions(a, middle, len(lines[middle]))
         t2 = time.perf_counter()
         after_edit.append((t1 - t0) * 1000)
         completion.append((t2 - t1) * 1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 from conch.lsp import analysis as an
+from conch.lsp import queries
 
 DOC = """\
 let x = 1
@@ -76,54 +77,54 @@ def test_pipes_count_the_piped_value() -> None:
 
 def test_definition_and_references() -> None:
     a = an.analyse(DOC)
-    assert an.definition(a, 8, 15) == (0, 4, 0, 5)  # x in square(x)
-    assert an.definition(a, 8, 9) == (2, 3, 2, 9)  # square
-    assert an.definition(a, 2, 17) == (2, 10, 2, 11)  # the parameter y
-    assert an.references(a, 0, 4) == [(0, 4, 0, 5), (7, 0, 7, 1), (8, 15, 8, 16)]
-    assert an.references(a, 0, 4, include_declaration=False) == [(7, 0, 7, 1), (8, 15, 8, 16)]
-    assert an.definition(a, 4, 1) is None  # a builtin
+    assert queries.definition(a, 8, 15) == (0, 4, 0, 5)  # x in square(x)
+    assert queries.definition(a, 8, 9) == (2, 3, 2, 9)  # square
+    assert queries.definition(a, 2, 17) == (2, 10, 2, 11)  # the parameter y
+    assert queries.references(a, 0, 4) == [(0, 4, 0, 5), (7, 0, 7, 1), (8, 15, 8, 16)]
+    assert queries.references(a, 0, 4, include_declaration=False) == [(7, 0, 7, 1), (8, 15, 8, 16)]
+    assert queries.definition(a, 4, 1) is None  # a builtin
 
 
 def test_scopes_inside_functions() -> None:
     text = "let v = 1\nfn f(v) {\n  let w = v\n  w\n}\nv\n"
     a = an.analyse(text)
-    assert an.definition(a, 2, 10) == (1, 5, 1, 6)  # the parameter, not the top-level v
-    assert an.definition(a, 5, 0) == (0, 4, 0, 5)
-    assert an.definition(a, 3, 2) == (2, 6, 2, 7)
+    assert queries.definition(a, 2, 10) == (1, 5, 1, 6)  # the parameter, not the top-level v
+    assert queries.definition(a, 5, 0) == (0, 4, 0, 5)
+    assert queries.definition(a, 3, 2) == (2, 6, 2, 7)
 
 
 def test_hover() -> None:
     a = an.analyse(DOC)
-    h = an.hover(a, 4, 1)
+    h = queries.hover(a, 4, 1)
     assert h is not None
     assert "len(value: String | Array | Record | Range) -> Int" in h.markdown
     assert "Examples" in h.markdown
     assert h.range == (4, 0, 4, 3)
-    h = an.hover(a, 8, 9)
+    h = queries.hover(a, 8, 9)
     assert h is not None and "fn square(y)" in h.markdown
-    assert an.hover(a, 1, 12) is None  # inside a string
+    assert queries.hover(a, 1, 12) is None  # inside a string
 
 
 def test_completion() -> None:
     a = an.analyse(DOC)
-    items = {c.label: c for c in an.completions(a, 9, 0)}
+    items = {c.label: c for c in queries.completions(a, 9, 0)}
     assert items["sort_by"].kind == "function"
     assert items["sort_by"].detail.startswith("sort_by(items: Array")
     assert items["square"].detail == "fn square(y)"
     assert items["rec"].kind == "variable"
     assert "match" in items
     fields = an.analyse(DOC + "rec.nested.")
-    assert [c.label for c in an.completions(fields, 9, 11)] == ["ok"]
+    assert [c.label for c in queries.completions(fields, 9, 11)] == ["ok"]
     fields = an.analyse(DOC + "rec.")
-    assert [c.label for c in an.completions(fields, 9, 4)] == ["name", "nested"]
+    assert [c.label for c in queries.completions(fields, 9, 4)] == ["name", "nested"]
 
 
 def test_completion_in_scope_and_named_parameters() -> None:
     text = "fn f(alpha) {\n  let beta = 1\n  \n}\nsort_by([1], \n"
     a = an.analyse(text)
-    inside = {c.label for c in an.completions(a, 2, 2)}
+    inside = {c.label for c in queries.completions(a, 2, 2)}
     assert {"alpha", "beta", "f"} <= inside
-    outside = {c.label for c in an.completions(a, 4, 13)}
+    outside = {c.label for c in queries.completions(a, 4, 13)}
     assert "alpha" not in outside and "beta" not in outside
     assert {"desc=", "key="} <= outside
 
@@ -132,27 +133,27 @@ def test_completion_while_the_line_does_not_parse() -> None:
     text = "fn f(alpha) {\n  let beta = {q: 1}\n  beta.\n}\n"
     a = an.analyse(text)
     assert a.diagnostics  # the incomplete line
-    assert [c.label for c in an.completions(a, 2, 7)] == ["q"]
+    assert [c.label for c in queries.completions(a, 2, 7)] == ["q"]
 
 
 def test_signature_help() -> None:
     a = an.analyse('sort_by([1], "k", ')
-    s = an.signature_help(a, 0, 18)
+    s = queries.signature_help(a, 0, 18)
     assert s is not None
     assert s.label == "sort_by(items: Array, key: String | Function, desc: Bool = false) -> Array"
     assert s.parameters == ["items: Array", "key: String | Function", "desc: Bool = false"]
     assert s.active_parameter == 2
     a = an.analyse("[3, 1] | sort_by(")
-    s = an.signature_help(a, 0, 17)
+    s = queries.signature_help(a, 0, 17)
     assert s is not None and s.active_parameter == 1  # the piped value is the first argument
     a = an.analyse("fn add(a, b = 2) => a + b\nadd(1, ")
-    s = an.signature_help(a, 1, 7)
+    s = queries.signature_help(a, 1, 7)
     assert s is not None and s.label == "add(a, b = 2)" and s.active_parameter == 1
 
 
 def test_document_symbols() -> None:
     text = "let a = 1\nfn f(x) {\n  let inner = x\n  inner\n}\nlet g = fn(y) => y\n"
-    syms = an.document_symbols(an.analyse(text))
+    syms = queries.document_symbols(an.analyse(text))
     assert [(s.name, s.kind) for s in syms] == [("a", "variable"), ("f", "function"), ("g", "function")]
     assert syms[1].range == (1, 0, 4, 1)
     assert syms[1].selection_range == (1, 3, 1, 4)

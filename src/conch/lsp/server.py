@@ -16,6 +16,7 @@ from pygls.lsp.server import LanguageServer
 
 from conch import __version__
 from conch.lsp import analysis as an
+from conch.lsp import queries
 
 log = logging.getLogger("conch.lsp")
 
@@ -138,7 +139,7 @@ def completion(ls: ConchLanguageServer, params: T.CompletionParams) -> T.Complet
             insert_text=c.insert_text,
             sort_text=c.sort_text,
         )
-        for c in an.completions(a, line, ch)
+        for c in queries.completions(a, line, ch)
     ]
     return T.CompletionList(is_incomplete=False, items=items)
 
@@ -146,7 +147,7 @@ def completion(ls: ConchLanguageServer, params: T.CompletionParams) -> T.Complet
 @server.feature(T.TEXT_DOCUMENT_HOVER)
 def hover(ls: ConchLanguageServer, params: T.HoverParams) -> T.Hover | None:
     a = ls.analysis(params.text_document.uri)
-    h = an.hover(a, *ls.from_client(a, params.position))
+    h = queries.hover(a, *ls.from_client(a, params.position))
     if h is None:
         return None
     return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=h.markdown), range=ls.range(a, h.range))
@@ -155,7 +156,7 @@ def hover(ls: ConchLanguageServer, params: T.HoverParams) -> T.Hover | None:
 @server.feature(T.TEXT_DOCUMENT_SIGNATURE_HELP, T.SignatureHelpOptions(trigger_characters=["(", ","]))
 def signature_help(ls: ConchLanguageServer, params: T.SignatureHelpParams) -> T.SignatureHelp | None:
     a = ls.analysis(params.text_document.uri)
-    s = an.signature_help(a, *ls.from_client(a, params.position))
+    s = queries.signature_help(a, *ls.from_client(a, params.position))
     if s is None:
         return None
     sig = T.SignatureInformation(
@@ -171,7 +172,7 @@ def signature_help(ls: ConchLanguageServer, params: T.SignatureHelpParams) -> T.
 def definition(ls: ConchLanguageServer, params: T.DefinitionParams) -> T.Location | None:
     uri = params.text_document.uri
     a = ls.analysis(uri)
-    r = an.definition(a, *ls.from_client(a, params.position))
+    r = queries.definition(a, *ls.from_client(a, params.position))
     return None if r is None else ls.location(uri, a, r)
 
 
@@ -180,7 +181,7 @@ def references(ls: ConchLanguageServer, params: T.ReferenceParams) -> list[T.Loc
     uri = params.text_document.uri
     a = ls.analysis(uri)
     line, ch = ls.from_client(a, params.position)
-    found = an.references(a, line, ch, params.context.include_declaration)
+    found = queries.references(a, line, ch, params.context.include_declaration)
     return [ls.location(uri, a, r) for r in found]
 
 
@@ -198,10 +199,10 @@ def document_symbol(ls: ConchLanguageServer, params: T.DocumentSymbolParams) -> 
             children=[convert(c) for c in s.children],
         )
 
-    return [convert(s) for s in an.document_symbols(a)]
+    return [convert(s) for s in queries.document_symbols(a)]
 
 
 def run_stdio(**_: Any) -> None:
     """Serve one client on stdin/stdout until it exits."""
-    an.warm_up()  # the builtins' completion items, so that the first completion is quick
+    queries.warm_up()  # the builtins' completion items, so that the first completion is quick
     server.start_io()

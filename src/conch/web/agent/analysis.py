@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from conch.lsp import analysis as front_end
+from conch.lsp import queries
 from conch.web.agent.protocol import ERRORS, AnalyseRequest, Analysis, parse_body, request_body
 from conch.web.common.responses import json_response
 
@@ -48,11 +49,11 @@ def _analyse(body: AnalyseRequest) -> dict[str, Any]:
     out["completions"] = [
         {"label": c.label, "kind": c.kind, "detail": c.detail,
          "documentation": c.documentation, "insert_text": c.insert_text}
-        for c in front_end.completions(an, line, character)
+        for c in queries.completions(an, line, character)
     ]
-    hover = front_end.hover(an, line, character)
+    hover = queries.hover(an, line, character)
     out["hover"] = hover.markdown if hover is not None else None
-    sig = front_end.signature_help(an, line, character)
+    sig = queries.signature_help(an, line, character)
     if sig is not None:
         out["signature"] = {"label": sig.label, "documentation": sig.documentation,
                             "parameters": sig.parameters, "active_parameter": sig.active_parameter}
