@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from conch.lang.context import Context
     from conch.lang.interpreter import StatementHook
-    from conch.lang.snapshot import Changes, Mark, Tracker
+    from conch.lang.tracking import Changes, Mark, Tracker
 
 
 # Compiled inputs a session keeps (a REPL's history, an agent's repeated calls).
@@ -52,7 +52,7 @@ class Session:
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            from conch.lang.snapshot import Tracker
+            from conch.lang.tracking import Tracker
 
             self._tracker = Tracker()
         return self._tracker
