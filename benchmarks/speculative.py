@@ -32,47 +32,14 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import serving
 
-CODE = '''import json
-from dataclasses import dataclass
+from testsupport.prompts import RENAME_PROMPT
 
-
-@dataclass
-class Item:
-    name: str
-    price: float
-    quantity: int
-
-
-def compute_total(items, tax_rate=0.2, discount=0.0):
-    """The price of a basket, with tax, after a discount."""
-    subtotal = 0.0
-    for item in items:
-        if item.quantity <= 0:
-            continue
-        subtotal += item.price * item.quantity
-    discounted = subtotal * (1.0 - discount)
-    total = discounted * (1.0 + tax_rate)
-    return round(total, 2)
-
-
-def load_items(path):
-    with open(path) as fh:
-        rows = json.load(fh)
-    return [Item(row["name"], float(row["price"]), int(row["quantity"])) for row in rows]
-
-
-def main(path):
-    items = load_items(path)
-    print("items:", len(items))
-    print("total:", compute_total(items))
-'''
-PROMPT = ("Rename the function compute_total to basket_total everywhere in this code. "
-          "Reply with the whole code and nothing else.\n\n" + CODE)
 # SmolLM2-135M's greedy answer to this falls into a loop after a few sentences.
 REPEAT = "Explain how a bicycle works, in detail."
-REQUESTS = {"copying": PROMPT, "repeating": REPEAT}
+REQUESTS = {"copying": RENAME_PROMPT, "repeating": REPEAT}
 SPECS = "ngram-simple,ngram-mod,ngram-map-k"
 
 

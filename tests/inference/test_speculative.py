@@ -17,6 +17,7 @@ import conch.inference.engines.llama.engine as le
 from conch.inference.engines.base import SamplingParams
 from conch.inference.engines.llama.offload import RuntimeOptions, cpu_attention
 from conch.inference.engines.llama.speculative import JUDGE_AFTER, NgramDrafter
+from testsupport.prompts import RENAME_PROMPT
 
 CODE = '''def total_price(items, tax_rate):
     total = 0
@@ -105,44 +106,9 @@ def test_the_drafter_proposes_what_followed_the_tail_and_gives_up_when_wrong() -
 
 # -- at the defaults: drafting on, long outputs --------------------------------------------------
 
-SNIPPET = '''import json
-from dataclasses import dataclass
-
-
-@dataclass
-class Item:
-    name: str
-    price: float
-    quantity: int
-
-
-def compute_total(items, tax_rate=0.2, discount=0.0):
-    """The price of a basket, with tax, after a discount."""
-    subtotal = 0.0
-    for item in items:
-        if item.quantity <= 0:
-            continue
-        subtotal += item.price * item.quantity
-    discounted = subtotal * (1.0 - discount)
-    total = discounted * (1.0 + tax_rate)
-    return round(total, 2)
-
-
-def load_items(path):
-    with open(path) as fh:
-        rows = json.load(fh)
-    return [Item(row["name"], float(row["price"]), int(row["quantity"])) for row in rows]
-
-
-def main(path):
-    items = load_items(path)
-    print("items:", len(items))
-    print("total:", compute_total(items))
-'''
 CORPUS = [
     # copying: a rename over a code snippet (benchmarks/speculative.py's copying request)
-    [{"role": "user", "content": "Rename the function compute_total to basket_total everywhere in this code. "
-                                 f"Reply with the whole code and nothing else.\n\n{SNIPPET}"}],
+    [{"role": "user", "content": RENAME_PROMPT}],
     # a reply the small model falls into repeating (benchmarks/speculative.py's repeating request)
     [{"role": "user", "content": "Explain how a bicycle works, in detail."}],
     # free text, and a count that never repeats a line
