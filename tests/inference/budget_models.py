@@ -11,7 +11,7 @@ import pytest
 from conch.config import Settings
 from conch.inference.models.store import ModelRecord, ModelStore
 from tests.inference.convert.conftest import minilm_dir
-from tests.inference.tiny_gguf import write_random_llama
+from testsupport.tiny_gguf import write_random_llama
 
 SMOL, MINILM, TINY = "smol", "minilm", "tiny"
 

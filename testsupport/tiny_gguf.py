@@ -3,7 +3,8 @@
 Its tokenizer and chat template are the bundled SmolLM2's (copied key by key from that GGUF),
 so prompts render and tokenize as for a real chat model; the weights are Gaussian noise in
 F16 with RMS norms of ones, as llama.cpp's own tests build their tiny models. Tests that need
-a third model with a footprint of its own (the memory budget's) make one here.
+a third model with a footprint of its own (the memory budget's) make one here; so does the
+GPU benchmark (benchmarks/gpu.py: SmolLM2-1.7B's shape, quantized after).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def write_random_llama(
     ctx: int = 4096,
     seed: int = 0,
     name: str = "random-llama",
+    rope_base: float = 10000.0,
+    std: float = 0.02,
 ) -> Path:
     import gguf
 
@@ -39,7 +42,7 @@ def write_random_llama(
     w.add_feed_forward_length(ffn)
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_vocab_size(n_vocab)
@@ -55,7 +58,7 @@ def write_random_llama(
     rng = np.random.default_rng(seed)
 
     def mat(tensor: str, rows: int, cols: int) -> None:
-        w.add_tensor(tensor, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+        w.add_tensor(tensor, (rng.standard_normal((rows, cols), dtype=np.float32) * std).astype(np.float16))
 
     def norm(tensor: str) -> None:
         w.add_tensor(tensor, np.ones(hidden, dtype=np.float32))
