@@ -1,7 +1,7 @@
 """A vision request's time to first token: conch against llama-server, same model, projector, image.
 
 The model is the bundled SmolLM2 with the tiny random CLIP projector the tests build
-(tests/inference/tiny_mmproj.py: LLaVA's MLP projector, 16 image tokens); llama-server gets it
+(testsupport/tiny_mmproj.py: LLaVA's MLP projector, 16 image tokens); llama-server gets it
 with ``--mmproj``. Each round sends a different image (so neither server reuses an image's
 cells), streamed, greedy, 1 token; the median of the rounds is reported. Run on a quiet machine
 for figures worth recording (docs/benchmarks.md).
@@ -40,7 +40,7 @@ def _ttft(base: str, model: str, image: bytes) -> float:
 
 def _rounds(base: str, model: str) -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
-    from tests.inference.tiny_mmproj import png_bytes
+    from testsupport.tiny_mmproj import png_bytes
 
     _ttft(base, model, png_bytes(seed=999))  # warm-up
     times = [_ttft(base, model, png_bytes(64, 64, seed=i)) for i in range(ROUNDS)]
@@ -93,7 +93,7 @@ def bench_llama_server(model_path: str, mmproj: Path, logs: Path) -> dict[str, f
 def main() -> None:
     sys.path.insert(0, str(ROOT))
     from conch.inference.models.bundled import find_bundled_gguf
-    from tests.inference.tiny_mmproj import write_random_mmproj
+    from testsupport.tiny_mmproj import write_random_mmproj
 
     model_path = str(find_bundled_gguf())
     with tempfile.TemporaryDirectory() as tmp:

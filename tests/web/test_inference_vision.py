@@ -1,7 +1,7 @@
 """Images in chat, through the OpenAI, Anthropic and Ollama clients against a real server.
 
 The vision model is the bundled SmolLM2 with a tiny random CLIP projector built for the test
-(tests/inference/tiny_mmproj.py: LLaVA's MLP projector, 16 tokens an image): what it says about
+(testsupport/tiny_mmproj.py: LLaVA's MLP projector, 16 tokens an image): what it says about
 an image is noise, but the image's tokens are evaluated, so ``prompt_tokens`` grows by 16. The
 bundled SmolLM2 without a projector refuses images with a 400 naming the field.
 """
@@ -19,8 +19,8 @@ import pytest
 
 from conch import db
 from conch.inference.models.store import ModelStore
-from tests.inference.tiny_mmproj import png_bytes, write_random_mmproj
 from tests.web.conftest import RunningServer, start_server
+from testsupport.tiny_mmproj import png_bytes, write_random_mmproj
 
 TEXT_MODEL = "smollm2-135m-instruct"
 VISION = "smol-vision"
