@@ -41,14 +41,16 @@ SCENARIOS = os.environ.get("CONCH_BENCH_SCENARIOS", "execute,pipeline_10k").spli
 CONCURRENCY = (1, 16)
 SRC = Path(__file__).resolve().parent.parent / "src"
 
-_AGENT = """
-import sys, uvicorn
+# argv: data directory, port, and (optionally) settings as JSON
+AGENT_CODE = """
+import json, sys, uvicorn
 from conch.config import Settings
 try:
     from conch.web.agent.app import create_app
 except ImportError:  # an older checkout, measured side by side (CONCH_BENCH_OLD_SRC)
     from conch.web.agent_app import create_app
-settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]))
+settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]),
+                    **(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}))
 uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
             log_level="warning", access_log=False, loop="uvloop", http="httptools")
 """
@@ -78,19 +80,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(code: str, data_dir: str, src: Path | str = SRC) -> tuple[subprocess.Popen[bytes], int]:
+def start_server(code: str, data_dir: str, src: Path | str = SRC, *, settings: dict[str, Any] | None = None,
+                 settle_s: float = 1.0, wait_s: float = 60) -> tuple[subprocess.Popen[bytes], int]:
+    """A server (``code``: AGENT_CODE, or the ceiling) in a process of its own, with this checkout's
+    conch (``src``) and none of the caller's CONCH_ settings; back once it accepts connections
+    and ``settle_s`` more have passed (its sandbox workers finish starting)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
     env["PYTHONPATH"] = str(src)  # this checkout's conch, not whichever one is installed
-    proc = subprocess.Popen([sys.executable, "-c", code, data_dir, str(port)], env=env)
-    deadline = time.monotonic() + 60
+    argv = [sys.executable, "-c", code, data_dir, str(port)]
+    if settings:
+        argv.append(json.dumps(settings))
+    proc = subprocess.Popen(argv, env=env)
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
         except OSError:
             time.sleep(0.05)
-    time.sleep(1.0)  # let the agent server's sandbox workers finish starting
+    time.sleep(settle_s)
     return proc, port
 
 
@@ -187,13 +196,13 @@ def run() -> dict[str, Any]:
     ).encode()
     results: dict[str, Any] = {"duration_s": DURATION_S, "rounds": ROUNDS, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as old_data:
-        agent, agent_port = _start(_AGENT, data)
-        ceiling, ceiling_port = _start(_CEILING, data)
+        agent, agent_port = start_server(AGENT_CODE, data)
+        ceiling, ceiling_port = start_server(_CEILING, data)
         servers = {"conch": agent_port, "ceiling": ceiling_port}
         procs = [agent, ceiling]
         pids = {"conch": agent.pid, "ceiling": ceiling.pid}
         if OLD_SRC:
-            old, servers["old"] = _start(_AGENT, old_data, OLD_SRC)
+            old, servers["old"] = start_server(AGENT_CODE, old_data, OLD_SRC)
             procs.append(old)
             pids["old"] = old.pid
         try:

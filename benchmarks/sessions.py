@@ -43,15 +43,6 @@ SCENARIOS = os.environ.get("CONCH_BENCH_SCENARIOS", "create,warm,idle,large,save
 SRC = Path(__file__).resolve().parent.parent / "src"
 JUPYTER_REQUIREMENTS = ["jupyter_client>=8", "ipykernel>=6"]
 
-_AGENT = """
-import json, sys, uvicorn
-from conch.config import Settings
-from conch.web.agent.app import create_app
-settings = Settings(data_dir=sys.argv[1], port=int(sys.argv[2]), **json.loads(sys.argv[3]))
-uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[2]),
-            log_level="warning", access_log=False, loop="uvloop", http="httptools")
-"""
-
 # Run in the peer's interpreter: start a kernel, execute 1 + 1, take the result; N times.
 _JUPYTER = """
 import json, sys, time
@@ -72,31 +63,12 @@ print(json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(data_dir: str, **settings: Any) -> tuple[subprocess.Popen[bytes], int]:
-    import socket
+    """An agent server with these settings; the pool, the zygote and its spares started."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from agent_server import AGENT_CODE, start_server
 
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
-    env["PYTHONPATH"] = str(SRC)
-    proc = subprocess.Popen([sys.executable, "-c", _AGENT, data_dir, str(port),
-                             json.dumps(settings)], env=env)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.05)
-    time.sleep(2.0)  # the pool, the zygote and its spares finish starting
-    return proc, port
+    return start_server(AGENT_CODE, data_dir, SRC, settings=settings, settle_s=2.0, wait_s=90)
 
 
 class Conn:
