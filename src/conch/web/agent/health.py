@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from conch import __version__
 from conch.web.agent.deps import HistoryDep, MetricsDep, PoolDep, StartedAtDep
 from conch.web.agent.protocol import Health
+from conch.web.common.history import HISTORY_ROUTE, HistorySince
 from conch.web.common.responses import json_response
 
 router = APIRouter(tags=["health"])
@@ -41,15 +42,6 @@ async def prometheus_metrics(metrics: MetricsDep) -> Response:
     return metrics.response()
 
 
-@router.get("/api/v1/status/history")
-async def status_history(
-    history: HistoryDep,
-    since: float | None = Query(
-        None, ge=0, allow_inf_nan=False,
-        description="Unix time (seconds): only the samples taken after it (a poll's last `t`).",
-    ),
-) -> Response:
-    """The last 15 minutes of this server's figures, sampled by the server every 2 s:
-    `{now, period_s, window_s, figures: {name: {kind, unit, help}}, samples: [{t, dt, ...}]}`;
-    a counter's sample is its rate per second over `dt` (docs/studio.md, "Status history")."""
+@router.get("/api/v1/status/history", description=HISTORY_ROUTE)
+async def status_history(history: HistoryDep, since: HistorySince = None) -> Response:
     return json_response(history.to_dict(since))

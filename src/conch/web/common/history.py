@@ -39,7 +39,20 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from fastapi import Query
+
+# Both servers' history routes: the ``since`` parameter and what the route returns.
+HistorySince = Annotated[float | None, Query(
+    ge=0, allow_inf_nan=False,
+    description="Unix time (seconds): only the samples taken after it (a poll's last `t`).",
+)]
+HISTORY_ROUTE = (
+    "The last 15 minutes of this server's figures, sampled by the server every 2 s: "
+    "`{now, period_s, window_s, figures: {name: {kind, unit, help}}, samples: [{t, dt, ...}]}`; "
+    "a counter's sample is its rate per second over `dt` (docs/studio.md, \"Status history\")."
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 
@@ -21,6 +21,7 @@ import conch
 from conch.inference.api.openai import DeviceStatus, Health, MemoryStatus, Status
 from conch.inference.engines.llama.device import device_info
 from conch.inference.serving.errors import NotFound
+from conch.web.common.history import HISTORY_ROUTE, HistorySince
 from conch.web.inference.deps import HistoryDep, ManagerDep, MetricsDep, ProvidersDep
 
 router = APIRouter(tags=["health"])
@@ -47,17 +48,8 @@ async def status(mgr: ManagerDep, metrics: MetricsDep, registry: ProvidersDep) -
     )
 
 
-@router.get("/v1/status/history")
-async def status_history(
-    history: HistoryDep,
-    since: float | None = Query(
-        None, ge=0, allow_inf_nan=False,
-        description="Unix time (seconds): only the samples taken after it (a poll's last `t`).",
-    ),
-) -> Any:
-    """The last 15 minutes of this server's figures, sampled by the server every 2 s:
-    `{now, period_s, window_s, figures: {name: {kind, unit, help}}, samples: [{t, dt, ...}]}`;
-    a counter's sample is its rate per second over `dt` (docs/studio.md, "Status history")."""
+@router.get("/v1/status/history", description=HISTORY_ROUTE)
+async def status_history(history: HistoryDep, since: HistorySince = None) -> Any:
     return history.to_dict(since)
 
 
