@@ -28,6 +28,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_in_session(c: httpx.Client, sid: str, command: str) -> dict[str, Any]:
+    """``command`` run in session ``sid``: its envelope, which must be a success."""
+    r = c.post("/api/v1/execute", json={"command": command, "session": sid})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["success"], body
+    return body  # type: ignore[no-any-return]
+
+
 def _create_app(settings: Settings) -> Any:
     from conch.web.agent.app import create_app
 

@@ -9,22 +9,13 @@ import contextlib
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from testsupport.servers import start_process_server
+from testsupport.servers import run_in_session, start_process_server
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _run(c: httpx.Client, sid: str, command: str) -> dict[str, Any]:
-    r = c.post("/api/v1/execute", json={"command": command, "session": sid})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["success"], body
-    return body  # type: ignore[no-any-return]
 
 
 def test_sigkill_with_twenty_active_sessions_loses_no_completed_run(tmp_path: Path) -> None:
@@ -37,9 +28,9 @@ def test_sigkill_with_twenty_active_sessions_loses_no_completed_run(tmp_path: Pa
             for i in range(20):
                 sid = c.post("/api/v1/sessions", json={}).json()["id"]
                 ids.append(sid)
-                _run(c, sid, f'let mut v = {i}; let tag = "s{i}"; write("f.txt", "{i}")')
+                run_in_session(c, sid, f'let mut v = {i}; let tag = "s{i}"; write("f.txt", "{i}")')
                 if i % 2 == 0:
-                    _run(c, sid, f'v = v + 100; mkdir("d"); write("d/g.txt", "{i}-b")')
+                    run_in_session(c, sid, f'v = v + 100; mkdir("d"); write("d/g.txt", "{i}-b")')
             # Every session is active, with a worker of its own.
             active = c.get("/api/v1/sessions", params={"status": "active"}).json()
             assert {s["id"] for s in active} == set(ids)
@@ -66,10 +57,10 @@ def test_sigkill_with_twenty_active_sessions_loses_no_completed_run(tmp_path: Pa
         with second.client() as c:
             for i, sid in enumerate(ids):
                 expected_v = i + 100 if i % 2 == 0 else i
-                got = _run(c, sid, '[v, tag, cat("f.txt"), exists("d/g.txt")]')["value"]
+                got = run_in_session(c, sid, '[v, tag, cat("f.txt"), exists("d/g.txt")]')["value"]
                 assert got == [expected_v, f"s{i}", str(i), i % 2 == 0], (i, got)
                 if i % 2 == 0:
-                    assert _run(c, sid, 'cat("d/g.txt")')["value"] == f"{i}-b"
+                    assert run_in_session(c, sid, 'cat("d/g.txt")')["value"] == f"{i}-b"
             lost = c.post("/api/v1/execute", json={"command": "lost", "session": ids[1]}).json()
             assert lost["error"]["kind"] == "NameError"
             # The files API agrees with the programs.

@@ -7,24 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from conch.sessions import runtime as runtime_module
 from tests.orchestration.pg import postgres_cluster
-from testsupport.servers import start_thread_server
+from testsupport.servers import run_in_session, start_thread_server
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _run(c: httpx.Client, sid: str, command: str) -> dict[str, Any]:
-    r = c.post("/api/v1/execute", json={"command": command, "session": sid})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["success"], body
-    return body  # type: ignore[no-any-return]
 
 
 def test_two_servers_resume_each_others_sessions(tmp_path: Path) -> None:
@@ -37,14 +27,14 @@ def test_two_servers_resume_each_others_sessions(tmp_path: Path) -> None:
         try:
             with a.client() as ca, b.client() as cb:
                 sid = ca.post("/api/v1/sessions", json={}).json()["id"]
-                _run(ca, sid, 'let mut x = 1; write("a.txt", "from A")')
+                run_in_session(ca, sid, 'let mut x = 1; write("a.txt", "from A")')
                 # B waits for A to give the lease back (it does once the session is idle).
                 started = time.monotonic()
-                assert _run(cb, sid, 'x = x + 1; write("b.txt", "from B"); [x, cat("a.txt")]')[
+                assert run_in_session(cb, sid, 'x = x + 1; write("b.txt", "from B"); [x, cat("a.txt")]')[
                     "value"] == [2, "from A"]
                 assert time.monotonic() - started < runtime_module.BUSY_WAIT_S + 1
                 # A resumes what B made (its warm worker was stale: replaced and restored).
-                assert _run(ca, sid, 'x = x + 10; [x, cat("b.txt")]')["value"] == [12, "from B"]
+                assert run_in_session(ca, sid, 'x = x + 10; [x, cat("b.txt")]')["value"] == [12, "from B"]
                 assert cb.get(f"/api/v1/sessions/{sid}/files/b.txt").text == "from B"
 
                 # While A runs the session, B's run waits, then answers 409 with Retry-After.
@@ -62,7 +52,7 @@ def test_two_servers_resume_each_others_sessions(tmp_path: Path) -> None:
                 assert int(busy.headers["retry-after"]) >= 1
                 assert cb.post(f"/api/v1/sessions/{sid}/pause").status_code == 409
                 thread.join(30)
-                assert _run(cb, sid, "x")["value"] == 12
+                assert run_in_session(cb, sid, "x")["value"] == 12
 
                 # Deleted on one server, gone on both.
                 assert ca.delete(f"/api/v1/sessions/{sid}").status_code == 200
