@@ -725,6 +725,11 @@ class SandboxPool:
                 else:
                     waiter.cancel()
                 raise
+        await self._send_rest(worker, run)
+        return worker
+
+    async def _send_rest(self, worker: Worker, run: WorkerRun) -> None:
+        """Send what of ``run``'s frame the socket did not take at once."""
         if run.unsent is not None and not run.undelivered:
             try:
                 await worker.loop.sock_sendall(worker.sock, run.unsent)
@@ -735,7 +740,6 @@ class SandboxPool:
                 self._replace(worker, "cancelled")
                 raise
             run.unsent = None
-        return worker
 
     async def _begin(
         self, job: Job, payload: dict[str, Any] | None = None, first_wall: float | None = None,
@@ -799,15 +803,7 @@ class SandboxPool:
             raise WorkerGone("the session's worker is gone")
         self._busy.add(worker)
         worker.start(run)
-        if run.unsent is not None and not run.undelivered:
-            try:
-                await worker.loop.sock_sendall(worker.sock, run.unsent)
-            except OSError:
-                run.undelivered = True
-            except BaseException:
-                self._replace(worker, "cancelled")
-                raise
-            run.unsent = None
+        await self._send_rest(worker, run)
         if run.undelivered:
             self._replace(worker, "crash")
             raise WorkerGone("the session's worker exited before it got the job")
