@@ -11,7 +11,7 @@ import {
   type Unsaved,
   uploadFile,
 } from "../sessions";
-import { ErrorBox } from "./common";
+import { ErrorBox, Head } from "./common";
 
 /** A session's variables: each saved binding with its type and a preview of its saved value
  * (`GET /sessions/:id?preview=true`: read from the saved state, nothing is run), and the
@@ -28,13 +28,7 @@ export function VariablesPanel({ info, unsaved }: { info: SessionInfo; unsaved?:
       ) : (
         <div class="table-wrap vars-wrap" role="region" aria-label="Variables of this session" tabIndex={0}>
           <table class="data vars">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Type</th>
-                <th scope="col">Value</th>
-              </tr>
-            </thead>
+            <Head cols={["Name", "Type", "Value"]} />
             <tbody>
               {vars.map((b) => (
                 <VarRow key={b.name} b={b} />

@@ -53,6 +53,27 @@ export function useInterval(fn: () => void, ms: number) {
   }, [ms]);
 }
 
+/** A table's column headers: a name, or `{ name, num }` (a right-aligned number column),
+ * `{ name, hidden }` (named for screen readers only, as a column of buttons). */
+export type Column = string | { name: string; num?: boolean; hidden?: boolean };
+
+export function Head({ cols }: { cols: Column[] }) {
+  return (
+    <thead>
+      <tr>
+        {cols.map((c) => {
+          const col = typeof c === "string" ? { name: c } : c;
+          return (
+            <th key={col.name} scope="col" class={col.num ? "num" : undefined}>
+              {col.hidden ? <span class="sr-only">{col.name}</span> : col.name}
+            </th>
+          );
+        })}
+      </tr>
+    </thead>
+  );
+}
+
 export function NotAvailable({ what, error }: { what: string; error?: unknown }) {
   const e = error as ApiError | undefined;
   return (

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { ApiError, getJSON, postJSON, send } from "../api";
 import { useWho } from "../auth";
-import { Confirm, ErrorBox, useLoad } from "../components/common";
+import { Confirm, ErrorBox, Head, useLoad } from "../components/common";
 import { CopyButton } from "../components/CopyButton";
 import { NotFound } from "../components/NotFound";
 import { Tabs } from "../components/Tabs";
@@ -127,20 +127,7 @@ function Keys() {
       ) : (
         <div class="table-wrap">
           <table class="data" data-testid="keys-table">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Tenant</th>
-                <th scope="col">Scopes</th>
-                <th scope="col">Limits</th>
-                <th scope="col">Prefix</th>
-                <th scope="col">Status</th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <Head cols={["Name", "Tenant", "Scopes", "Limits", "Prefix", "Status", "Created", { name: "Actions", hidden: true }]} />
             <tbody>
               {list.map((k) => (
                 <tr key={k.id} data-key={k.id} data-testid="key-row">
@@ -396,15 +383,7 @@ function UsageTab() {
         <div class="table-wrap">
           <table class="data" data-testid="usage-table">
             <caption class="sr-only">Usage of {usage.data.key.name}</caption>
-            <thead>
-              <tr>
-                <th scope="col">Limit</th>
-                <th scope="col">Used</th>
-                <th scope="col">Max</th>
-                <th scope="col">Remaining</th>
-                <th scope="col">Resets</th>
-              </tr>
-            </thead>
+            <Head cols={["Limit", "Used", "Max", "Remaining", "Resets"]} />
             <tbody>
               {usage.data.limits.map((u) => (
                 <tr key={u.limit} data-limit={u.limit}>
@@ -467,15 +446,7 @@ function Audit() {
           <p class="muted small">{plural(entries.length, "entry", "entries")} shown, newest first</p>
           <div class="table-wrap">
             <table class="data" data-testid="audit-table">
-              <thead>
-                <tr>
-                  <th scope="col">When</th>
-                  <th scope="col">Who</th>
-                  <th scope="col">Action</th>
-                  <th scope="col">Target</th>
-                  <th scope="col">Details</th>
-                </tr>
-              </thead>
+              <Head cols={["When", "Who", "Action", "Target", "Details"]} />
               <tbody>
                 {entries.map((e) => (
                   <tr key={e.id} data-action={e.action}>

@@ -1,5 +1,5 @@
 import { useState } from "preact/hooks";
-import { Confirm, ErrorBox, Failure, useInterval, useLoad } from "../components/common";
+import { Confirm, ErrorBox, Failure, Head, useInterval, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { FilesPanel, VariablesPanel } from "../components/SessionPanels";
 import { link, navigate, plural, useRoute } from "../router";
@@ -127,24 +127,9 @@ function SessionList() {
       ) : (
         <div class="table-wrap" role="region" aria-label="Sessions" tabIndex={0}>
           <table class="data" data-testid="sessions-table">
-            <thead>
-              <tr>
-                <th scope="col">Session</th>
-                <th scope="col">Status</th>
-                <th scope="col">Last used</th>
-                <th scope="col">Created</th>
-                <th scope="col" class="num">
-                  Runs
-                </th>
-                <th scope="col" class="num">
-                  Workspace
-                </th>
-                <th scope="col">Expires</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <Head
+              cols={["Session", "Status", "Last used", "Created", { name: "Runs", num: true }, { name: "Workspace", num: true }, "Expires", { name: "Actions", hidden: true }]}
+            />
             <tbody>
               {rows.map((s) => (
                 <SessionRow key={s.id} s={s} mine={s.id === mine} onPause={() => actions.pause(s.id)} onDelete={() => actions.askDelete(s.id)} />
