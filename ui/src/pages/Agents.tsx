@@ -1,5 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
+import { AgentSelect } from "../components/AgentSelect";
 import { duration, ErrorBox, Failure, StatusBadge, useInterval, useIntoView, useLoad } from "../components/common";
 import { NotFound } from "../components/NotFound";
 import { RunList } from "../components/RunList";
@@ -113,18 +114,7 @@ function Tasks({ agents, selected, from }: { agents: any[]; selected: string | n
               Max steps
               <input type="number" min={1} max={100} value={maxSteps} onInput={(e) => setMaxSteps(Number((e.currentTarget as HTMLInputElement).value) || 1)} />
             </label>
-            <label>
-              Agent
-              {/* The server's default agent is the one named "default" when there is one. */}
-              <select name="agent" value={agent || (agents.some((a) => a.id === "default") ? "default" : "")} onChange={(e) => setAgent((e.currentTarget as HTMLSelectElement).value)}>
-                {!agents.some((a) => a.id === "default") && <option value="">(server default)</option>}
-                {agents.map((a) => (
-                  <option key={a.id} value={a.id}>
-                    {a.id}
-                  </option>
-                ))}
-              </select>
-            </label>
+            <AgentSelect agents={agents} value={agent} onChange={setAgent} />
           </div>
           <label>
             Model (optional, provider:model)

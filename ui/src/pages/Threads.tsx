@@ -1,5 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, getJSON, listOf, postJSON } from "../api";
+import { AgentSelect } from "../components/AgentSelect";
 import { ErrorBox, Failure, StatusBadge, useIntoView, useLoad } from "../components/common";
 import { LiveTurns } from "../components/LiveTurns";
 import { NotFound } from "../components/NotFound";
@@ -76,17 +77,7 @@ export function Threads({ agents, selected }: { agents: any[]; selected: string 
               Tools
               <input value={tools} onInput={(e) => setTools((e.currentTarget as HTMLInputElement).value)} name="tools" />
             </label>
-            <label>
-              Agent
-              <select name="agent" value={agent} onChange={(e) => setAgent((e.currentTarget as HTMLSelectElement).value)}>
-                <option value="">(server default)</option>
-                {agents.map((a) => (
-                  <option key={a.id} value={a.id}>
-                    {a.id}
-                  </option>
-                ))}
-              </select>
-            </label>
+            <AgentSelect agents={agents} value={agent} onChange={setAgent} />
           </div>
           <ErrorBox error={error} />
           <button type="submit" class="primary" data-testid="start-thread">
