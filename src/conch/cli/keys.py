@@ -144,7 +144,7 @@ def create(
     keys, _ = _services()
     issued = _domain(
         keys.create, name=name, scopes=scope or [], tenant=tenant, limits=_limits(limit),
-        models=model, expires_at=_time(expires_at), actor=_actor(),
+        models=model, expires_at=expires_at, actor=_actor(),
     )  # fmt: skip
     _issued(issued, as_json)
 
@@ -195,7 +195,7 @@ def update(
     elif model:
         changes["models"] = model
     if expires_at is not None:
-        changes["expires_at"] = None if expires_at == "never" else _time(expires_at)
+        changes["expires_at"] = None if expires_at == "never" else expires_at
     if not changes:
         typer.echo("error: nothing to change (see --help)", err=True)
         raise typer.Exit(2)
@@ -232,12 +232,3 @@ def usage(key_id: Annotated[str, typer.Argument(help="The key's id.")], as_json:
         typer.echo(f"key {key_id} has no limits")
         return
     _print(rows, False, USAGE_COLUMNS)
-
-
-def _time(value: str | None) -> Any:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value

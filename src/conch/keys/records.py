@@ -10,6 +10,7 @@ of model names, each exact or with ``*`` wildcards (``local:*``, ``openai:gpt-4o
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import math
 import time
@@ -158,12 +159,16 @@ def parse_tenant(tenant: object, where: str = "tenant") -> str | None:
 
 
 def parse_time(value: object, where: str) -> float | None:
-    """A time as Unix seconds: from a number, an aware ``datetime`` or ISO-8601 text
-    (``Z`` or an offset; a time without one is read as UTC)."""
+    """A time as Unix seconds: from a number (or its text, as a command line or a query
+    string gives it), an aware ``datetime`` or ISO-8601 text (``Z`` or an offset; a time
+    without one is read as UTC)."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise Invalid(f"{where} must be a time", where=where)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise Invalid(f"{where} must be a time", where=where)

@@ -253,19 +253,9 @@ async def audit(
         actor_id=actor,
         tenant=tenant,
         target=target,
-        since=_time(since),
-        until=_time(until),
+        since=since,
+        until=until,
         before=before,
         limit=limit,
     )
     return json_response(page.to_dict())
-
-
-def _time(value: str | None) -> str | float | None:
-    """A query's time: Unix seconds as a number, anything else as ISO-8601 text."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value
