@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,6 @@ import pytest
 CONCH = Path(sys.executable).parent / "conch"
 
 pytestmark = pytest.mark.skipif(not CONCH.exists(), reason="pip install -e . for the script")
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
-    clean["CONCH_DATA_DIR"] = str(tmp_path / "data")
-    clean["CONCH_CONFIG"] = str(tmp_path / "absent.toml")
-    return clean
 
 
 def conch(

@@ -4,7 +4,6 @@ that honours what it does (a key made, changed or revoked applies within a secon
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,14 +17,6 @@ from conch import db
 CONCH = Path(sys.executable).parent / "conch"
 
 pytestmark = pytest.mark.skipif(not CONCH.exists(), reason="pip install -e . for the script")
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CONCH_")}
-    clean["CONCH_DATA_DIR"] = str(tmp_path / "data")
-    clean["CONCH_CONFIG"] = str(tmp_path / "absent.toml")
-    return clean
 
 
 def keys(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
