@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,6 @@ from tests.inference.providers.standins import closed_port_url
 from testsupport.scripted_model import ScriptedModel, final, tool
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedModel]:
-    model = ScriptedModel().start()
-    yield model
-    model.stop()
 
 
 def _settings(tmp_path: Path, models_url: str) -> Settings:

@@ -17,13 +17,6 @@ from testsupport.scripted_model import ScriptedModel, final, tool
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedModel]:
-    model = ScriptedModel().start()
-    yield model
-    model.stop()
-
-
-@pytest.fixture(scope="module")
 def orch_server(
     tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel
 ) -> Iterator[AgentServer]:

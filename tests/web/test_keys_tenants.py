@@ -32,13 +32,6 @@ class Tenants:
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedModel]:
-    model = ScriptedModel().start()
-    yield model
-    model.stop()
-
-
-@pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedModel) -> Iterator[Tenants]:
     server = start_thread_server(tmp_path_factory.mktemp("tenants"), models_url=scripted.v1,
                                  admin_key=ADMIN_KEY, wall_time_s=5.0)  # fmt: skip

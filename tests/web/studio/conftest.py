@@ -152,15 +152,8 @@ def page(browser: Any) -> Iterator[Any]:
     assert not errors, f"uncaught errors in the page: {errors}"
 
 
-# A scripted model and an orchestration server driven by it, per test module (the runs and
+# An orchestration server driven by the scripted model (tests/conftest.py), per test module (the runs and
 # approvals pages need tasks whose model answers are known).
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedModel]:
-    model = ScriptedModel().start()
-    yield model
-    model.stop()
-
-
 @pytest.fixture(scope="module")
 def orch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
          scripted: ScriptedModel) -> Iterator[Server]:
