@@ -103,6 +103,9 @@ class LlamaEngine:
         # of a 2-core VM's cores idle and decoded at half llama-server's speed.
         self.n_threads = n_threads or math_threads()
         self.n_threads_batch = n_threads_batch or self.n_threads
+        # Threads set by hand are kept; the default ones are shared with the other models
+        # generating at the same moment (device.CoreShare), on the CPU.
+        self._threads_by_hand = bool(n_threads or n_threads_batch)
         self.cache_prompt = cache_prompt
         self.n_parallel = max(1, n_parallel)
         self.max_queue = max_queue
@@ -218,7 +221,8 @@ class LlamaEngine:
                 weights += int(self._draft_model.size())
             # ggml's reference kernels for small steps, where they make a token's logits
             # independent of the rest of its step (backend.ReferenceKernels); None: not found.
-            kernels = reference_kernels(self._ctx.ctx) if n_gpu_layers == 0 or not self.runtime.gpu_backend else None
+            on_cpu = n_gpu_layers == 0 or not self.runtime.gpu_backend
+            kernels = reference_kernels(self._ctx.ctx) if on_cpu else None
             if kernels is None and not self.runtime.on_gpu:
                 log.info("model %s: ggml's reference kernels not found; decode steps use the fast ones "
                          "(drafting keeps greedy output only up to near-ties)", self.model_id)
@@ -229,6 +233,7 @@ class LlamaEngine:
                 prefill_chunk=self.runtime.prefill_chunk,
                 overlap_text=self._decode_is_queued(n_gpu_layers),
                 kernels=kernels, batch_invariant=self.runtime.batch_invariant,
+                threads=None if self._threads_by_hand or not on_cpu else (self.n_threads, self.n_threads_batch),
             )
             self.scheduler.pool.disk = self.prompt_cache = self._open_prompt_cache(n_gpu_layers, kv_total)
             if self.mmproj:

@@ -42,6 +42,7 @@ from conch.inference.engines.llama.backend import (
     init_backend,
     release_openmp_threads,
 )
+from conch.inference.engines.llama.device import CPU_CORES
 from conch.inference.engines.llama.draft_model import DraftModel, DraftRequest
 from conch.inference.engines.llama.job import Job
 from conch.inference.engines.llama.kv_pool import KVPool
@@ -131,6 +132,7 @@ class Scheduler:
         overlap_text: bool = False,
         kernels: ReferenceKernels | None = None,
         batch_invariant: bool = False,
+        threads: tuple[int, int] | None = None,
     ) -> None:
         # The model is only read through its vocabulary (token pieces, end-of-generation).
         self._vocab = model.vocab
@@ -157,6 +159,11 @@ class Scheduler:
         # batch_invariant. None: the fast kernels throughout (a GPU; not found).
         self.kernels = kernels
         self.batch_invariant = batch_invariant
+        # The threads this model decodes and reads prompts with, shared with the other models
+        # generating at the same moment (device.CPU_CORES); None: as the context has them.
+        self.threads = threads
+        # What its steps run with now (decode, prompt); None: as the context has them
+        self.threads_now = threads
         # What a drafted row costs relative to a one-row step (speculative.DraftPolicy).
         self.row_cost = ROW_COST_GPU if overlap_text else ROW_COST_CPU
         self._cond = threading.Condition()
@@ -197,6 +204,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        CPU_CORES.leave(self, gone=True)
         for job in list(self._pending) + self._active:
             job.push(TokenEvent("", job.n_gen, "error", "the model was unloaded"))
         self._flush()
@@ -321,6 +329,8 @@ class Scheduler:
                 # the process keeps its barriers spinning (backend.release_openmp_threads).
                 # Unlocked: a request arriving meanwhile only finds the pool made anew.
                 release_openmp_threads()
+                if self.threads is not None:
+                    CPU_CORES.leave(self)
             with self._cond:
                 while not self._stop and not self._active and not self._pending:
                     self._cond.wait()
@@ -355,6 +365,8 @@ class Scheduler:
                 active = list(self._active)
             if not active:
                 continue
+            if self.threads is not None:
+                self._share_cores(llama_cpp, ctx)
 
             active = self._make_room(active)
             # Images first: a request's images go into its sequence whole, before its text.
@@ -509,6 +521,16 @@ class Scheduler:
                     self._finish(job, "error", why)
             self._flush()
         return [j for j in active if not j.finished]
+
+    def _share_cores(self, llama_cpp: Any, ctx: Any) -> None:
+        """Take this step's share of the CPU cores (device.CoreShare)."""
+        assert self.threads is not None
+        CPU_CORES.enter(self)
+        n, n_batch = self.threads
+        now = (CPU_CORES.threads(n), CPU_CORES.threads(n_batch))
+        if now != self.threads_now:
+            llama_cpp.llama_set_n_threads(ctx, now[0], now[1])
+            self.threads_now = now
 
     def _decode_text(self, job: Job, end: int) -> None:
         """Decode the job's prompt tokens up to ``end`` (no logits), in steps of ``n_batch``."""
