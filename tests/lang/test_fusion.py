@@ -368,13 +368,13 @@ def test_generated_chains_agree(source: str, checked: bool, tmp_path: Path) -> N
 
 
 def test_the_compiler_knows_every_name_fusion_looks_at() -> None:
-    """The compiler imports fusion.py only for these names: aliases included."""
-    from conch.lang import fusion
+    """The compiler imports fusion.py (and inline.py) only for these names: aliases included."""
+    from conch.lang import fusion, inline
     from conch.lang.builtins.registry import REGISTRY, load_all
     from conch.lang.compiler import _FUSION_NAMES
 
     load_all()
-    wanted = fusion._STAGES | set(fusion._METHODS) | {"split", "join", "len"}
+    wanted = fusion._STAGES | set(inline._METHODS) | {"split", "join", "len"}
     names = {key for key, b in dict.items(REGISTRY) if b.name in wanted}
     assert names == _FUSION_NAMES
 

@@ -685,9 +685,9 @@ class Compiler(CompileState):
         call = self.at(py.Call(func, args, kws), n)
         if self.fuse and not kws and isinstance(n.func, A.Name) and n.func.name in _FUSION_NAMES \
                 and self.is_builtin(func):
-            from conch.lang import fusion
+            from conch.lang import inline
 
-            return fusion.inline_builtin(self, n.func.name, call, n) or call
+            return inline.inline_builtin(self, n.func.name, call, n) or call
         return call
 
     @staticmethod
@@ -710,9 +710,9 @@ class Compiler(CompileState):
             func = self.expr(right)
             call = self.at(py.Call(func, [left], []), right)
             if self.fuse and right.name in _FUSION_NAMES and self.is_builtin(func):
-                from conch.lang import fusion
+                from conch.lang import inline
 
-                return fusion.inline_builtin(self, right.name, call, right) or call
+                return inline.inline_builtin(self, right.name, call, right) or call
             return call
         if isinstance(right, A.Lambda) and not isinstance(right.body, A.Block) and not right.params[1:] and right.params and right.params[0].default is None:
             return self.at(py.Call(self.expr(right), [left], []), right)

@@ -39,9 +39,9 @@ names no mutable binding; any other chain compiles unfused. ``Compiler(fuse=Fals
 ``compile_program(..., fuse=False)``) turns all of this off, which the tests use to compare
 both on the whole corpus.
 
-The same module inlines a few string builtins (``upper``, ``lower``, ``trim``, ``split``,
-``join``, ``len``) as the Python method they call, behind a type test whose other branch is
-the checked call itself, so a wrong argument fails exactly as before.
+A few string builtins (``upper``, ``lower``, ``trim``, ``split``, ``join``, ``len``) are
+compiled as the Python method they call, behind a type test whose other branch is the checked
+call itself, so a wrong argument fails exactly as before: :mod:`conch.lang.inline`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from conch.lang import ast as A
 from conch.lang import emit as E
 from conch.lang.emit import Func, Scope
 from conch.lang.errors import ConchError
+from conch.lang.inline import builtin_name, helper
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,18 +84,6 @@ class _Stage:
         self.lam: A.Lambda | None = args[0] if args and isinstance(args[0], A.Lambda) else None
 
 
-def _builtin(c: Emitter, name: str) -> str | None:
-    """The builtin's own name when ``name`` is one (not shadowed by a binding)."""
-    if c.scope.lookup(name) is not None:
-        return None
-    from conch.lang.builtins.registry import REGISTRY
-
-    b = REGISTRY.get(name)
-    if b is None or b.overloads:
-        return None
-    return b.name
-
-
 def _stage(c: Emitter, node: A.Node) -> tuple[_Stage, A.Node] | None:
     """``node`` as a stage and its input node, if it is one this module fuses."""
     call: A.Node
@@ -113,7 +102,7 @@ def _stage(c: Emitter, node: A.Node) -> tuple[_Stage, A.Node] | None:
         if call.kwargs or not isinstance(call.func, A.Name):
             return None
         func = call.func
-    name = _builtin(c, func.name)
+    name = builtin_name(c, func.name)
     if name not in _STAGES:
         return None
     st = _Stage(name, node, call, func, args)
@@ -204,7 +193,7 @@ def _source_kind(c: Emitter, src: A.Node) -> str | None:
         func = src.func
     elif isinstance(src, A.Pipe):
         func = src.right.func if isinstance(src.right, A.Call) else src.right
-    if isinstance(func, A.Name) and _builtin(c, func.name) == "range":
+    if isinstance(func, A.Name) and builtin_name(c, func.name) == "range":
         return "range"  # the builtin returns a Range or fails
     return None
 
@@ -329,18 +318,12 @@ def _tick(c: Emitter, lam: A.Lambda) -> py.expr:
     return c.at(E.call("$tick", []), lam)
 
 
-def _helper(c: Emitter, key: str, value: Any) -> str:
-    # keys start with $f: apart from the runtime's helpers ($range is not Python's range)
-    c.builtins[key] = value
-    return key
-
-
 def _not_bool(c: Emitter, st: _Stage, r: py.expr, first: py.expr | None = None) -> py.expr:
     """``r`` is True, or False, or the builtin's own error at the stage's call (``first``:
     what to test first, if not ``r`` itself)."""
     from conch.lang.builtins.collections import not_bool
 
-    fail = c.at(E.call(_helper(c, "$f:notbool", not_bool), [E.const(st.name), r]), st.call)
+    fail = c.at(E.call(helper(c, "$f:notbool", not_bool), [E.const(st.name), r]), st.call)
     return py.BoolOp(py.Or(), [py.Compare(first or r, [py.Is()], [E.const(True)]),
                                py.BoolOp(py.And(), [py.Compare(r, [py.IsNot()], [E.const(False)]), fail])])
 
@@ -369,15 +352,15 @@ def _eager_chain(c: Emitter, stages: list[_Stage], s: py.Name, static: bool) -> 
         c.emit(E.assign(r, _unfused(c, stages, s)))
     from conch.lang.values import LazyList
 
-    typ = _helper(c, "$f:type", type)
+    typ = helper(c, "$f:type", type)
 
     def test(*types: str) -> py.expr:
         return _or([py.Compare(E.call(typ, [s]), [py.Is()], [E.name(t)]) for t in types])
 
     if lazy:
-        other = [c.at(py.If(test(_helper(c, "$f:range", range), _helper(c, "$f:LazyList", LazyList)), lazy, other),
+        other = [c.at(py.If(test(helper(c, "$f:range", range), helper(c, "$f:LazyList", LazyList)), lazy, other),
                       stages[0].call)]
-    c.emit(c.at(py.If(test(_helper(c, "$f:list", list)), fused, other), stages[0].call))
+    c.emit(c.at(py.If(test(helper(c, "$f:list", list)), fused, other), stages[0].call))
     return E.name(r)
 
 
@@ -409,7 +392,7 @@ def _eager_stage(c: Emitter, st: _Stage, cur: py.expr, kind: str | None = None) 
         return _test(c, st, [], cur, lazy=False, ints=kind == "int"), None
     if st.name == "take_while":
         gen, _ = _generator(c, [st], cur, lazy=False, ints=kind == "int")
-        return c.at(E.call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
+        return c.at(E.call(helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), kind
     ints: set[str] = set()
     names, body, body_kind = _body(c, lam, [kind], ints)
     x = names[0]
@@ -431,7 +414,7 @@ def _eager_stage(c: Emitter, st: _Stage, cur: py.expr, kind: str | None = None) 
     r = c.fresh("r")
     keep = py.Compare(py.NamedExpr(E.store(r), body), [py.IsNot()], [E.const(None)])
     gen = c.at(py.GeneratorExp(E.name(r), [_comp(x, cur, [*ticks, keep])]), st.call)
-    return c.at(E.call(_helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
+    return c.at(E.call(helper(c, "$f:bounded", _bounded_list()), [gen]), st.call), body_kind
 
 
 # -- a checked stage over a list: its steps in batches ----------------------------------
@@ -490,8 +473,8 @@ def _batched(c: Emitter, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value:
     import itertools
 
     r, it, left, m = c.fresh("r"), c.fresh("it"), c.fresh("left"), c.fresh("m")
-    islice = _helper(c, "$f:islice", itertools.islice)
-    length = _helper(c, "$f:len", len)
+    islice = helper(c, "$f:islice", itertools.islice)
+    length = helper(c, "$f:len", len)
     chunk = E.call(islice, [E.name(it), E.name(m)])
     fast = c.at(py.ListComp(value, [_comp(x, chunk, ifs)]), st.call)
     slow = c.at(py.ListComp(value, [_comp(x, chunk, [py.UnaryOp(py.Not(), _tick(c, lam)), *ifs])]), st.call)
@@ -505,7 +488,7 @@ def _batched(c: Emitter, st: _Stage, lam: A.Lambda, x: str, cur: py.expr, value:
             py.Try([py.AugAssign(E.store(r), py.Add(), fast)], [], [], [add]),
         ], [py.AugAssign(E.store(r), py.Add(), slow)]),
     ], [])
-    for stmt in (E.assign(r, py.List([], py.Load())), E.assign(it, E.call(_helper(c, "$f:iter", iter), [cur])),
+    for stmt in (E.assign(r, py.List([], py.Load())), E.assign(it, E.call(helper(c, "$f:iter", iter), [cur])),
                  E.assign(left, E.call(length, [cur])), loop):
         c.emit(c.at(stmt, st.call))
     return E.name(r)
@@ -565,11 +548,11 @@ def _lazy(c: Emitter, stages: list[_Stage], src: py.Name, ints: bool) -> py.expr
 
     if end.name != "sum":
         gen, _ = _generator(c, stages, src, lazy=True, ints=ints)
-        return c.at(E.call(_helper(c, "$f:LazyList", LazyList), [gen]), end.call)
+        return c.at(E.call(helper(c, "$f:LazyList", LazyList), [gen]), end.call)
     gen, kind = _generator(c, stages[:-1], src, lazy=True, ints=ints, summed=True)
     if kind == "int":
-        return c.at(E.call(_helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
-    lazy = c.at(E.call(_helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
+        return c.at(E.call(helper(c, "$f:sum_ints", sum_ints), [gen]), end.call)
+    lazy = c.at(E.call(helper(c, "$f:LazyList", LazyList), [gen]), stages[-2].call)
     return _eager_stage(c, end, lazy)[0]
 
 
@@ -636,7 +619,7 @@ def _fold(c: Emitter, st: _Stage, stages: list[_Stage], src: py.expr, lazy: bool
     loop.takes_expr = False  # the value is used on one of two branches, after a tick
     # reduce_: a null (or no) initial value means the first element starts the fold
     loop.prologue = [E.assign(acc, E.name("$init")), E.assign(first, py.Compare(E.name(acc), [py.Is()], [E.const(None)]))]
-    empty = c.at(py.Expr(c.at(E.call(_helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
+    empty = c.at(py.Expr(c.at(E.call(helper(c, "$f:reduce_empty", empty_reduce), []), st.call)), st.call)
     loop.epilogue = [py.If(E.name(first), [empty], []), py.Return(E.name(acc))]
     loop.has_init = True
     return _def(c, loop, src, [*counts, init], st.call)
@@ -832,9 +815,9 @@ def _batched_loop(c: Emitter, target: str, inner: list[py.stmt], plain: py.stmt)
             return node
 
     counted = [Count().visit(s) for s in copy.deepcopy(inner)]
-    typ = _helper(c, "$f:type", type)
+    typ = helper(c, "$f:type", type)
     end = py.BinOp(E.name(i), py.Add(), E.const(_CHUNK))
-    batch = ast.copy_location(E.call("$batch", [py.BinOp(E.call(_helper(c, "$f:len", len), [E.name(chunk)]), py.Mult(),
+    batch = ast.copy_location(E.call("$batch", [py.BinOp(E.call(helper(c, "$f:len", len), [E.name(chunk)]), py.Mult(),
                                                         E.const(len(ticks)))]), ticks[0])
     body: list[py.stmt] = [
         E.assign(chunk, py.Subscript(E.name("$src"), py.Slice(E.name(i), end, None), py.Load())),
@@ -847,68 +830,6 @@ def _batched_loop(c: Emitter, target: str, inner: list[py.stmt], plain: py.stmt)
         ], [py.For(E.store(target), E.name(chunk), inner, [py.Continue()], None)]),
         py.Break(),
     ]
-    known = py.BoolOp(py.Or(), [py.Compare(E.call(typ, [E.name("$src")]), [py.Is()], [E.name(_helper(c, f"$f:{t.__name__}", t))])
+    known = py.BoolOp(py.Or(), [py.Compare(E.call(typ, [E.name("$src")]), [py.Is()], [E.name(helper(c, f"$f:{t.__name__}", t))])
                                 for t in (range, list)])
     return py.If(known, [E.assign(i, E.const(0)), py.While(E.const(True), body, [])], [plain])
-
-
-# -- builtins as the Python method they call ---------------------------------------------
-
-_METHODS = {"upper": "upper", "lower": "lower", "trim": "strip"}
-
-
-def _is_str(e: py.expr) -> bool:
-    if isinstance(e, py.Constant):
-        return type(e.value) is str
-    return isinstance(e, py.JoinedStr) or getattr(e, "conch_type", None) == "String"
-
-
-def inline_builtin(c: Emitter, name: str, call: py.Call, at: A.Node) -> py.expr | None:
-    """``call`` (of builtin ``name``, positional arguments) as a method call behind a type
-    test, its other branch the checked call: None when no such form applies."""
-    args = call.args
-    canonical = _builtin(c, name)
-
-    def method(attr: str, *margs: py.expr) -> Any:
-        return lambda s: py.Call(py.Attribute(s, attr, py.Load()), list(margs), [])
-
-    if canonical in _METHODS and len(args) == 1:
-        return _guarded(c, args[0], "String", method(_METHODS[canonical]), call, at)
-    if canonical == "split" and (len(args) == 1 or _literal(args[1]) not in (None, "")):
-        e = _guarded(c, args[0], "String", method("split", *args[1:]), call, at)
-        # a list of Strings when it returns at all: the checked call fails on anything else
-        return None if e is None else _typed(e, "StringArray")
-    if (canonical == "join" and getattr(args[0], "conch_type", None) == "StringArray"
-            and (len(args) == 1 or _literal(args[1]) is not None)):
-        sep = args[1] if len(args) == 2 else E.const("")
-        return _typed(c.at(method("join", args[0])(sep), at), "String")
-    if canonical == "len" and len(args) == 1:
-        return _guarded(c, args[0], "Sized", lambda s: E.call("$len", [s]), call, at)
-    return None
-
-
-def _literal(e: py.expr) -> str | None:
-    return e.value if isinstance(e, py.Constant) and type(e.value) is str else None
-
-
-def _guarded(c: Emitter, arg: py.expr, kind: str, fast: Any, call: py.Call, at: A.Node) -> py.expr | None:
-    if kind == "String" and _is_str(arg):
-        return _typed(c.at(fast(arg), at), "String")
-    if not isinstance(arg, py.Name | py.Constant):
-        # the test and the call would evaluate it twice; binding it (:=) is not allowed
-        # everywhere a body may stand (a comprehension's iterable)
-        return None
-    typ = _helper(c, "$f:type", type)
-    if kind == "String":
-        test: py.expr = py.Compare(E.call(typ, [arg]), [py.Is()], [E.name(_helper(c, "$f:str", str))])
-    else:
-        kinds = [_helper(c, "$f:list", list), _helper(c, "$f:str", str), _helper(c, "$f:dict", dict)]
-        test = py.BoolOp(py.Or(), [py.Compare(E.call(typ, [arg]), [py.Is()], [E.name(k)]) for k in kinds])
-    e = c.at(py.IfExp(test, c.at(fast(arg), at), call), at)
-    return _typed(e, kind) if kind == "String" else e
-
-
-def _typed(e: py.expr, kind: str) -> py.expr:
-    """Mark compiled code with what its value is known to be (read by inline_builtin)."""
-    setattr(e, "conch_type", kind)  # noqa: B010 - an attribute the ast classes do not declare
-    return e

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -329,3 +330,24 @@ class Worker:
     def exit_signal(self) -> int | None:
         code = self.process.poll()
         return -code if code is not None and code < 0 else None
+
+
+def serving_pid(process: Process, reported: Any) -> int:
+    """The pid of the process that serves jobs: the one started, or (a worker that is PID 1
+    of a namespace of its own) its child, which its greeting names. Read before the worker
+    ran anything of a client's, and checked against the kernel's view all the same."""
+    if type(reported) is int and reported != process.pid:
+        try:
+            with open(f"/proc/{reported}/stat", "rb") as stat:
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return process.pid
+        if parent == process.pid:
+            return reported
+    return process.pid
+
+
+def reap(process: Process, timeout: float = 5.0) -> None:
+    """Wait for a killed worker's process to end (at most ``timeout`` s)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout)

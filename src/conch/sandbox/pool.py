@@ -18,10 +18,8 @@ run in (the workspace, which programs write to) is never on their import path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -36,7 +34,15 @@ from typing import Any, NamedTuple
 from conch.config import Settings
 from conch.lang.context import Limits
 from conch.sandbox import cgroups, identity, netns, probe, relay, slirp, uids
-from conch.sandbox.channel import Process, Worker, WorkerError, WorkerGone, WorkerRun
+from conch.sandbox.channel import (
+    Process,
+    Worker,
+    WorkerError,
+    WorkerGone,
+    WorkerRun,
+    reap,
+    serving_pid,
+)
 from conch.sandbox.envelope import PipelineEnvelope, RunEnvelope, RunError
 from conch.sandbox.frames import (
     HEADER,
@@ -55,8 +61,9 @@ from conch.sandbox.jobs import (
     effective_limits,
     worker_rlimits,
 )
-from conch.sandbox.layers import REQUIRED_IN_STRICT, Layer, SandboxUnavailable
+from conch.sandbox.layers import Layer, SandboxUnavailable
 from conch.sandbox.session_config import SessionConfigs, hidden_for_sessions
+from conch.sandbox.setup import prepare
 from conch.sandbox.worker import WorkerConfig
 from conch.sandbox.worker_env import worker_environment, worker_settings
 from conch.sandbox.zygote import Zygote, ZygoteError
@@ -167,86 +174,11 @@ class SandboxPool:
         log.info("sandbox (%s): %s", self.settings.sandbox, self.describe_layers())
 
     def _prepare_layers(self) -> dict[str, Layer]:
-        """Decide the worker user, namespaces and cgroups (the server's side of the layers);
-        the worker reports landlock and seccomp when it starts."""
-        mode = self.settings.sandbox
-        if mode == "off":
-            return {"user": Layer(False, "off"), "limits": Layer(False, "off: rlimits only")}
-        decision = probe.decide(self.settings)
-        layers = dict(decision.layers)
-        if mode == "strict":
-            missing = [f"{name} ({layers[name].detail})" for name in REQUIRED_IN_STRICT
-                       if name in layers and not layers[name].active]
-            if missing:
-                raise SandboxUnavailable('sandbox = "strict" but ' + ", ".join(missing))
-        # What a server that could have it lacks (a server that is not root runs its
-        # workers as itself, by design).
-        for name in ("files", "uid_range") if os.geteuid() == 0 else ("files",):
-            if not layers[name].active:
-                log.warning("sandbox: %s: %s", name, layers[name].detail)
-        self._prepare_user(decision)
-        self._prepare_namespaces(decision)
-        self.delegation, why = cgroups.delegate()
-        own_uid = self.ids is not None
-        if self.delegation is None:
-            log.info("sandbox: per-worker limits by rlimits: %s", why)
-            if own_uid:  # RLIMIT_NPROC counts the uid's processes: the worker's alone
-                self.config.nproc = self.settings.worker_pids_max
-            elif self.user is not None:  # a user shared by the pool's workers
-                self.config.nproc = self.settings.worker_pids_max * self.size
-            limits = Layer(False, f"hard rlimits (memory, cpu, files"
-                                  f"{', processes' if self.user else ''}); no cgroup: {why}")
-        else:
-            if own_uid:
-                self.config.nproc = self.settings.worker_pids_max
-            limits = Layer(True, f"{why}: memory.max, pids.max, cpu.max per worker; hard "
-                                 "rlimits")
-        layers["limits"] = limits
-        return layers
-
-    def _prepare_user(self, decision: probe.Decision) -> None:
-        drop = decision.drop
-        if drop is None:
-            return
-        self.user = drop.user
-        if decision.ids is not None:
-            self.ids = uids.Ids(decision.ids)
-            # The workspace's group from an earlier start, where it is free: nothing in it
-            # needs handing over again.
-            prefer = 0
-            with contextlib.suppress(OSError):
-                prefer = os.lstat(self.workspace).st_gid
-            self.group = self.ids.lease(prefer if prefer else None, group=True)
-            if self.group is None:
-                raise SandboxUnavailable(f"no id of sandbox_uids {self.settings.sandbox_uids} "
-                                         "is free")
-            group = identity.SandboxUser(f"group {self.group.id}", self.group.id, self.group.id)
-            identity.hand_over(self.workspace, group, shared=True)
-            self.user = group
-            # Files a worker makes are its group's too: the next worker, another uid, may
-            # change them.
-            self.config.umask = 0o007
-        else:
-            identity.hand_over(self.workspace, drop.user)
-        # Workers start as root and drop once started (conch.sandbox.identity.become).
-        self.config.user = [self.user.uid, self.user.gid]
-
-    def _prepare_namespaces(self, decision: probe.Decision) -> None:
-        if self.config.confinement is not None:
-            self.config.confinement["unix_sockets"] = decision.unix_sockets
-        plan = decision.plan
-        if plan is None:
-            return
-        self.config.namespaces = dataclasses.asdict(plan)
-        # The worker's namespace holds the workspace's real path only.
-        self.config.workspace = os.path.realpath(self.workspace)
-        self.pid_namespaces = plan.pid
-        self.stack = plan.net == "stack"
-        self.relay = decision.relay
-        if decision.models_url is not None and self.config.settings_json is not None:
-            public = Settings.model_validate_json(self.config.settings_json)
-            self.config.settings_json = public.model_copy(
-                update={"models_url": decision.models_url}).model_dump_json()
+        """Decide the worker user, namespaces and cgroups (conch.sandbox.setup)."""
+        got = prepare(self.settings, self.config, self.workspace, self.size)
+        self.user, self.delegation, self.ids, self.group = got.user, got.delegation, got.ids, got.group
+        self.stack, self.relay, self.pid_namespaces = got.stack, got.relay, got.pid_namespaces
+        return got.layers
 
     def describe_layers(self) -> str:
         return "; ".join(
@@ -269,7 +201,7 @@ class SandboxPool:
         ending = self._workers | self._dying | set(self._spares) | self._bound
         self._spares.clear()
         self._bound.clear()
-        await asyncio.gather(*(asyncio.to_thread(_reap, w.process) for w in ending))
+        await asyncio.gather(*(asyncio.to_thread(reap, w.process) for w in ending))
         for w in ending:
             await asyncio.to_thread(self._gone, w)
         self._workers.clear()
@@ -378,7 +310,7 @@ class SandboxPool:
                         raise WorkerError("the worker exited while it started")
                     if warm[0] == "refused":
                         raise WorkerError(f"a spare worker could not prepare: {warm[1]}")
-                    worker.pid = _serving_pid(process, warm[1])
+                    worker.pid = serving_pid(process, warm[1])
                     await self._connect(worker, stack=False)  # the relay, if any
                     return worker
                 frame = encode_exact(["config", dataclasses.asdict(config)])
@@ -390,7 +322,7 @@ class SandboxPool:
                 raise SandboxUnavailable(str(ready[1]))
             if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
                 raise WorkerError("a sandbox worker sent an unexpected greeting")
-            worker.pid = _serving_pid(process, ready[1])
+            worker.pid = serving_pid(process, ready[1])
             await self._connect(worker)
         except BaseException:
             worker.kill()
@@ -608,7 +540,7 @@ class SandboxPool:
                 raise WorkerError(f"a session's worker refused its confinement: {ready[1]}")
             if not (isinstance(ready, list) and len(ready) > 2 and ready[0] == "ready"):
                 raise WorkerError("a session's worker sent an unexpected greeting")
-            worker.pid = _serving_pid(worker.process, ready[1])
+            worker.pid = serving_pid(worker.process, ready[1])
             if self.stack and place.allow_network:
                 await self._connect(worker, stack=True, model=False)  # the relay: as a spare
         except BaseException:
@@ -950,26 +882,6 @@ class SandboxPool:
                 "limit (memory or stack)",
             )
         return _done_error(job, "LimitError", "the sandbox worker exited unexpectedly")
-
-
-def _serving_pid(process: Process, reported: Any) -> int:
-    """The pid of the process that serves jobs: the one started, or (a worker that is PID 1
-    of a namespace of its own) its child, which its greeting names. Read before the worker
-    ran anything of a client's, and checked against the kernel's view all the same."""
-    if type(reported) is int and reported != process.pid:
-        try:
-            with open(f"/proc/{reported}/stat", "rb") as stat:
-                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return process.pid
-        if parent == process.pid:
-            return reported
-    return process.pid
-
-
-def _reap(process: Process, timeout: float = 5.0) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout)
 
 
 def _done_error(job: Job, kind: str, message: str) -> Event:
