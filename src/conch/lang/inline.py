@@ -7,12 +7,16 @@ reachable from compiled code).
 from __future__ import annotations
 
 import _ast as py
-from typing import TYPE_CHECKING, Any
 
 from conch.lang import ast as A
 from conch.lang import emit as E
 
+# Not typing's: a program that names a builtin compiled here must not import typing (and re,
+# functools) at start-up (tests/cli/test_cli.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from conch.lang.emit import Emitter
 
 
